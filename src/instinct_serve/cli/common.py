@@ -1,0 +1,122 @@
+"""Shared CLI pieces: the ``--json``/``--host`` options, JSON encoding and output.
+
+A command computes one document (a dict, dataclass or pydantic model), then calls
+``emit``: stable JSON on stdout with ``--json``, else the command's rich renderer. Commands
+*return* their exit code from the click callback; ``main`` exits with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from instinct_serve.hosts import Host
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(func: F) -> F:
+    """``--json``: machine-readable output with stable keys."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print stable JSON instead of the human view."
+    )(func)
+
+
+def host_option(func: F) -> F:
+    """``--host``: act on a remote machine over ssh."""
+    return click.option(
+        "--host",
+        "host_spec",
+        metavar="[USER@]HOST[:PORT]",
+        default=None,
+        help="Run on this host over ssh (default: $ROCM_SSH_HOST, else this machine; "
+        "'local' forces this machine).",
+    )(func)
+
+
+def get_host(host_spec: str | None) -> Host:
+    from instinct_serve.hosts import resolve_host
+
+    return resolve_host(host_spec)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types from dataclasses, pydantic models, enums, paths and dates."""
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        to_dict = getattr(obj, "to_dict", None)
+        if callable(to_dict):
+            return to_jsonable(to_dict())
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    model_dump = getattr(obj, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(mode="json")
+    if isinstance(obj, enum.Enum):
+        return to_jsonable(obj.value)
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, _dt.datetime | _dt.date):
+        return obj.isoformat()
+    to_dict = getattr(obj, "to_dict", None)
+    if callable(to_dict):
+        return to_jsonable(to_dict())
+    return str(obj)
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False)
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console (imported lazily: the JSON path never pays for rich)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def emit(doc: Any, as_json: bool, human: Callable[[Console], None] | None = None) -> None:
+    """Print the document: JSON to stdout, or the human view through ``human``."""
+    if as_json or human is None:
+        sys.stdout.write(dumps(doc) + "\n")
+        sys.stdout.flush()
+        return
+    human(console())
+
+
+def warn(message: str, as_json: bool = False) -> None:
+    """A warning on stderr (never on stdout, which may carry JSON)."""
+    if as_json:
+        sys.stderr.write(f"warning: {message}\n")
+    else:
+        console(stderr=True).print(f"[yellow]warning:[/] {message}")
+
+
+@contextmanager
+def progress(message: str, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr while long work runs; yields a function to update its text.
+
+    Disabled (a no-op) with ``--json`` or when stderr is not a terminal.
+    """
+    if not enabled or not sys.stderr.isatty():
+        yield lambda _text: None
+        return
+    con = console(stderr=True)
+    with con.status(message) as status:
+        yield lambda text: status.update(text)

@@ -1,0 +1,69 @@
+"""Errors a user can act on, and the exit codes of DESIGN.md.
+
+Every failure the tool reports carries a stable ``id`` (agents branch on it), a one-line
+``message`` (what failed and why) and a ``fix`` (what to do). The CLI turns them into a
+short message on stderr, or a JSON ``{"error": ...}`` document with ``--json``, and the
+exit code of the class: never a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+
+class ExitCode(IntEnum):
+    """Process exit codes shared by every command (DESIGN.md)."""
+
+    OK = 0
+    FAILED = 1  # the thing asked for failed: won't fit, unhealthy, ...
+    USAGE = 2  # bad usage or input
+    NOT_READY = 3  # environment not ready: no GPU, no docker, ssh refused, ...
+
+
+class InstinctError(Exception):
+    """Base class: a failure with a stable id, a message and a fix."""
+
+    exit_code: ExitCode = ExitCode.FAILED
+    default_id: str = "failed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        fix: str | None = None,
+        id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.id = id or self.default_id
+        self.details = details or {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form printed with ``--json`` and returned by the MCP server."""
+        doc: dict[str, Any] = {"id": self.id, "message": self.message, "fix": self.fix}
+        if self.details:
+            doc["details"] = self.details
+        return doc
+
+
+class UsageError(InstinctError):
+    """Bad arguments or input files (exit 2)."""
+
+    exit_code = ExitCode.USAGE
+    default_id = "bad_input"
+
+
+class NotReadyError(InstinctError):
+    """The environment cannot do what was asked (exit 3)."""
+
+    exit_code = ExitCode.NOT_READY
+    default_id = "not_ready"
+
+
+class HostError(NotReadyError):
+    """A host could not be reached or refused us (ssh key, host key, network)."""
+
+    default_id = "host_unreachable"

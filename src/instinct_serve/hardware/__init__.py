@@ -1,0 +1,1 @@
+"""GPU inventory: parsers for amd-smi (every JSON shape), rocm-smi and KFD/DRM sysfs."""

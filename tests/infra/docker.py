@@ -1,0 +1,1 @@
+"""Test plumbing: see tests/conftest.py."""
