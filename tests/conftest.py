@@ -16,8 +16,8 @@ def _isolated_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Never read or write the developer's real cache or token during tests."""
-    cache = tmp_path_factory.mktemp("instinct-cache")
-    monkeypatch.setenv("INSTINCT_CACHE_DIR", str(cache))
+    monkeypatch.setenv("INSTINCT_CACHE_DIR", str(tmp_path_factory.mktemp("instinct-cache")))
+    monkeypatch.setenv("INSTINCT_DATA_DIR", str(tmp_path_factory.mktemp("instinct-data")))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("ROCM_SSH_HOST", raising=False)
     monkeypatch.delenv("ROCM_SSH_USER", raising=False)
