@@ -13,9 +13,12 @@ either machine.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -142,32 +145,16 @@ class LocalHost:
         args = _check_argv(argv)
         start = time.monotonic()
         try:
-            proc = subprocess.run(
-                args,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                env=self._env(env),
-                input=input,
-                stdin=None if input is not None else subprocess.DEVNULL,
-            )
-        except FileNotFoundError as exc:
-            return Result(
-                args, 127, "", f"{args[0]}: not found ({exc.strerror})", time.monotonic() - start
-            )
-        except PermissionError as exc:
-            return Result(args, 126, "", f"{args[0]}: {exc.strerror}", time.monotonic() - start)
-        except subprocess.TimeoutExpired as exc:
+            return _run_captured(args, args, timeout=timeout, env=self._env(env), input=input)
+        except OSError as exc:  # the executable itself could not be started
+            missing = exc.errno in (errno.ENOENT, errno.ENOTDIR)
             return Result(
                 args,
-                124,
-                _text(exc.stdout),
-                _text(exc.stderr) + f"\ntimed out after {timeout} s",
+                127 if missing else 126,
+                "",
+                f"{args[0]}: {'not found' if missing else 'cannot execute'} ({exc.strerror})",
                 time.monotonic() - start,
-                timed_out=True,
             )
-        return Result(args, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
 
     def spawn(
         self, argv: Sequence[str], env: Mapping[str, str] | None = None
@@ -206,6 +193,61 @@ def _text(data: bytes | str | None) -> str:
     return data
 
 
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the child and everything it started (it leads its own session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _run_captured(
+    popen_argv: Sequence[str],
+    result_argv: tuple[str, ...],
+    *,
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    input: str | None,
+) -> Result:
+    """Run to completion in a new session, so a timeout (or Ctrl-C) kills the whole tree.
+
+    ``subprocess.run`` kills only the direct child: a shell's grandchildren would survive a
+    timeout, and keep our pipes open. Output is read as bytes and decoded here, so text
+    arrives exactly as written (text mode would turn every ``\r`` into ``\n``). Raises
+    OSError when ``popen_argv[0]`` cannot start.
+    """
+    start = time.monotonic()
+    data = input.encode("utf-8") if input is not None else None
+    with subprocess.Popen(
+        list(popen_argv),
+        stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(data, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            _kill_group(proc)
+            try:  # a second communicate returns everything read, before and after the kill
+                out, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # a grandchild escaped the group with our pipes
+                out, err = exc.stdout or b"", exc.stderr or b""
+            return Result(
+                result_argv,
+                124,
+                _text(out),
+                _text(err) + f"\ntimed out after {timeout} s",
+                time.monotonic() - start,
+                timed_out=True,
+            )
+        except BaseException:  # KeyboardInterrupt included: leave nothing running
+            _kill_group(proc)
+            raise
+    return Result(result_argv, proc.returncode, _text(out), _text(err), time.monotonic() - start)
+
+
 # The remote prologue: read K=V lines from stdin until an empty line, export them, then exec
 # the real argv. Values never appear on a command line, on either side of the connection.
 _ENV_PROLOGUE = (
@@ -214,9 +256,36 @@ _ENV_PROLOGUE = (
 )
 
 
+# `which` over ssh: the first executable regular file named $1 on the remote PATH, like
+# shutil.which. (`command -v` would also answer builtins, aliases and functions by bare name.)
+_WHICH_SCRIPT = (
+    'n=$1; case $n in */*) [ -f "$n" ] && [ -x "$n" ] && printf "%s\\n" "$n"; exit;; esac; '
+    'IFS=:; for d in $PATH; do [ -n "$d" ] || d=.; '
+    'if [ -f "$d/$n" ] && [ -x "$d/$n" ]; then printf "%s\\n" "$d/$n"; exit 0; fi; done; exit 1'
+)
+
+# What ssh itself prints when *it* fails (exit 255). A remote command may also exit 255;
+# only output that looks like ssh's own is turned into a HostError.
+_SSH_FAILURE = re.compile(
+    r"^ssh: |permission denied \(|host key verification failed|host identification has changed"
+    r"|kex_exchange_identification|ssh_exchange_identification|connection (closed|reset) by"
+    r"|banner exchange|unable to negotiate|too many authentication failures"
+    r"|bad owner or permissions|bad configuration option|can't open user config file"
+    r"|could not resolve hostname|connection timed out|connection refused|no route to host"
+    r"|network is unreachable|ssh_dispatch_run_fatal|client_loop: ",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
 @dataclass
 class SshHost:
-    """A remote machine reached with the system ``ssh`` in batch mode (keys only)."""
+    """A remote machine reached with the system ``ssh`` in batch mode (keys only).
+
+    The system client is used (not a Python ssh library) so that the user's
+    ``~/.ssh/config``, agent, jump hosts and known_hosts apply exactly as they do for
+    ``ssh`` by hand. ``ssh_config`` (``INSTINCT_SSH_CONFIG``) replaces ~/.ssh/config.
+    The remote login shell must be POSIX-compatible (sh, bash, dash, zsh, ksh).
+    """
 
     host: str
     user: str | None = None
@@ -227,7 +296,8 @@ class SshHost:
 
     @property
     def name(self) -> str:
-        target = f"{self.user}@{self.host}" if self.user else self.host
+        host = f"[{self.host}]" if ":" in self.host and self.port else self.host
+        target = f"{self.user}@{host}" if self.user else host
         return f"{target}:{self.port}" if self.port else target
 
     @property
@@ -244,6 +314,8 @@ class SshHost:
 
     def ssh_argv(self, *, tty: bool = False) -> list[str]:
         """The ``ssh`` invocation up to (not including) the remote command."""
+        if not self.host or self.target.startswith("-"):  # would be read as an ssh option
+            raise UsageError(f"invalid ssh host {self.target!r}", id="bad_host")
         argv = ["ssh"]
         if self.ssh_config:
             argv += ["-F", self.ssh_config]
@@ -286,57 +358,54 @@ class SshHost:
         env: Mapping[str, str] | None = None,
         input: str | None = None,
     ) -> Result:
+        """Run argv remotely. Raises HostError when ssh itself fails (no key, host down).
+
+        A command missing on the remote side gives 127, as locally (the remote shell says so).
+        """
         args = _check_argv(argv)
         full = [*self.ssh_argv(), "--", self.remote_command(args, env)]
-        stdin_text = self._env_stdin(env, input)
-        start = time.monotonic()
         try:
-            proc = subprocess.run(
-                full,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                input=stdin_text,
-                stdin=None if stdin_text is not None else subprocess.DEVNULL,
+            result = _run_captured(
+                full, args, timeout=timeout, env=None, input=self._env_stdin(env, input)
             )
-        except FileNotFoundError as exc:
+        except OSError as exc:
             raise HostError(
                 "the ssh client is not installed on this machine",
                 fix="install OpenSSH (e.g. apt-get install openssh-client)",
                 id="ssh_missing",
             ) from exc
-        except subprocess.TimeoutExpired as exc:
-            return Result(
-                args,
-                124,
-                _text(exc.stdout),
-                _text(exc.stderr) + f"\ntimed out after {timeout} s",
-                time.monotonic() - start,
-                timed_out=True,
-            )
-        if proc.returncode == 255:
-            raise ssh_error(self, proc.stderr)
-        return Result(args, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+        if result.returncode == 255 and (
+            _SSH_FAILURE.search(result.stderr) or not (result.stderr or result.stdout)
+        ):
+            raise ssh_error(self, result.stderr)
+        return result
 
     def spawn(
         self, argv: Sequence[str], env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[str]:
         full = [*self.ssh_argv(), "--", self.remote_command(argv, env)]
-        proc = subprocess.Popen(
-            full,
-            stdin=subprocess.PIPE if env else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                full,
+                stdin=subprocess.PIPE if env else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise HostError(
+                "the ssh client is not installed on this machine",
+                fix="install OpenSSH (e.g. apt-get install openssh-client)",
+                id="ssh_missing",
+            ) from exc
         if env:
             stdin: IO[str] | None = proc.stdin
             assert stdin is not None
             stdin.write(self._env_stdin(env, None) or "")
             stdin.close()
+            proc.stdin = None  # closed: communicate() and wait() must not touch it again
         return proc
 
     def check(self) -> None:
@@ -345,7 +414,7 @@ class SshHost:
         if not result.ok:
             raise HostError(
                 f"ssh to {self.name} works but `true` failed there (exit {result.returncode})",
-                fix="check the remote login shell",
+                fix="check the remote login shell (~/.bashrc must not fail or print on exit)",
             )
 
     def read_text(self, path: str) -> str | None:
@@ -356,7 +425,7 @@ class SshHost:
         return self.run(["test", "-e", path], timeout=30).ok
 
     def which(self, name: str) -> str | None:
-        result = self.run(["sh", "-c", 'command -v -- "$1"', "sh", name], timeout=30)
+        result = self.run(["sh", "-c", _WHICH_SCRIPT, "sh", name], timeout=30)
         found = result.stdout.strip().splitlines()
         return found[0] if result.ok and found else None
 
@@ -366,75 +435,129 @@ def ssh_error(host: SshHost, stderr: str) -> HostError:
     text = stderr.strip()
     low = text.lower()
     target = host.target
-    if "permission denied" in low:
+    port = f"-p {host.port} " if host.port else ""
+    config = f"-F {shlex.quote(host.ssh_config)} " if host.ssh_config else ""
+    details = {"ssh_stderr": text.splitlines()[-5:]} if text else None
+    if "permission denied" in low or "too many authentication failures" in low:
         return HostError(
             f"ssh key not accepted by {target}",
-            fix=f"run ssh-copy-id {target} (or load your key with ssh-add)",
+            fix=f"run ssh-copy-id {config}{port}{target} (or load your key with ssh-add)",
             id="ssh_auth_failed",
+            details=details,
         )
-    if "host key verification failed" in low or "no matching host key" in low:
+    if "host key verification failed" in low or "host identification has changed" in low:
         return HostError(
             f"the host key of {host.host} is unknown or has changed",
-            fix=f"verify the fingerprint, then connect once with `ssh {target}` to record it",
+            fix=f"verify the fingerprint, then connect once with `ssh {config}{port}{target}` "
+            "to record it",
             id="ssh_host_key",
+            details=details,
         )
-    if "could not resolve hostname" in low or "name or service not known" in low:
+    if (
+        "could not resolve hostname" in low
+        or "name or service not known" in low
+        or "temporary failure in name resolution" in low
+    ):
         return HostError(
             f"cannot resolve host name {host.host}",
             fix="check the --host spelling or your DNS / ~/.ssh/config",
             id="ssh_unresolvable",
+            details=details,
         )
     if "connection refused" in low:
         return HostError(
             f"ssh connection to {host.name} refused (no sshd listening on that port)",
             fix="start sshd on the host or pass the right port (--host user@host:port)",
             id="ssh_refused",
+            details=details,
         )
     if "timed out" in low or "no route to host" in low or "network is unreachable" in low:
         return HostError(
             f"cannot reach {host.name}: {text.splitlines()[-1] if text else 'timed out'}",
             fix="check that the host is up and reachable from here (VPN, firewall)",
             id="ssh_unreachable",
+            details=details,
         )
     last = text.splitlines()[-1] if text else "ssh exited with status 255"
+    fix = f"try `ssh {config}{port}{target} true` by hand"
+    if "config file" in low or "configuration option" in low:
+        fix = "fix the ssh config file named above (INSTINCT_SSH_CONFIG or ~/.ssh/config)"
     return HostError(
-        f"ssh to {host.name} failed: {last}",
-        fix=f"try `ssh {target} true` by hand",
-        id="ssh_failed",
+        f"ssh to {host.name} failed: {last}", fix=fix, id="ssh_failed", details=details
     )
 
 
+_HOSTNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_ZONE = re.compile(r"[A-Za-z0-9_.-]+")
+_USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\\$-]*")
+
+
 def parse_host_spec(spec: str) -> SshHost:
-    """``[ssh://][user@]host[:port]`` (or an alias from ~/.ssh/config) to an ``SshHost``."""
+    """``[ssh://][user@]host[:port]`` (or an alias from the ssh config) to an ``SshHost``.
+
+    IPv6 addresses take brackets when a port follows (``user@[fe80::1]:2222``). Anything
+    else is refused: the spec ends up on ssh's command line, so it must not be able to
+    smuggle in an option.
+    """
     raw = spec.strip()
     if raw.startswith("ssh://"):
         raw = raw[len("ssh://") :].rstrip("/")
-    if not raw or any(c.isspace() for c in raw) or raw.startswith("-"):
-        raise UsageError(
-            f"invalid --host {spec!r}", fix="use user@host or user@host:port", id="bad_host"
+
+    def bad(why: str) -> UsageError:
+        return UsageError(
+            f"invalid --host {spec!r}: {why}",
+            fix="use host, user@host, user@host:port or user@[ipv6]:port",
+            id="bad_host",
         )
+
+    if not raw:
+        raise bad("empty")
     user: str | None = None
     if "@" in raw:
         user, _, raw = raw.rpartition("@")
-        if not user or not raw:
-            raise UsageError(f"invalid --host {spec!r}", fix="use user@host", id="bad_host")
+        if not _USER.fullmatch(user):
+            raise bad("bad user name")
     port: int | None = None
-    if raw.startswith("[") and "]" in raw:  # [ipv6]:port
-        inner, _, rest = raw[1:].partition("]")
-        raw = inner
-        if rest.startswith(":"):
+    if raw.startswith("["):
+        inner, close, rest = raw[1:].partition("]")
+        if not close or not _is_ipv6(inner):
+            raise bad("bad bracketed IPv6 address")
+        if rest:
+            if not rest.startswith(":"):
+                raise bad("unexpected text after ']'")
             port = _parse_port(rest[1:], spec)
+        raw = inner
     elif raw.count(":") == 1:
         raw, _, port_text = raw.partition(":")
         port = _parse_port(port_text, spec)
+    elif raw.count(":") > 1 and not _is_ipv6(raw):
+        raise bad("bad IPv6 address")
+    if ":" not in raw and not _HOSTNAME.fullmatch(raw):
+        raise bad("bad host name")
     return SshHost(
         host=raw, user=user, port=port, ssh_config=os.environ.get("INSTINCT_SSH_CONFIG") or None
     )
 
 
+def _is_ipv6(text: str) -> bool:
+    """An IPv6 address, optionally with a zone (``fe80::1%eth0``)."""
+    import ipaddress
+
+    address, _, zone = text.partition("%")
+    if "%" in text and not _ZONE.fullmatch(zone):
+        return False
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return False
+    return True
+
+
 def _parse_port(text: str, spec: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
-        raise UsageError(f"invalid port in --host {spec!r}", fix="use user@host:22", id="bad_host")
+        raise UsageError(
+            f"invalid port in --host {spec!r}", fix="use user@host:22 (1-65535)", id="bad_host"
+        )
     return int(text)
 
 

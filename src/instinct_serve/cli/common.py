@@ -7,17 +7,14 @@ A command computes one document (a dict, dataclass or pydantic model), then call
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
-import enum
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from instinct_serve.jsonio import dumps, to_jsonable  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,38 +47,6 @@ def get_host(host_spec: str | None) -> Host:
     from instinct_serve.hosts import resolve_host
 
     return resolve_host(host_spec)
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Plain JSON types from dataclasses, pydantic models, enums, paths and dates."""
-    if obj is None or isinstance(obj, bool | int | float | str):
-        return obj
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [to_jsonable(v) for v in obj]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        to_dict = getattr(obj, "to_dict", None)
-        if callable(to_dict):
-            return to_jsonable(to_dict())
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    model_dump = getattr(obj, "model_dump", None)
-    if callable(model_dump):
-        return model_dump(mode="json")
-    if isinstance(obj, enum.Enum):
-        return to_jsonable(obj.value)
-    if isinstance(obj, PurePath):
-        return str(obj)
-    if isinstance(obj, _dt.datetime | _dt.date):
-        return obj.isoformat()
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        return to_jsonable(to_dict())
-    return str(obj)
-
-
-def dumps(doc: Any) -> str:
-    return json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False)
 
 
 def console(stderr: bool = False) -> Console:
