@@ -1,0 +1,1551 @@
+"""The known failures: how each one shows in a vLLM log, and what to do about it.
+
+Every rule has a stable id, a rank (specificity: a root cause outranks the wrapper error
+that reports it, e.g. a flashinfer JIT build failure outranks "Engine core initialization
+failed") and two halves: a ``build_*`` function that writes the finding from what is known
+(used for logs and for pasted symptoms alike) and a detector that finds the evidence in a
+``Scan``. Wording comes from real vLLM, PyTorch, huggingface_hub, docker and ROCm output
+(see tests/fixtures/logs and the near-miss tests).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, split_message
+from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
+from instinct_serve.diagnose.scan import Hit, Scan, exc
+from instinct_serve.diagnose.shell import issue_search
+
+ROCM_IMAGE = "vllm/vllm-openai-rocm"
+INSTINCT_GFX = ("gfx90a", "gfx942", "gfx950")
+
+Detector = Callable[[Scan, DiagnoseContext], Finding | None]
+RULES: list[tuple[str, int, Detector]] = []
+
+
+def rule(rule_id: str, rank: int) -> Callable[[Detector], Detector]:
+    """Register a detector; its findings get this rank unless they set their own."""
+
+    def register(func: Detector) -> Detector:
+        def ranked(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+            finding = func(scan, ctx)
+            if finding is None:
+                return None
+            return replace(finding, rank=finding.rank or rank)
+
+        RULES.append((rule_id, rank, ranked))
+        return ranked
+
+    return register
+
+
+def _at(hit: Hit | None, count: int = 1) -> dict[str, Any]:
+    """The evidence fields of a finding."""
+    if hit is None:
+        return {}
+    return {"line": hit.line.raw, "line_no": hit.line.no, "occurrences": max(count, 1)}
+
+
+def _gfx(ctx: DiagnoseContext) -> str:
+    return (ctx.gfx or "").split(":")[0].lower()
+
+
+def _quant_suggestion(ctx: DiagnoseContext) -> str:
+    gfx = _gfx(ctx)
+    if gfx == "gfx950":
+        return "an FP8 or MXFP4 checkpoint (both native on gfx950)"
+    if gfx == "gfx942":
+        return "an FP8 checkpoint (native on gfx942)"
+    if gfx == "gfx90a":
+        return "an AWQ or GPTQ int4 checkpoint (MI250X has no FP8)"
+    return "an FP8 (gfx942/gfx950), MXFP4 (gfx950) or AWQ/GPTQ int4 checkpoint"
+
+
+def _model_words(ctx: DiagnoseContext) -> str:
+    return f"of {ctx.model} " if ctx.model else ""
+
+
+_SAFE_MODEL = re.compile(r"^[\w.\-]+/[\w.\-]+$")
+
+
+def _fit_command(ctx: DiagnoseContext) -> tuple[str, ...]:
+    return (f"instinct fit {ctx.model}",) if ctx.model and _SAFE_MODEL.match(ctx.model) else ()
+
+
+def _util(ctx: DiagnoseContext) -> float | None:
+    return ctx.float_arg("--gpu-memory-utilization")
+
+
+# =========================================================================== memory
+
+_OOM = exc(
+    r"(?:CUDA|HIP|ROCm) (?:error: )?out of memory(?! occurred when warming up sampler)"
+    r"|.{0,80}\bhipErrorOutOfMemory\b"
+)
+_SAMPLER_OOM = exc(r"(?:CUDA|HIP) out of memory occurred when warming up sampler with (\d+)")
+_TRIED = re.compile(
+    r"Tried to allocate ([\d.]+ [KMGT]?i?B)\.? GPU (\d+) has a total capacit(?:y|ty) of "
+    r"([\d.]+ [KMGT]?i?B) of which ([\d.]+ [KMGT]?i?B|0 bytes) is free"
+)
+# Frames of the capture itself. Not the CUDAGraphWrapper module (vllm/compilation/
+# cuda_graph.py): the V1 profiling run goes through it too, without capturing.
+_CAPTURE_FRAMES = re.compile(
+    r"capture_end|capture_begin|cuda\.graph\(|torch\.cuda\.graph\b|\bgraph_capture\b|"
+    r"capture_model|_capture_cudagraphs|capture_graph"
+)
+_WEIGHT_FRAMES = re.compile(
+    r"load_model|load_weights|weight_loader|model_loader|initialize_model|"
+    r"process_weights_after_loading|weights_iterator"
+)
+_PROFILE_FRAMES = re.compile(
+    r"profile_run|_dummy_run|determine_available_memory|determine_num_available_blocks|"
+    r"_dummy_sampler_run"
+)
+
+
+def _oom_stage(scan: Scan, hit: Hit) -> str | None:
+    """Where the OOM happened: the frames of its traceback, else the phase the log was in."""
+    block = " ".join(line.text for line in scan.traceback_before(hit.index))
+    if _CAPTURE_FRAMES.search(block):
+        return "capture"
+    if _WEIGHT_FRAMES.search(block):
+        return "weights"
+    if _PROFILE_FRAMES.search(block):
+        return "profiling"
+    phase = scan.phase_at(hit.index)
+    return {
+        "capturing_graphs": "capture",
+        "loading_weights": "weights",
+        "downloading_weights": "weights",
+        "compiling": "profiling",
+        "profiling": "profiling",
+    }.get(phase)
+
+
+def build_oom_graph_capture(ctx: DiagnoseContext, **at: Any) -> Finding:
+    util = _util(ctx)
+    lower = round((util if util else 0.9) - 0.05, 2)
+    if ctx.has_flag("--enforce-eager"):
+        return Finding(
+            id="oom_graph_capture",
+            title="Out of memory while capturing graphs",
+            cause="The GPU ran out of memory in a graph-capture frame although --enforce-eager "
+            "is set, so the memory budget itself is too tight.",
+            fix=f"Lower --gpu-memory-utilization (e.g. {lower}) or --max-num-seqs.",
+            retry={"gpu_memory_utilization": lower},
+            **at,
+        )
+    return Finding(
+        id="oom_graph_capture",
+        title="Out of memory while capturing HIP/CUDA graphs",
+        cause="The GPU ran out of memory during graph capture, after the weights and the KV "
+        "cache were allocated: the graphs live outside the KV-cache budget, in the "
+        "1 - gpu_memory_utilization headroom, and that headroom was too small.",
+        fix="Relaunch with --enforce-eager (no graphs: slower decoding at small batch sizes), "
+        f"or keep graphs and lower --gpu-memory-utilization (e.g. to {lower}) or --max-num-seqs "
+        "so that the captured graphs fit.",
+        retry={"add_args": ["--enforce-eager"]},
+        alternatives=({"gpu_memory_utilization": lower},),
+        auto_retry=True,
+        **at,
+    )
+
+
+def build_oom_weights(ctx: DiagnoseContext, **at: Any) -> Finding:
+    tp = ctx.tensor_parallel_size or 1
+    retry: RetryHint | None = None
+    spread = "spread it over more GPUs with a larger --tensor-parallel-size"
+    if ctx.gpu_count and ctx.gpu_count >= tp * 2:
+        retry = {"tensor_parallel_size": tp * 2}
+        spread = f"spread it over more GPUs with --tensor-parallel-size {tp * 2}"
+    detail = at.pop("detail", "")
+    return Finding(
+        id="oom_weights",
+        title="Out of memory while loading the weights",
+        cause=f"The weights {_model_words(ctx)}do not fit in the memory of each GPU at "
+        f"tensor-parallel size {tp}{detail}.",
+        fix=f"Either {spread}, or serve a quantized variant {_model_words(ctx)}"
+        f"({_quant_suggestion(ctx)}). Also check that no other process holds GPU memory "
+        "(amd-smi process).",
+        retry=retry,
+        commands=(*_fit_command(ctx), "amd-smi process"),
+        **at,
+    )
+
+
+def build_oom_profiling(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="oom_profiling",
+        title="Out of memory during memory profiling",
+        cause="vLLM's profiling pass (a forward pass over --max-num-batched-tokens tokens, "
+        "then the sampler over --max-num-seqs rows) needed more memory than was free after "
+        "loading the weights.",
+        fix="Lower --max-num-batched-tokens (e.g. 4096) and --max-num-seqs; stop other "
+        "processes on the GPU; larger models need a larger --tensor-parallel-size.",
+        retry={"add_args": ["--max-num-batched-tokens", "4096"]},
+        commands=("amd-smi process",),
+        **at,
+    )
+
+
+def build_out_of_memory(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="out_of_memory",
+        title="GPU out of memory",
+        cause="The GPU ran out of memory; the log does not show in which step.",
+        fix="If it happened while loading: more GPUs (--tensor-parallel-size) or a quantized "
+        "checkpoint; while profiling: lower --max-num-batched-tokens / --max-num-seqs; while "
+        "capturing graphs: --enforce-eager. Check for other processes with amd-smi process.",
+        commands=("amd-smi process",),
+        **at,
+    )
+
+
+def build_oom_sampler_warmup(ctx: DiagnoseContext, seqs: int | None = None, **at: Any) -> Finding:
+    n = seqs or ctx.int_arg("--max-num-seqs") or 256
+    lower = max(n // 4, 8)
+    return Finding(
+        id="oom_sampler_warmup",
+        title="Out of memory while warming up the sampler",
+        cause=f"vLLM warms the sampler with {n} dummy requests (--max-num-seqs); the logits "
+        f"({n} x vocabulary size, fp32) did not fit in what was left.",
+        fix=f"Relaunch with --max-num-seqs {lower} (or lower --gpu-memory-utilization).",
+        retry={"max_num_seqs": lower},
+        auto_retry=True,
+        details={"max_num_seqs": n},
+        **at,
+    )
+
+
+@rule("oom_sampler_warmup", 92)
+def _oom_sampler(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_SAMPLER_OOM)
+    if hit is None:
+        return None
+    return build_oom_sampler_warmup(ctx, int(hit.match.group(1)), **_at(hit, count))
+
+
+@rule("oom", 93)
+def _oom(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_OOM)
+    if hit is None:
+        return None
+    stage = _oom_stage(scan, hit)
+    at = _at(hit, count)
+    if stage == "capture":
+        return build_oom_graph_capture(ctx, **at)
+    if stage == "weights":
+        tried = _TRIED.search(hit.line.text)
+        detail = (
+            f" (tried to allocate {tried.group(1)} on GPU {tried.group(2)}, "
+            f"{tried.group(4)} free of {tried.group(3)})"
+            if tried
+            else ""
+        )
+        return build_oom_weights(ctx, detail=detail, **at)
+    if stage == "profiling":
+        return build_oom_profiling(ctx, **at)
+    return replace(build_out_of_memory(ctx, **at), generic=True, rank=60)
+
+
+_FREE_MEMORY = exc(
+    r"Free memory on device(?: (\S+))? \(([\d.]+)/([\d.]+) GiB\) on startup is less than "
+    r"desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)"
+)
+
+
+def build_gpu_memory_busy(
+    ctx: DiagnoseContext,
+    free: float | None = None,
+    total: float | None = None,
+    util: float | None = None,
+    device: str | None = None,
+    **at: Any,
+) -> Finding:
+    retry: RetryHint | None = None
+    if free is not None and total:
+        suggest = math.floor((free / total) * 100 - 2) / 100
+        if suggest >= 0.1:
+            retry = {"gpu_memory_utilization": suggest}
+        numbers = (
+            f"Only {free:g} of {total:g} GiB were free on {device or 'the GPU'} at start-up, "
+            f"less than the {util:g} x {total:g} GiB that --gpu-memory-utilization {util:g} "
+            "reserves: "
+            if util is not None
+            else ""
+        )
+    else:
+        numbers = ""
+    lower = f" to {retry['gpu_memory_utilization']}" if retry else ""
+    return Finding(
+        id="gpu_memory_busy",
+        title="Another process holds GPU memory",
+        cause=f"{numbers}another process (often an earlier vLLM container) is using the GPU.",
+        fix="Stop the other process (instinct ps / instinct stop for endpoints this tool "
+        f"started; amd-smi process shows the rest), or lower --gpu-memory-utilization{lower}.",
+        retry=retry,
+        commands=("amd-smi process", "docker ps"),
+        details={"free_gib": free, "total_gib": total, "device": device},
+        **at,
+    )
+
+
+@rule("gpu_memory_busy", 92)
+def _gpu_memory_busy(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_FREE_MEMORY)
+    if hit is None:
+        return None
+    m = hit.match
+    return build_gpu_memory_busy(
+        ctx, float(m.group(2)), float(m.group(3)), float(m.group(4)), m.group(1), **_at(hit, count)
+    )
+
+
+_NO_KV_MEMORY = exc(r"No available memory for the cache blocks")
+
+
+def build_kv_cache_no_memory(ctx: DiagnoseContext, **at: Any) -> Finding:
+    util = _util(ctx) or 0.9
+    raised = min(0.95, round(util + 0.05, 2))
+    retry: RetryHint | None = {"gpu_memory_utilization": raised} if raised > util else None
+    return Finding(
+        id="kv_cache_no_memory",
+        title="No memory left for the KV cache",
+        cause="After the weights and the profiling peak, nothing of the "
+        "--gpu-memory-utilization budget was left for the KV cache.",
+        fix=f"Raise --gpu-memory-utilization (e.g. {raised}) if nothing else uses the GPU, "
+        "lower --max-num-batched-tokens to shrink the activation peak, or use more GPUs "
+        "(--tensor-parallel-size).",
+        retry=retry,
+        **at,
+    )
+
+
+@rule("kv_cache_no_memory", 92)
+def _kv_no_memory(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_NO_KV_MEMORY)
+    return build_kv_cache_no_memory(ctx, **_at(hit, count)) if hit else None
+
+
+_KV_V1 = exc(
+    r"To serve at least one request with the models?'s max seq len \((\d+)\), \(([\d.]+) GiB "
+    r"KV cache is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)"
+)
+_KV_ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
+_KV_V0 = exc(
+    r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can "
+    r"be stored in KV cache \((\d+)\)"
+)
+
+
+def build_max_model_len_exceeds_kv(
+    ctx: DiagnoseContext,
+    max_len: int | None = None,
+    fits: int | None = None,
+    needed_gib: float | None = None,
+    available_gib: float | None = None,
+    approximate: bool = False,
+    **at: Any,
+) -> Finding:
+    need = (
+        f" needs {needed_gib:g} GiB of KV cache for one request, but only {available_gib:g} GiB "
+        "were available after the weights and activations"
+        if needed_gib is not None and available_gib is not None
+        else " does not fit in the KV cache left after the weights and activations"
+    )
+    length = f"--max-model-len {max_len}" if max_len else "The context length"
+    if fits:
+        about = "about " if approximate else ""
+        fix = (
+            f"Relaunch with --max-model-len {fits} ({about}the largest length the log says "
+            "fits), or raise --gpu-memory-utilization, use --kv-cache-dtype fp8, or add GPUs."
+        )
+        retry: RetryHint | None = {"max_model_len": fits}
+    else:
+        fix = (
+            "Lower --max-model-len, raise --gpu-memory-utilization, use --kv-cache-dtype fp8, "
+            "or add GPUs."
+        )
+        retry = None
+    return Finding(
+        id="max_model_len_exceeds_kv",
+        title="The context length does not fit in the KV cache",
+        cause=f"{length}{need}.",
+        fix=fix,
+        retry=retry,
+        auto_retry=retry is not None,
+        details={
+            "max_model_len": max_len,
+            "max_fitting_len": fits,
+            "approximate": approximate,
+            "kv_needed_gib": needed_gib,
+            "kv_available_gib": available_gib,
+        },
+        **at,
+    )
+
+
+@rule("max_model_len_exceeds_kv", 94)
+def _max_len_kv(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_KV_V1, _KV_V0)
+    if hit is None:
+        return None
+    m = hit.match
+    at = _at(hit, count)
+    if m.re is _KV_V0:
+        return build_max_model_len_exceeds_kv(ctx, int(m.group(1)), int(m.group(2)), **at)
+    max_len, needed, available = int(m.group(1)), float(m.group(2)), float(m.group(3))
+    estimate = _KV_ESTIMATE.search(hit.line.text)
+    if estimate:
+        return build_max_model_len_exceeds_kv(
+            ctx, max_len, int(estimate.group(1)), needed, available, **at
+        )
+    # Older wording without the estimate: KV memory grows linearly with the length.
+    fits = int(max_len * available / needed * 0.95) // 1024 * 1024 if needed > 0 else 0
+    return build_max_model_len_exceeds_kv(
+        ctx, max_len, fits or None, needed, available, approximate=True, **at
+    )
+
+
+_DERIVED_LEN = exc(
+    r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len "
+    r"\(([^)]*)\)"
+)
+
+
+def build_max_model_len_exceeds_model(
+    ctx: DiagnoseContext, asked: int | None = None, derived: int | None = None, **at: Any
+) -> Finding:
+    return Finding(
+        id="max_model_len_exceeds_model",
+        title="--max-model-len is larger than the model supports",
+        cause=f"--max-model-len {asked or ''} is above the context length in the model's "
+        f"config.json{f' ({derived})' if derived else ''}; positions beyond it are not "
+        "trained (RoPE gives NaNs past it).",
+        fix=f"Relaunch with --max-model-len {derived}"
+        if derived
+        else "Lower --max-model-len to the model's max_position_embeddings.",
+        retry={"max_model_len": derived} if derived else None,
+        auto_retry=derived is not None,
+        details={"asked": asked, "model_max": derived},
+        **at,
+    )
+
+
+@rule("max_model_len_exceeds_model", 92)
+def _max_len_model(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_DERIVED_LEN)
+    if hit is None:
+        return None
+    number = re.search(r"=\s*(\d+)(?:\.0)?\b", hit.match.group(2))
+    derived = int(number.group(1)) if number else None
+    return build_max_model_len_exceeds_model(
+        ctx, int(hit.match.group(1)), derived, **_at(hit, count)
+    )
+
+
+# =========================================================================== Hugging Face
+
+_GATED = (
+    exc(r"You are trying to access a gated repo"),
+    re.compile(r"^\s*(?:[\w.]+\.)?GatedRepoError\b"),
+    re.compile(r"^\s*Cannot access gated repo for url"),
+    re.compile(r"^\s*Access to model \S+ is restricted"),
+    re.compile(r"^\s*Repo model \S+ is gated"),
+    re.compile(r"^\s*Your request to access model \S+ is awaiting a review"),
+)
+_GATED_REPO = (
+    re.compile(r"Access to model (\S+?) is restricted"),
+    re.compile(r"Repo model (\S+?) is gated"),
+    re.compile(r"request to access model (\S+?) is awaiting"),
+    re.compile(r"have access to it at https://huggingface\.co/([\w.\-]+/[\w.\-]+?)\.?$"),
+    re.compile(r"huggingface\.co/(?!api/)([\w.\-]+/[\w.\-]+)/resolve/"),
+)
+
+
+_BLOCK_END = re.compile(
+    r"^\s*(?:Traceback \(most recent call last\)|The above exception|"
+    r"During handling of the above exception)"
+)
+
+
+def _message_block(scan: Scan, index: int, limit: int = 8) -> list[LogLine]:
+    """An exception's message: the line before it if that starts the exception, the line
+    itself, and the continuation lines up to the next exception or traceback."""
+    block = [scan.lines[index]]
+    if index > 0 and EXCEPTION_START.match(scan.lines[index - 1].text):
+        block.insert(0, scan.lines[index - 1])
+    for line in scan.lines[index + 1 : index + 1 + limit]:
+        if EXCEPTION_START.match(line.text) or _BLOCK_END.match(line.text):
+            break
+        block.append(line)
+    # "The above exception was the direct cause of ...": the cause carries the HTTP status.
+    for j in range(index - 1, max(-1, index - 5), -1):
+        if scan.lines[j].text.lstrip().startswith("The above exception"):
+            for k in range(j - 1, max(-1, j - limit), -1):
+                if EXCEPTION_START.match(scan.lines[k].text):
+                    return scan.lines[k:j] + block
+            break
+    return block
+
+
+def _gated_variant(lines: list[LogLine]) -> str:
+    text = "\n".join(line.text for line in lines)
+    if "awaiting a review" in text:
+        return "access_pending"
+    if "fine-grained" in text or "gated repositories" in text:
+        return "token_lacks_permission"
+    if re.search(r"not in the authorized list|ask for access|\b403\b", text):
+        return "license_not_accepted"
+    return "token_missing"
+
+
+def build_gated_repo(
+    ctx: DiagnoseContext, variant: str = "token_missing", repo: str | None = None, **at: Any
+) -> Finding:
+    repo = repo or ctx.model
+    page = f"https://huggingface.co/{repo}" if repo else "the model's page on huggingface.co"
+    if variant == "license_not_accepted":
+        title = "Gated model: access not granted (license not accepted)"
+        cause = (
+            "The Hub knows your token but this account has not been granted access to the "
+            "gated model (403): its license was not accepted, or the request was refused."
+        )
+        fix = (
+            f"Open {page} with the account that owns HF_TOKEN, accept the license or request "
+            "access, wait for the approval e-mail, then serve again."
+        )
+        commands: tuple[str, ...] = ()
+    elif variant == "access_pending":
+        title = "Gated model: access request pending"
+        cause = "Access to the gated model was requested but the authors have not approved it yet."
+        fix = f"Wait for approval (see {page}), or use an ungated copy of the model."
+        commands = ()
+    elif variant == "token_lacks_permission":
+        title = "Gated model: the fine-grained token lacks the gated-repo permission"
+        cause = "HF_TOKEN is a fine-grained token without access to public gated repositories."
+        fix = (
+            "In your Hugging Face token settings enable 'Read access to contents of all public "
+            "gated repos you can access' (or use a read token), then serve again."
+        )
+        commands = ()
+    else:
+        title = "Gated model: no valid Hugging Face token"
+        if ctx.hf_token_set:
+            cause = (
+                "The model is gated and the Hub rejected the request as unauthenticated (401) "
+                "although HF_TOKEN was set: the token is invalid or expired, or it did not "
+                "reach the process that downloads."
+            )
+        else:
+            cause = "The model is gated and the request carried no Hugging Face token (401)."
+        fix = (
+            f"Accept the license on {page}, create a read token, `export HF_TOKEN=...` in the "
+            "shell that runs instinct serve (the container gets it as --env HF_TOKEN), and "
+            "serve again."
+        )
+        commands = ("hf auth login",)
+    return Finding(
+        id="gated_repo",
+        title=title,
+        cause=cause,
+        fix=fix,
+        commands=commands,
+        details={"variant": variant, "repo": repo},
+        **at,
+    )
+
+
+@rule("gated_repo", 97)
+def _gated(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_GATED)
+    if hit is None:
+        return None
+    window = _message_block(scan, hit.index)
+    repo = None
+    for line in window:
+        for pattern in _GATED_REPO:
+            m = pattern.search(line.text)
+            if m:
+                repo = m.group(1)
+                break
+        if repo:
+            break
+    return build_gated_repo(ctx, _gated_variant(window), repo, **_at(hit, count))
+
+
+_REPO_NOT_FOUND = (
+    re.compile(r"^\s*(?:[\w.]+\.)?RepositoryNotFoundError\b"),
+    re.compile(r"^\s*Repository Not Found for url"),
+    exc(r"\S+ is not a local folder and is not a valid model identifier"),
+)
+
+
+def build_repo_not_found(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="repo_not_found",
+        title="Model repository not found",
+        cause=f"The Hub has no repository {ctx.model or 'by that name'} (ids are case-sensitive "
+        "org/name), or it is private and the token cannot see it.",
+        fix="Check the model id on huggingface.co; for a private repository export an HF_TOKEN "
+        "that can read it; for a local directory, mount it into the container and pass its path.",
+        **at,
+    )
+
+
+@rule("repo_not_found", 90)
+def _repo_not_found(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_REPO_NOT_FOUND)
+    return build_repo_not_found(ctx, **_at(hit, count)) if hit else None
+
+
+_HUB_OFFLINE = (
+    re.compile(r"^\s*(?:[\w.]+\.)?(?:OfflineModeIsEnabled|LocalEntryNotFoundError)\b"),
+    exc(r".{0,300}(?:outgoing traffic has been disabled|offline mode is enabled)"),
+)
+_HUB_NETWORK = (
+    exc(r"We couldn't connect to '?https://huggingface\.co"),
+    exc(
+        r".{0,200}(?:host=\\?'(?:[\w.\-]*\.)?(?:huggingface\.co|hf\.co)\\?'|"
+        r"resolve \\?'(?:[\w.\-]*\.)?(?:huggingface\.co|hf\.co)\\?')"
+    ),
+)
+
+
+def build_hf_hub_unreachable(ctx: DiagnoseContext, variant: str = "network", **at: Any) -> Finding:
+    if variant == "offline":
+        cause = (
+            "Offline mode (HF_HUB_OFFLINE=1) is on but the model's files are not in the "
+            "Hugging Face cache mounted into the container."
+        )
+        fix = (
+            "Download the model first (hf download MODEL) into the cache that is mounted into "
+            "the container (~/.cache/huggingface), or unset HF_HUB_OFFLINE."
+        )
+    else:
+        cause = "The container could not reach huggingface.co (DNS, proxy or firewall)."
+        fix = (
+            "Check the network from a container (docker run --rm IMAGE curl -sI "
+            "https://huggingface.co), pass HTTPS_PROXY if you need one, or download the model "
+            "beforehand and serve with HF_HUB_OFFLINE=1."
+        )
+    return Finding(
+        id="hf_hub_unreachable",
+        title="Hugging Face Hub unreachable"
+        if variant == "network"
+        else "Model not in the offline cache",
+        cause=cause,
+        fix=fix,
+        details={"variant": variant},
+        **at,
+    )
+
+
+@rule("hf_hub_unreachable", 85)
+def _hub_unreachable(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_HUB_OFFLINE)
+    if hit is not None:
+        return build_hf_hub_unreachable(ctx, "offline", **_at(hit, count))
+    hit, count = scan.first(*_HUB_NETWORK)
+    return build_hf_hub_unreachable(ctx, "network", **_at(hit, count)) if hit else None
+
+
+_NO_SPACE = exc(r".{0,300}No space left on device")
+_SHM = (
+    exc(r".{0,300}Error while creating shared memory segment"),
+    exc(r".{0,300}failed to extend /dev/shm"),
+    exc(r".{0,300}/dev/shm.{0,200}No space left on device"),
+    exc(r".{0,300}No space left on device.{0,200}/dev/shm"),
+)
+
+
+def build_disk_full(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="disk_full",
+        title="Disk full",
+        cause="A write failed with 'No space left on device': usually the Hugging Face cache "
+        "while downloading the weights, or the JIT/compile caches.",
+        fix="Free space on the disk that holds ~/.cache/huggingface (df -h), or point HF_HOME "
+        "at a larger disk and mount that into the container.",
+        commands=("df -h",),
+        **at,
+    )
+
+
+def build_shm_too_small(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="shm_too_small",
+        title="Shared memory (/dev/shm) too small",
+        cause="RCCL and vLLM's multiprocessing exchange data through /dev/shm, and docker gives "
+        "a container only 64 MB of it by default.",
+        fix="Run the container with --ipc=host (instinct serve does) or --shm-size 16g.",
+        commands=("df -h /dev/shm",),
+        **at,
+    )
+
+
+@rule("shm_too_small", 91)
+def _shm(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_SHM)
+    return build_shm_too_small(ctx, **_at(hit, count)) if hit else None
+
+
+@rule("disk_full", 93)
+def _disk_full(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    for hit in scan.hits(_NO_SPACE):
+        if "/dev/shm" not in hit.line.text:
+            return build_disk_full(ctx, **_at(hit))
+    return None
+
+
+# =========================================================================== model / version
+
+_TRUST = (
+    exc(r".{0,300}requires you to execute the configuration file in that repo"),
+    exc(r".{0,300}contains custom code which must be executed to correctly load the model"),
+    exc(r".{0,300}Please pass the argument `trust_remote_code=True`"),
+)
+
+
+def build_trust_remote_code_required(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="trust_remote_code_required",
+        title="The model needs --trust-remote-code",
+        cause=f"The repository {_model_words(ctx)}ships its own Python code (configuration or "
+        "modelling), which vLLM runs only when told to trust it.",
+        fix="Review the repository's .py files, then relaunch with --trust-remote-code.",
+        retry={"add_args": ["--trust-remote-code"]},
+        auto_retry=False,  # running someone's code is the user's decision
+        **at,
+    )
+
+
+@rule("trust_remote_code_required", 96)
+def _trust(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_TRUST)
+    return build_trust_remote_code_required(ctx, **_at(hit, count)) if hit else None
+
+
+_ARCH = (
+    exc(r"Model architectures? \[([^\]]*)\] (?:are|is) not supported for now"),
+    exc(r"Model architectures? \[([^\]]*)\] failed to be inspected"),
+)
+
+
+def _version_text(ctx: DiagnoseContext) -> str:
+    return f"vLLM {ctx.vllm_version}" if ctx.vllm_version else "this vLLM"
+
+
+def build_unsupported_architecture(
+    ctx: DiagnoseContext, architectures: str | None = None, **at: Any
+) -> Finding:
+    arch = architectures or "the model's architecture"
+    return Finding(
+        id="unsupported_architecture",
+        title="Model architecture not supported by this vLLM",
+        cause=f"{_version_text(ctx)} has no implementation of {arch}.",
+        fix=f"Use a newer {ROCM_IMAGE} image (the model's recipe names the minimum vLLM "
+        "version). If the architecture exists in Transformers, --model-impl transformers may "
+        "run it, more slowly.",
+        details={"architectures": architectures},
+        **at,
+    )
+
+
+@rule("unsupported_architecture", 90)
+def _arch(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_ARCH)
+    if hit is None:
+        return None
+    return build_unsupported_architecture(ctx, hit.match.group(1), **_at(hit, count))
+
+
+_TRANSFORMERS_OLD = exc(
+    r"The checkpoint you are trying to load has model type `([^`]+)` but Transformers does not "
+    r"recognize this architecture"
+)
+_UNRECOGNIZED_ARGS = re.compile(r"^[\w./\- ]{0,80}: error: unrecognized arguments: (.+)$")
+
+
+def _older(have: str | None, need: str | None) -> bool | None:
+    if not have or not need:
+        return None
+    try:
+        return Version(have.lstrip("v")) < Version(need.lstrip("v"))
+    except InvalidVersion:
+        return None
+
+
+def build_vllm_too_old(ctx: DiagnoseContext, reason: str | None = None, **at: Any) -> Finding:
+    need = f" (the model needs vLLM >= {ctx.min_vllm_version})" if ctx.min_vllm_version else ""
+    return Finding(
+        id="vllm_too_old",
+        title="The vLLM image is too old for this model",
+        cause=f"{_version_text(ctx)}{need} predates this model"
+        + (f": {reason}" if reason else "")
+        + ".",
+        fix=f"Use a newer image: {ROCM_IMAGE}:latest, or a tag at or above the recipe's minimum "
+        "version (instinct recipes show MODEL names it).",
+        details={"vllm_version": ctx.vllm_version, "min_vllm_version": ctx.min_vllm_version},
+        **at,
+    )
+
+
+@rule("vllm_too_old", 97)
+def _too_old(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_TRANSFORMERS_OLD)
+    if hit is not None:
+        reason = f"its bundled Transformers does not know the model type '{hit.match.group(1)}'"
+        return build_vllm_too_old(ctx, reason, **_at(hit, count))
+    if not _older(ctx.vllm_version, ctx.min_vllm_version):
+        return None
+    hit, count = scan.first(*_ARCH, _UNKNOWN_QUANT, _UNRECOGNIZED_ARGS)
+    if hit is not None:
+        return build_vllm_too_old(ctx, None, **_at(hit, count))
+    # Known too old but no evidence line: a plausible cause, ranked low by the caller.
+    return replace(build_vllm_too_old(ctx), rank=20)
+
+
+_UNKNOWN_QUANT = exc(r"Unknown quantization method: ?([^\s.]*)")
+_QUANT_UNSUPPORTED = (
+    exc(r"The quantization method (\S+) is not supported for the current GPU"),
+    exc(r"(\S+) quantization is currently not supported in ROCm"),
+)
+
+
+def build_unknown_quantization(
+    ctx: DiagnoseContext, method: str | None = None, **at: Any
+) -> Finding:
+    named = f"'{method}'" if method else "named in the model's config"
+    return Finding(
+        id="unknown_quantization",
+        title="Unknown quantization method",
+        cause=f"{_version_text(ctx)} does not know the quantization method {named}.",
+        fix=f"Use a newer {ROCM_IMAGE} image, or a checkpoint quantized with a method this "
+        "image supports (on ROCm: FP8 on gfx942/gfx950, MXFP4 on gfx950).",
+        details={"method": method},
+        **at,
+    )
+
+
+@rule("unknown_quantization", 90)
+def _unknown_quant(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_UNKNOWN_QUANT)
+    if hit is None:
+        return None
+    return build_unknown_quantization(ctx, hit.match.group(1) or None, **_at(hit, count))
+
+
+def build_quantization_unsupported(
+    ctx: DiagnoseContext, method: str | None = None, **at: Any
+) -> Finding:
+    return Finding(
+        id="quantization_unsupported",
+        title="Quantization not supported on this GPU",
+        cause=f"{_version_text(ctx)} has no ROCm kernels for the quantization "
+        f"{method or 'of this checkpoint'} on {_gfx(ctx) or 'this GPU'}.",
+        fix=f"Serve {_quant_suggestion(ctx)} or the BF16 original instead.",
+        details={"method": method},
+        **at,
+    )
+
+
+@rule("quantization_unsupported", 90)
+def _quant_unsupported(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_QUANT_UNSUPPORTED)
+    if hit is None:
+        return None
+    return build_quantization_unsupported(ctx, hit.match.group(1), **_at(hit, count))
+
+
+def build_unknown_argument(
+    ctx: DiagnoseContext, arguments: str | None = None, **at: Any
+) -> Finding:
+    return Finding(
+        id="unknown_argument",
+        title="vLLM rejected a command-line argument",
+        cause=f"{_version_text(ctx)} does not accept {arguments or 'an argument'}: the flag is "
+        "newer (or older) than this image, or misspelled.",
+        fix="Check `vllm serve --help` in this image; use an image that has the flag, or drop it.",
+        details={"arguments": arguments},
+        **at,
+    )
+
+
+@rule("unknown_argument", 80)
+def _unknown_argument(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_UNRECOGNIZED_ARGS)
+    if hit is None:
+        return None
+    return build_unknown_argument(ctx, hit.match.group(1).strip(), **_at(hit, count))
+
+
+_HEADS_TP = exc(
+    r"Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)"
+)
+
+
+def build_tp_not_divisible(
+    ctx: DiagnoseContext, heads: int | None = None, tp: int | None = None, **at: Any
+) -> Finding:
+    valid: list[int] = []
+    if heads:
+        limit = ctx.gpu_count or 8
+        valid = [d for d in (1, 2, 4, 8) if heads % d == 0 and d <= limit]
+    pick = max((d for d in valid if tp is None or d < tp), default=None)
+    return Finding(
+        id="tp_not_divisible",
+        title="Tensor-parallel size does not divide the attention heads",
+        cause=f"The model has {heads or 'a number of'} attention heads, which cannot be split "
+        f"evenly over {tp or 'that many'} GPUs.",
+        fix=(
+            f"Use --tensor-parallel-size {', '.join(map(str, valid))}"
+            if valid
+            else "Use a tensor-parallel size that divides the number of attention heads"
+        )
+        + " (or --pipeline-parallel-size, which splits by layers).",
+        retry={"tensor_parallel_size": pick} if pick else None,
+        details={"attention_heads": heads, "tensor_parallel_size": tp, "valid": valid},
+        **at,
+    )
+
+
+@rule("tp_not_divisible", 90)
+def _tp_heads(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_HEADS_TP)
+    if hit is None:
+        return None
+    return build_tp_not_divisible(
+        ctx, int(hit.match.group(1)), int(hit.match.group(2)), **_at(hit, count)
+    )
+
+
+# =========================================================================== image / GPU code
+
+_NO_KERNEL = (
+    exc(r"(?:(?:CUDA|HIP) error: )?(?:invalid device function|no kernel image is available)"),
+    exc(
+        r".{0,200}(?:hipErrorNoBinaryForGpu|hipErrorInvalidDeviceFunction|"
+        r"Unable to find code object for all current devices|No compatible code objects found)"
+    ),
+)
+
+
+def build_no_kernel_image(ctx: DiagnoseContext, cuda_build: bool = False, **at: Any) -> Finding:
+    gfx = _gfx(ctx)
+    image = f" ({ctx.image})" if ctx.image else ""
+    if cuda_build or (ctx.image or "").startswith("vllm/vllm-openai:"):
+        cause = (
+            f"The image{image} runs a CUDA build: its kernels are NVIDIA code, not code for an "
+            "AMD GPU."
+        )
+    else:
+        cause = (
+            f"The GPU code in the image{image} was not built for this GPU"
+            f"{f' ({gfx})' if gfx else ''}: an image built for other gfx targets, a CUDA "
+            "wheel installed over it, or HSA_OVERRIDE_GFX_VERSION pointing at the wrong ISA."
+        )
+    fix = (
+        f"Use {ROCM_IMAGE} (built for gfx90a, gfx942 and gfx950) or a rocm/vllm image for your "
+        "GPU, and do not set HSA_OVERRIDE_GFX_VERSION on Instinct GPUs."
+    )
+    if gfx and gfx not in INSTINCT_GFX:
+        fix += (
+            f" {gfx} is not a target of these images: build vLLM from source with "
+            f"PYTORCH_ROCM_ARCH={gfx}."
+        )
+    return Finding(
+        id="no_kernel_image",
+        title="No GPU code for this GPU in the image",
+        cause=cause,
+        fix=fix,
+        details={"gfx": gfx or None, "image": ctx.image},
+        **at,
+    )
+
+
+@rule("no_kernel_image", 96)
+def _no_kernel(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_NO_KERNEL)
+    if hit is None:
+        return None
+    return build_no_kernel_image(
+        ctx, "no kernel image is available" in hit.line.text, **_at(hit, count)
+    )
+
+
+_CUDA_LIB = exc(
+    r"(lib(?:torch_cuda|cudart|cuda|nvrtc|cublas(?:Lt)?|c10_cuda)\.so[\d.]*): cannot open shared "
+    r"object file"
+)
+_DLPACK_FRAME = re.compile(r'^\s*File "[^"]*_optional_torch_c_dlpack\.py", line \d+')
+
+
+def build_libtorch_cuda_import(
+    ctx: DiagnoseContext, library: str | None = None, dlpack: bool = False, **at: Any
+) -> Finding:
+    cause = (
+        f"A CUDA build of a library is being loaded on ROCm PyTorch, which ships libtorch_hip.so, "
+        f"not {library or 'libtorch_cuda.so'}: vLLM's own extension (a CUDA vLLM wheel or the "
+        "vllm/vllm-openai image), flashinfer, or tvm_ffi's optional torch DLPack extension."
+    )
+    retry: RetryHint | None = None
+    fix = (
+        f"Run the ROCm image {ROCM_IMAGE} rather than vllm/vllm-openai, and do not pip-install "
+        "CUDA wheels (vllm, flashinfer, torch from the default index) into it."
+    )
+    if dlpack:
+        fix += (
+            " The traceback goes through tvm_ffi's optional DLPack extension: "
+            "TVM_FFI_DISABLE_TORCH_C_DLPACK=1 skips building it."
+        )
+        retry = {"set_env": {"TVM_FFI_DISABLE_TORCH_C_DLPACK": "1"}}
+    return Finding(
+        id="libtorch_cuda_import",
+        title="CUDA-only library loaded on ROCm",
+        cause=cause,
+        fix=fix,
+        retry=retry,
+        details={"library": library, "via_tvm_ffi_dlpack": dlpack},
+        **at,
+    )
+
+
+@rule("libtorch_cuda_import", 96)
+def _libtorch_cuda(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_CUDA_LIB)
+    frame, frames = scan.first(_DLPACK_FRAME)
+    if hit is None and frame is None:
+        return None
+    if hit is not None:
+        library = hit.match.group(1)
+        return build_libtorch_cuda_import(ctx, library, frame is not None, **_at(hit, count))
+    return build_libtorch_cuda_import(ctx, None, True, **_at(frame, frames))
+
+
+_CRASH = exc(
+    r".{0,200}(?:Segmentation fault|Segfault encountered|Fatal Python error|"
+    r"Illegal instruction|illegal instruction was encountered|hipErrorIllegalInstruction|"
+    r"Memory access fault by GPU|illegal memory access was encountered|hipErrorIllegalAddress|"
+    r"HSA_STATUS_ERROR_(?:EXCEPTION|MEMORY_APERTURE_VIOLATION|ILLEGAL_INSTRUCTION))"
+)
+_FP4_NOT_GFX942 = exc(r"MXFP4 quantization is not supported on gfx94\d")
+_FP4_EVIDENCE = re.compile(r"fp4bmm|fp4_bmm|a16wfp4|afp4wfp4|batched_gemm_a\w*fp4", re.IGNORECASE)
+FP4BMM_DEFAULT_ON_SINCE = "0.15.0"  # vllm-project/vllm#34641: default on since v0.15.0
+_FP4BMM_OFF = re.compile(r"VLLM_ROCM_USE_AITER_FP4BMM['\"]?\s*[=:]\s*['\"]?(?:0|False)\b")
+
+
+def build_fp4bmm_gfx942(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="fp4bmm_gfx942",
+        title="AITER FP4 batched-GEMM crash on gfx942",
+        cause="On gfx942 (MI300X/MI325X) the AITER FP4 batched-GEMM kernels use instructions "
+        "only gfx950 has; vLLM versions that turn VLLM_ROCM_USE_AITER_FP4BMM on by default "
+        "crash with a segfault or illegal instruction at warm-up (vllm-project/vllm#34641).",
+        fix="Relaunch with VLLM_ROCM_USE_AITER_FP4BMM=0 (the other AITER kernels stay on).",
+        retry={"set_env": {"VLLM_ROCM_USE_AITER_FP4BMM": "0"}},
+        auto_retry=True,
+        **at,
+    )
+
+
+def build_gpu_kernel_crash(ctx: DiagnoseContext, **at: Any) -> Finding:
+    options: list[RetryHint] = []
+    if _gfx(ctx) in ("", "gfx942"):
+        options.append({"set_env": {"VLLM_ROCM_USE_AITER_FP4BMM": "0"}})
+    options.append({"add_args": ["--enforce-eager"]})
+    options.append({"set_env": {"VLLM_ROCM_USE_AITER": "0"}})
+    line = at.get("line")
+    message = split_message(line)[0].strip() if isinstance(line, str) else None
+    return Finding(
+        id="gpu_kernel_crash",
+        title="A GPU kernel crashed the engine",
+        cause="A segfault, illegal instruction or GPU memory-access fault killed the process: "
+        "usually a kernel that does not support this GPU, model shape or quantization in "
+        "this image version.",
+        fix="Try, in order: VLLM_ROCM_USE_AITER_FP4BMM=0 on gfx942, --enforce-eager (graph "
+        "replay bugs), VLLM_ROCM_USE_AITER=0 (to confirm an AITER kernel), a newer image; and "
+        "search upstream issues for the crash line.",
+        retry=options[0],
+        alternatives=tuple(options[1:]),
+        commands=(issue_search(message, "ROCm segmentation fault illegal instruction"),),
+        **at,
+    )
+
+
+@rule("fp4bmm_gfx942", 98)
+def _fp4bmm(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    direct, count = scan.first(_FP4_NOT_GFX942)
+    if direct is not None:
+        return build_fp4bmm_gfx942(ctx, **_at(direct, count))
+    crash, count = scan.first(_CRASH)
+    if crash is None:
+        return None
+    if (
+        ctx.env.get("VLLM_ROCM_USE_AITER") == "0"
+        or ctx.env.get("VLLM_ROCM_USE_AITER_FP4BMM") == "0"
+    ):
+        return None
+    if scan.contains(_FP4BMM_OFF):
+        return None
+    gfx = _gfx(ctx)
+    evidence = scan.contains(_FP4_EVIDENCE)
+    if evidence and gfx in ("", "gfx942"):
+        return build_fp4bmm_gfx942(ctx, **_at(crash, count))
+    if gfx == "gfx942" and not _older(ctx.vllm_version, FP4BMM_DEFAULT_ON_SINCE):
+        # No FP4 frame in the log, but a gfx942 crash with a vLLM that turns FP4BMM on by
+        # default (or an unknown version): the most frequent cause, ranked lower.
+        return replace(build_fp4bmm_gfx942(ctx, **_at(crash, count)), rank=85)
+    return None
+
+
+@rule("gpu_kernel_crash", 45)
+def _kernel_crash(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_CRASH)
+    return build_gpu_kernel_crash(ctx, **_at(hit, count)) if hit else None
+
+
+_JIT = (
+    exc(r"Command '\[?'ninja',.{0,400}returned non-zero exit status"),
+    exc(r"Error building extension '([^']+)'"),
+)
+
+
+def build_jit_build_failed(
+    ctx: DiagnoseContext, what: str | None = None, sampling: bool = False, **at: Any
+) -> Finding:
+    flashinfer = what == "flashinfer"
+    cause = (
+        f"A just-in-time kernel build{f' ({what})' if what else ''} failed while the engine "
+        "started: the compiler or toolkit in the environment is missing or mismatched, or a "
+        "cached build is corrupt."
+    )
+    if flashinfer:
+        cause += (
+            " flashinfer builds CUDA kernels with ninja on first use; it is NVIDIA-only, so on "
+            "an AMD GPU its presence means a CUDA image or a CUDA wheel in the environment."
+        )
+    retry: RetryHint | None = None
+    fix = "Read the compiler output just above the error; clear the JIT cache "
+    fix += "(~/.cache/flashinfer) " if flashinfer else "(~/.cache/vllm, ~/.aiter) "
+    fix += f"and retry; prefer the prebuilt {ROCM_IMAGE} image to a local build."
+    if sampling:
+        fix += " The failing build is the sampler: VLLM_USE_FLASHINFER_SAMPLER=0 uses PyTorch's."
+        retry = {"set_env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"}}
+    return Finding(
+        id="jit_build_failed",
+        title="A JIT kernel build failed",
+        cause=cause,
+        fix=fix,
+        retry=retry,
+        auto_retry=retry is not None,
+        details={"component": what},
+        **at,
+    )
+
+
+@rule("jit_build_failed", 93)
+def _jit(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_JIT)
+    if hit is None:
+        return None
+    text = hit.line.text
+    what = "flashinfer" if "flashinfer" in text else None
+    if what is None and hit.match.lastindex:
+        what = hit.match.group(1)
+    sampling = bool(re.search(r"[/\\]sampling[/\\]", text))
+    return build_jit_build_failed(ctx, what, sampling, **_at(hit, count))
+
+
+# =========================================================================== devices / host
+
+_KFD = (
+    re.compile(r"^\s*Unable to open /dev/kfd read-write: (.+)$"),
+    re.compile(r'is not member of "(\w+)" group'),
+    exc(r".{0,200}(?:Permission denied: '/dev/(?:kfd|dri/\S+)'|/dev/kfd: [Pp]ermission denied)"),
+    exc(
+        r".{0,200}error gathering device information while adding custom device "
+        r'"(/dev/kfd|/dev/dri)"'
+    ),
+)
+
+
+def build_kfd_permission(ctx: DiagnoseContext, missing: bool = False, **at: Any) -> Finding:
+    if missing:
+        return Finding(
+            id="kfd_permission",
+            title="/dev/kfd is missing",
+            cause="The ROCm compute device /dev/kfd does not exist: it was not passed into the "
+            "container (--device /dev/kfd), or the amdgpu driver is not loaded on the host.",
+            fix="Start the container with --device /dev/kfd --device /dev/dri (instinct serve "
+            "does); on the host check `ls -l /dev/kfd` and that the amdgpu module is loaded.",
+            commands=("ls -l /dev/kfd /dev/dri", "lsmod | grep amdgpu"),
+            details={"variant": "missing"},
+            **at,
+        )
+    return Finding(
+        id="kfd_permission",
+        title="No permission to use the GPU (/dev/kfd)",
+        cause="The process cannot open /dev/kfd: its user is not in the group that owns the "
+        "device (video or render, depending on the distribution).",
+        fix="Run the container with --group-add video --group-add render (instinct serve does), "
+        "and on the host add your user to both groups, then log in again.",
+        commands=('sudo usermod -aG video,render "$USER"', "ls -l /dev/kfd /dev/dri"),
+        details={"variant": "permission"},
+        **at,
+    )
+
+
+@rule("kfd_permission", 95)
+def _kfd(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_KFD)
+    if hit is None:
+        return None
+    text = hit.line.text
+    missing = "No such file or directory" in text or "no such file or directory" in text
+    return build_kfd_permission(ctx, missing, **_at(hit, count))
+
+
+_NO_GPU = (
+    exc(r"No (?:HIP|CUDA) GPUs are available"),
+    exc(r"Failed to infer device type"),
+)
+_VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+_VISIBLE_EMPTY = re.compile(
+    r"\b((?:CUDA|HIP|ROCR)_VISIBLE_DEVICES)(?:=(?:''|\"\"|\s*$)|\s+is set to (?:an )?empty)"
+)
+
+
+def build_cuda_visible_devices_empty(
+    ctx: DiagnoseContext, variable: str = "CUDA_VISIBLE_DEVICES", **at: Any
+) -> Finding:
+    return Finding(
+        id="cuda_visible_devices_empty",
+        title=f"{variable} is empty: no GPU is visible",
+        cause=f"{variable} is set to an empty string, which hides every GPU from ROCm and "
+        "PyTorch (an unset variable shows them all).",
+        fix=f"Unset {variable}, or set it to the GPUs to use (e.g. 0,1). With docker, select "
+        "GPUs with --device or HIP_VISIBLE_DEVICES=0,1 rather than an empty value.",
+        details={"variable": variable},
+        **at,
+    )
+
+
+def build_no_gpu_visible(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="no_gpu_visible",
+        title="PyTorch sees no GPU",
+        cause="The engine found no GPU: the container was started without --device /dev/kfd "
+        "--device /dev/dri, CUDA/HIP/ROCR_VISIBLE_DEVICES is empty or wrong, the user cannot "
+        "open /dev/kfd, or the image is a CUDA build.",
+        fix="Check `instinct check` on the host; run the container with --device /dev/kfd "
+        "--device /dev/dri --group-add video --group-add render; unset empty *_VISIBLE_DEVICES "
+        f"variables; use the {ROCM_IMAGE} image.",
+        commands=("instinct check",),
+        **at,
+    )
+
+
+@rule("cuda_visible_devices_empty", 94)
+def _visible_empty(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_NO_GPU)
+    if hit is None:
+        return None
+    for name in _VISIBLE_VARS:
+        if ctx.env.get(name) == "":
+            return build_cuda_visible_devices_empty(ctx, name, **_at(hit, count))
+    for line in scan.lines:
+        m = _VISIBLE_EMPTY.search(line.text)
+        if m:
+            return build_cuda_visible_devices_empty(ctx, m.group(1), **_at(hit, count))
+    return None
+
+
+@rule("no_gpu_visible", 70)
+def _no_gpu(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_NO_GPU)
+    return build_no_gpu_visible(ctx, **_at(hit, count)) if hit else None
+
+
+_PORT = (
+    exc(r".{0,40}error while attempting to bind on address \(([^)]*)\): address already in use"),
+    exc(r".{0,300}Bind for [^\s]*?:(\d+) failed: port is already allocated"),
+    exc(
+        r".{0,300}failed to bind host port (?:for )?[\d.:\[\]a-f]*?:(\d+)\S*: "
+        r"address already in use"
+    ),
+    exc(r".{0,40}\[Errno 98\] Address already in use"),
+    exc(r".{0,300}EADDRINUSE"),
+)
+
+
+def build_port_in_use(
+    ctx: DiagnoseContext, port: int | None = None, distributed: bool = False, **at: Any
+) -> Finding:
+    if distributed:
+        return Finding(
+            id="port_in_use",
+            title="A port the engine needs is already in use",
+            cause="The torch.distributed rendezvous port is taken, usually by a leftover vLLM "
+            "process from an earlier run.",
+            fix="Stop stale vLLM processes and containers (instinct ps / instinct stop), or "
+            "set VLLM_PORT to a free port.",
+            details={"port": port, "variant": "distributed"},
+            **at,
+        )
+    which = f"Port {port}" if port else "The API port"
+    commands = (f"ss -ltnp 'sport = :{port}'",) if port else ("ss -ltnp",)
+    return Finding(
+        id="port_in_use",
+        title=f"{which} is already in use",
+        cause=f"{which} is already bound on the host by another server or container.",
+        fix=f"Serve on another port (--port {port + 1 if port else 'N'}), or stop what holds "
+        "it (instinct ps shows endpoints started by this tool).",
+        commands=commands,
+        details={"port": port, "variant": "api"},
+        **at,
+    )
+
+
+@rule("port_in_use", 96)
+def _port(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_PORT)
+    if hit is None:
+        return None
+    m = hit.match
+    port: int | None = None
+    text = hit.line.text
+    if m.re is _PORT[0]:
+        number = re.search(r",\s*(\d+)\s*$", m.group(1))
+        port = int(number.group(1)) if number else None
+    elif m.re in (_PORT[1], _PORT[2]):
+        port = int(m.group(1))
+    distributed = "EADDRINUSE" in text or "get_open_port" in " ".join(
+        line.text for line in scan.traceback_before(hit.index)
+    )
+    return build_port_in_use(ctx, port, distributed, **_at(hit, count))
+
+
+_RCCL = (
+    exc(r".{0,200}(?:NCCL|RCCL) error.{0,200}unhandled (?:system|cuda) error"),
+    exc(r".{0,200}(?:ncclSystemError|ncclUnhandledCudaError|ncclInternalError)"),
+)
+
+
+def build_rccl_error(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="rccl_error",
+        title="Collective communication (RCCL) failed",
+        cause="RCCL, which connects the tensor-parallel GPUs, failed to set up or to run a "
+        "collective: most often too little /dev/shm in the container, sometimes a "
+        "peer-to-peer or IOMMU/ACS setting of the host.",
+        fix="Run the container with --ipc=host (or --shm-size 16g); rerun with NCCL_DEBUG=INFO "
+        "to see which transport failed; as a test, --tensor-parallel-size 1 avoids RCCL.",
+        retry={"set_env": {"NCCL_DEBUG": "INFO"}},
+        **at,
+    )
+
+
+@rule("rccl_error", 55)
+def _rccl(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_RCCL)
+    return build_rccl_error(ctx, **_at(hit, count)) if hit else None
+
+
+# =========================================================================== wrappers
+
+_ENGINE_WRAPPER = exc(
+    r"Engine core initialization failed|EngineCore failed to start|"
+    r"Engine process failed to start|EngineCore hit an exception"
+)
+_WORKER_DIED = exc(r"Worker proc \S+ died unexpectedly|Got fatal signal from worker processes")
+
+COMMON_CAUSES = (
+    "out of memory while loading, profiling or capturing graphs",
+    "a KV cache too small for --max-model-len",
+    "a gated, private or missing model",
+    "a failed JIT kernel build",
+    "an image not built for this GPU",
+)
+
+
+def build_engine_core_init_failed(
+    ctx: DiagnoseContext, last_phase: str | None = None, **at: Any
+) -> Finding:
+    reached = (
+        f" The start-up had reached: {last_phase}."
+        if last_phase and last_phase != "starting"
+        else ""
+    )
+    return Finding(
+        id="engine_core_init_failed",
+        title="The vLLM engine failed to start (wrapper error)",
+        cause="The API server reports that the engine process died during initialisation. This "
+        "line only wraps the real error, which the engine core or a worker printed earlier in "
+        f"the log.{reached}",
+        fix="Read the first error or traceback above this line (instinct diagnose recognises "
+        "most of them). Common causes: " + "; ".join(COMMON_CAUSES) + ".",
+        generic=True,
+        details={"last_phase": last_phase, "common_causes": list(COMMON_CAUSES)},
+        **at,
+    )
+
+
+@rule("engine_core_init_failed", 10)
+def _engine_wrapper(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_ENGINE_WRAPPER)
+    if hit is None:
+        return None
+    return build_engine_core_init_failed(ctx, scan.facts.get("phase_reached"), **_at(hit, count))
+
+
+def build_worker_died(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="worker_died",
+        title="A vLLM worker process died",
+        cause="A GPU worker process exited; the engine shut down with it. The reason is printed "
+        "earlier by that worker (an exception), or it was killed (segfault, host OOM killer).",
+        fix="Look for the first error of the worker above this line; if there is none, check "
+        "the host kernel log (dmesg) for the OOM killer or a GPU reset.",
+        generic=True,
+        **at,
+    )
+
+
+@rule("worker_died", 12)
+def _worker_died(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_WORKER_DIED)
+    return build_worker_died(ctx, **_at(hit, count)) if hit else None
+
+
+# =========================================================================== serve's signals
+
+_MOE_MODEL = re.compile(
+    r"gpt-oss|mixtral|moe|-a\d+(?:\.\d+)?b\b|deepseek-(?:v[23]|r1)|kimi-k|minimax-m|"
+    r"glm-4\.[5-9]|glm-5|llama-4|dbrx|jamba|qwen\d*(?:\.\d+)?-(?:next|\d+b-a\d+b)",
+    re.IGNORECASE,
+)
+_MXFP4_MODEL = re.compile(r"mxfp4|gpt-oss", re.IGNORECASE)
+
+
+def build_graph_capture_hang(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="graph_capture_hang",
+        title="Graph capture hangs",
+        cause="No new log line arrived for a long time while vLLM was capturing HIP graphs: "
+        "graph capture and replay hangs are known on gfx94x with some vLLM/ROCm versions.",
+        fix="Relaunch with --enforce-eager (instinct serve does this once by itself).",
+        retry={"add_args": ["--enforce-eager"]},
+        auto_retry=True,
+        **at,
+    )
+
+
+def build_incoherent_output(ctx: DiagnoseContext, **at: Any) -> Finding:
+    model = ctx.model or ""
+    moe = ctx.is_moe if ctx.is_moe is not None else bool(_MOE_MODEL.search(model))
+    quant = (ctx.arg("--quantization", "-q") or "").lower()
+    mxfp4 = quant == "mxfp4" or bool(_MXFP4_MODEL.search(model))
+    tp = ctx.tensor_parallel_size
+    options: list[RetryHint] = []
+    causes: list[str] = []
+    if moe or mxfp4 or not model:
+        options.append({"set_env": {"VLLM_ROCM_USE_AITER_MOE": "0"}})
+        causes.append("the AITER fused-MoE kernels (MoE and MXFP4 models, e.g. gpt-oss on gfx950)")
+    if tp is None or tp > 1:
+        options.append({"add_args": ["--disable-custom-all-reduce"]})
+        causes.append("the custom all-reduce kernel (tensor parallelism > 1)")
+    options.append({"set_env": {"VLLM_ROCM_USE_AITER": "0"}})
+    causes.append("another AITER kernel (VLLM_ROCM_USE_AITER=0 turns them all off: slower)")
+    steps = "; then ".join(
+        " ".join([*o.get("add_args", []), *(f"{k}={v}" for k, v in o.get("set_env", {}).items())])
+        for o in options
+    )
+    return Finding(
+        id="incoherent_output",
+        title="The endpoint answers with garbage",
+        cause="The server is healthy but a greedy probe with a known answer returned word salad, "
+        "empty or unprintable text. On Instinct GPUs this is a kernel computing wrong results "
+        "for this model on this gfx/vLLM version; suspects, most likely first: "
+        f"{'; '.join(causes)}.",
+        fix=f"Relaunch with, one at a time until the probe passes: {steps}.",
+        retry=options[0],
+        alternatives=tuple(options[1:]),
+        auto_retry=True,
+        details={"moe": moe, "mxfp4": mxfp4, "tensor_parallel_size": tp},
+        **at,
+    )
+
+
+_CAPTURE_LINE = re.compile(r"^Capturing (?:CUDA graph|cudagraphs|the model for CUDA graphs)")
+
+
+@rule("graph_capture_hang", 99)
+def _capture_hang(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    if "graph_capture_hang" not in ctx.signals:
+        return None
+    last: Hit | None = None
+    for hit in scan.hits(_CAPTURE_LINE, errorish=False):
+        last = hit
+    return build_graph_capture_hang(ctx, **_at(last))
+
+
+@rule("incoherent_output", 99)
+def _incoherent(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    if "incoherent_output" not in ctx.signals:
+        return None
+    return build_incoherent_output(ctx)
+
+
+# Public table of builders: the symptom mapper writes findings with the same texts.
+BUILDERS: dict[str, Callable[..., Finding]] = {
+    "oom_graph_capture": build_oom_graph_capture,
+    "oom_weights": build_oom_weights,
+    "oom_profiling": build_oom_profiling,
+    "oom_sampler_warmup": build_oom_sampler_warmup,
+    "out_of_memory": build_out_of_memory,
+    "gpu_memory_busy": build_gpu_memory_busy,
+    "kv_cache_no_memory": build_kv_cache_no_memory,
+    "max_model_len_exceeds_kv": build_max_model_len_exceeds_kv,
+    "max_model_len_exceeds_model": build_max_model_len_exceeds_model,
+    "gated_repo": build_gated_repo,
+    "repo_not_found": build_repo_not_found,
+    "hf_hub_unreachable": build_hf_hub_unreachable,
+    "disk_full": build_disk_full,
+    "shm_too_small": build_shm_too_small,
+    "trust_remote_code_required": build_trust_remote_code_required,
+    "unsupported_architecture": build_unsupported_architecture,
+    "vllm_too_old": build_vllm_too_old,
+    "unknown_quantization": build_unknown_quantization,
+    "quantization_unsupported": build_quantization_unsupported,
+    "unknown_argument": build_unknown_argument,
+    "tp_not_divisible": build_tp_not_divisible,
+    "no_kernel_image": build_no_kernel_image,
+    "libtorch_cuda_import": build_libtorch_cuda_import,
+    "fp4bmm_gfx942": build_fp4bmm_gfx942,
+    "gpu_kernel_crash": build_gpu_kernel_crash,
+    "jit_build_failed": build_jit_build_failed,
+    "kfd_permission": build_kfd_permission,
+    "cuda_visible_devices_empty": build_cuda_visible_devices_empty,
+    "no_gpu_visible": build_no_gpu_visible,
+    "port_in_use": build_port_in_use,
+    "rccl_error": build_rccl_error,
+    "engine_core_init_failed": build_engine_core_init_failed,
+    "worker_died": build_worker_died,
+    "graph_capture_hang": build_graph_capture_hang,
+    "incoherent_output": build_incoherent_output,
+}
+
+FINDING_IDS: tuple[str, ...] = tuple(BUILDERS)  # every id a finding can have
+
+RANKS: dict[str, int] = {rule_id: rank for rule_id, rank, _ in RULES}
+RANKS.update({"oom_graph_capture": 93, "oom_weights": 93, "oom_profiling": 93, "out_of_memory": 60})
+
+__all__ = ["BUILDERS", "EXCEPTION_START", "FINDING_IDS", "RANKS", "RULES"]

@@ -1,0 +1,1 @@
+"""Running endpoints: docker containers, health and warm-up probes, tunnels, startup phases."""

@@ -1,0 +1,151 @@
+"""``instinct diagnose`` through the real entry point: inputs, JSON, exit codes, docker logs."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from instinct_serve.cli.main import main
+from tests.diagnose.logs import real_log
+from tests.infra.fakebin import FakeBin
+from tests.infra.paths import LOGS
+from tests.infra.ssh import SshServer
+
+HEALTHY = "09_healthy_startup_MI300X_Llama-3.1-8B-Instruct_fp16_gmu0.9_vllm0.9.2dev_V0.log"
+OOM = "02_oom_during_cuda_graph_capture.log"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    out, err = capsys.readouterr()
+    code = exited.value.code
+    return (code if isinstance(code, int) else 0), out, err
+
+
+def test_log_file_with_a_known_failure_exits_0_with_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(real_log(OOM), encoding="utf-8")
+    code, out, _ = run(["diagnose", "--log", str(log), "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["matched"] is True and doc["primary"] == "oom_graph_capture"
+    assert doc["findings"][0]["retry"] == {"add_args": ["--enforce-eager"]}
+
+
+def test_healthy_log_exits_1_and_shows_the_tail(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["diagnose", "--log", str(LOGS / HEALTHY)], capsys)
+    assert code == 1
+    assert "No known failure pattern matched this log" in out
+    assert "Success: True" in out  # the last lines of the log are shown
+
+
+def test_human_view_shows_id_cause_fix_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(real_log("01_engine_core_init_failed_flashinfer_jit_cause.log"))
+    code, out, _ = run(["diagnose", "--log", str(log)], capsys)
+    assert code == 0
+    assert out.index("jit_build_failed") < out.index("engine_core_init_failed")
+    for word in ("cause:", "fix:", "line 3:", "VLLM_USE_FLASHINFER_SAMPLER=0"):
+        assert word in out
+
+
+def test_stdin_with_dash(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(real_log("03_gated_repo_401.log")))
+    code, out, _ = run(["diagnose", "-", "--json"], capsys)
+    assert code == 0 and json.loads(out)["primary"] == "gated_repo"
+
+
+def test_symptom_and_gfx(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        ["diagnose", "--symptom", "segfault during warm-up", "--gfx", "gfx942", "--json"], capsys
+    )
+    assert code == 0
+    assert json.loads(out)["primary"] == "fp4bmm_gfx942"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["diagnose"],
+        ["diagnose", "--log", "a.log", "--symptom", "oom"],
+        ["diagnose", "extra"],
+        ["diagnose", "--log", "/nonexistent/vllm.log"],
+        ["diagnose", "--log", "/"],
+    ],
+)
+def test_bad_input_exits_2_without_a_traceback(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(args, capsys)
+    assert code == 2
+    assert "Traceback" not in out + err
+    assert "Error:" in err
+
+
+def test_missing_file_in_json_mode_is_a_json_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["diagnose", "--log", "/nonexistent/vllm.log", "--json"], capsys)
+    assert code == 2
+    assert json.loads(out)["error"]["id"] == "log_not_found"
+
+
+def _stamped(text: str) -> str:
+    return "".join(
+        f"2025-06-05T06:18:{i % 60:02d}.{i:09d}Z {line}\n"
+        for i, line in enumerate(text.splitlines())
+    )
+
+
+def test_container_logs_through_docker(
+    fakebin: FakeBin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fakebin.add(
+        "docker",
+        {"logs --timestamps --tail 5000 vllm-qwen": ("", _stamped(real_log(OOM)), 0)},
+    )
+    code, out, _ = run(
+        ["diagnose", "--container", "vllm-qwen", "--json", "--host", "local"], capsys
+    )
+    assert code == 0
+    assert json.loads(out)["primary"] == "oom_graph_capture"
+    assert fakebin.calls("docker") == [["logs", "--timestamps", "--tail", "5000", "vllm-qwen"]]
+
+
+def test_unknown_container_is_bad_input(
+    fakebin: FakeBin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fakebin.add(
+        "docker", {}, default=("", "Error response from daemon: No such container: nope\n", 1)
+    )
+    code, _, err = run(["diagnose", "--container", "nope"], capsys)
+    assert code == 2
+    assert "no container named nope" in err
+
+
+@pytest.mark.ssh
+def test_log_file_on_an_explicit_remote_host(
+    sshd: SshServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The "remote" is this machine over the loopback sshd: the file is read through ssh.
+    monkeypatch.setenv("INSTINCT_SSH_CONFIG", str(sshd.ssh_config))
+    log = tmp_path / "remote.log"
+    log.write_text(real_log("07_model_architecture_not_supported.log"), encoding="utf-8")
+    code, out, _ = run(["diagnose", "--log", str(log), "--host", sshd.host_spec, "--json"], capsys)
+    assert code == 0 and json.loads(out)["primary"] == "unsupported_architecture"
+    code, out, _ = run(
+        ["diagnose", "--log", str(tmp_path / "absent.log"), "--host", sshd.host_spec, "--json"],
+        capsys,
+    )
+    assert code == 2 and json.loads(out)["error"]["id"] == "log_not_found"

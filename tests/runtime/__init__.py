@@ -1,0 +1,1 @@
+"""Tests of instinct_serve.runtime."""
