@@ -57,7 +57,7 @@ class GpuInventory:
 
     gpus: list[Gpu] = field(default_factory=list)
     rocm_version: str | None = None
-    source: str = "none"  # amd-smi | rocm-smi | sysfs | profile | none
+    source: str = "none"  # amd-smi | rocm-smi | rocminfo | sysfs | profile | none
     warnings: list[str] = field(default_factory=list)
     hint: str | None = None
 
@@ -67,10 +67,9 @@ class GpuInventory:
 
     @property
     def mixed(self) -> bool:
-        return (
-            len({g.gfx_version for g in self.gpus}) > 1
-            or len({g.vram_total_bytes for g in self.gpus}) > 1
-        )
+        """GPUs differ in gfx target or VRAM size (an unknown size is not a difference)."""
+        sizes = {g.vram_total_bytes for g in self.gpus if g.vram_total_bytes is not None}
+        return len({g.gfx_version for g in self.gpus}) > 1 or len(sizes) > 1
 
     @property
     def gfx_version(self) -> str:

@@ -1,10 +1,12 @@
 """Named GPU profiles (``--gpu mi300x``): plan and fit without touching the hardware.
 
-VRAM is what the driver reports per GPU (amd-smi's "MB" are MiB), not the marketing figure.
+VRAM is what the driver reports per GPU (amd-smi's "MB" are MiB), not the marketing figure;
+``source`` says where each number was checked.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from instinct_serve.errors import UsageError
@@ -15,6 +17,8 @@ MIB = 2**20
 
 @dataclass(frozen=True)
 class GpuProfile:
+    """A GPU model's facts for planning without hardware (``--gpu``)."""
+
     key: str
     market_name: str
     gfx_version: str
@@ -27,7 +31,8 @@ class GpuProfile:
         return self.vram_mib * MIB
 
     def inventory(self, count: int | None = None) -> GpuInventory:
-        n = count or self.default_count
+        """``count`` identical GPUs of this model, as ``detect`` would report them."""
+        n = self.default_count if count is None else count
         if n < 1:
             raise UsageError("--gpu-count must be at least 1", id="bad_gpu_count")
         gpus = [
@@ -43,6 +48,8 @@ class GpuProfile:
         return GpuInventory(gpus=gpus, source="profile")
 
 
+# VRAM per GPU as the driver reports it (MiB), each checked against public output; the
+# marketing figure ("256 GB") is not what vLLM can allocate.
 PROFILES: dict[str, GpuProfile] = {
     p.key: p
     for p in [
@@ -52,40 +59,72 @@ PROFILES: dict[str, GpuProfile] = {
             "gfx942",
             196592,
             8,
-            "amd-smi 26.0.0 on 8x MI300X: 196592 MB (MiB) per GPU",
+            "amd-smi 26.0.0 default view on 8x MI300X (ROCm 7.0.0): 196592 MB (MiB) per GPU; "
+            "rocm-smi shows 206141652992 B",
         ),
         GpuProfile(
-            "mi325x", "AMD Instinct MI325X", "gfx942", 262144, 8, "256 GiB HBM3E per GPU (AMD spec)"
+            "mi325x",
+            "AMD Instinct MI325X",
+            "gfx942",
+            262128,
+            8,
+            "amd-smi 26.0.0 default view on an MI325X (ROCm 7.0.1, ROCm JAX install docs): "
+            "283/262128 MB; marketed as 256 GB",
         ),
         GpuProfile(
             "mi300a",
             "AMD Instinct MI300A",
             "gfx942",
-            131072,
+            98304,
             4,
-            "128 GiB unified HBM3 per APU (AMD spec); the GPU shares it with the CPU",
+            "128 GiB HBM3 shared with the CPU cores; HIP device allocations are capped at "
+            "96 GiB by default (ROCm MI300A system optimization guide; raise via amdttm "
+            "pages_limit)",
         ),
         GpuProfile(
-            "mi350x", "AMD Instinct MI350X", "gfx950", 294912, 8, "288 GiB HBM3E per GPU (AMD spec)"
+            "mi350x",
+            "AMD Instinct MI350X",
+            "gfx950",
+            294896,
+            8,
+            "KFD mem_banks size_in_bytes 309220868096 (= 294896 MiB) in rocprofiler-sdk's "
+            "MI350X topology capture; same size as amd-smi shows on MI355X",
         ),
         GpuProfile(
-            "mi355x", "AMD Instinct MI355X", "gfx950", 294912, 8, "288 GiB HBM3E per GPU (AMD spec)"
+            "mi355x",
+            "AMD Instinct MI355X",
+            "gfx950",
+            294896,
+            8,
+            "amd-smi 26.2.1 default view on MI355X hosts (ROCm 7.2.2): 283/294896 MB; "
+            "marketed as 288 GB",
         ),
         GpuProfile(
             "mi250x",
             "AMD Instinct MI250X",
             "gfx90a",
-            65536,
+            65520,
             8,
-            "64 GiB per GCD; an MI250X OAM shows as two GPUs",
+            "rocm-smi on an MI250X GCD (Card Model 0x7408): VRAM Total Memory (B) "
+            "68702699520 = 65520 MiB; each OAM module shows as two GPUs (GCDs)",
         ),
-        GpuProfile("mi210", "AMD Instinct MI210", "gfx90a", 65536, 1, "64 GiB HBM2e, PCIe card"),
+        GpuProfile(
+            "mi210",
+            "AMD Instinct MI210",
+            "gfx90a",
+            65520,
+            1,
+            "rocm-smi on an MI210 (Card Model 0x740f): VRAM Total Memory (B) 68702699520 "
+            "= 65520 MiB; PCIe card",
+        ),
     ]
 }
 
 
 def get_profile(name: str) -> GpuProfile:
-    key = name.strip().lower().replace("-", "").replace("_", "").replace("instinct", "")
+    """A profile by loose name: "mi300x", "MI-300X", "AMD Instinct MI300X" all work."""
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    key = key.removeprefix("amd").removeprefix("instinct")
     if key in PROFILES:
         return PROFILES[key]
     raise UsageError(

@@ -1,0 +1,98 @@
+"""``instinct detect``: the GPUs of a host (local or ``--host user@h``).
+
+The ``--json`` path imports no rich (nor pydantic/httpx): agents call it often.
+Exit 0 when GPUs are found, 3 (environment not ready) when none are; the document is
+printed either way so the reason and the hint are visible.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from instinct_serve.cli.common import emit, get_host, host_option, json_option
+from instinct_serve.errors import ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from instinct_serve.hardware.inventory import GpuInventory
+
+
+@click.command("detect")
+@json_option
+@host_option
+@click.option(
+    "--sysfs-root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="Read /sys and /opt/rocm under this directory on the host (tests, chroots).",
+)
+def detect(as_json: bool, host_spec: str | None, sysfs_root: str) -> int:
+    """Detect the AMD GPUs of the host: gfx target, VRAM, count, ROCm version.
+
+    Asks amd-smi, then rocm-smi, then rocminfo, then the kernel's sysfs, falling through
+    when a tool is missing, fails or hangs (the reasons are printed as warnings).
+    Exit status 3 when no GPU is found.
+    """
+    from instinct_serve.hardware.detect import detect as detect_gpus
+
+    host = get_host(host_spec)
+    inventory = detect_gpus(host, sysfs_root=sysfs_root)
+    emit(inventory, as_json, lambda con: render(con, inventory, host.name))
+    return int(ExitCode.OK if inventory.gpu_count else ExitCode.NOT_READY)
+
+
+def vram_text(n_bytes: int | None) -> str:
+    """``192 GiB (206.1 GB)``: GiB is what vLLM logs, GB what the spec sheet says."""
+    if n_bytes is None:
+        return "?"
+    return f"{n_bytes / 2**30:.3g} GiB ({n_bytes / 10**9:.1f} GB)"
+
+
+def summary(inventory: GpuInventory) -> str:
+    """One line: ``8 x AMD Instinct MI300X (gfx942), 192 GiB (206.1 GB) each; ROCm 7.0.0``."""
+    if not inventory.gpus:
+        return "No AMD GPU found."
+    groups: dict[tuple[str, str], int] = {}
+    for gpu in inventory.gpus:
+        groups[(gpu.name, gpu.gfx_version)] = groups.get((gpu.name, gpu.gfx_version), 0) + 1
+    kinds = ", ".join(f"{n} x {name} ({gfx})" for (name, gfx), n in groups.items())
+    vram = vram_text(inventory.vram_bytes)
+    if inventory.mixed:
+        text = f"{inventory.gpu_count} GPUs, mixed: {kinds}; smallest VRAM {vram}"
+    else:
+        text = f"{kinds}, {vram} each"
+    rocm = inventory.rocm_version or "unknown"
+    return f"{text}; ROCm {rocm}; source: {inventory.source}"
+
+
+def render(con: Console, inventory: GpuInventory, host_name: str) -> None:
+    """A table per host (one row per GPU), the summary, then warnings and hint on stderr."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from instinct_serve.cli.common import warn
+
+    if inventory.gpus:
+        table = Table(title=f"GPUs on {escape(host_name)}", title_justify="left")
+        for column in ("#", "name", "gfx", "VRAM total", "VRAM used", "PCI", "partition"):
+            table.add_column(column, justify="right" if column == "#" else "left")
+        for gpu in inventory.gpus:
+            table.add_row(
+                str(gpu.index),
+                escape(gpu.name),
+                gpu.gfx_version,
+                vram_text(gpu.vram_total_bytes),
+                vram_text(gpu.vram_used_bytes) if gpu.vram_used_bytes is not None else "?",
+                gpu.bdf or "",
+                gpu.partition or "",
+            )
+        con.print(table)
+    con.print(summary(inventory), markup=False)
+    for message in inventory.warnings:
+        warn(message)
+    if inventory.hint:
+        warn(inventory.hint)

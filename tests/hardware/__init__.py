@@ -1,0 +1,1 @@
+"""Tests of GPU detection (instinct_serve.hardware, instinct detect)."""

@@ -1,0 +1,57 @@
+"""GPU profiles: consistent with the detection tables and with real captures."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from instinct_serve.errors import UsageError
+from instinct_serve.hardware import amdsmi, gfx
+from instinct_serve.hardware.profiles import PROFILES, get_profile
+from tests.hardware.conftest import MIB, fixture
+
+
+@pytest.mark.parametrize("key", sorted(PROFILES))
+def test_profile_agrees_with_the_detection_tables(key: str) -> None:
+    profile = PROFILES[key]
+    assert gfx.from_name(profile.market_name) == profile.gfx_version
+    named = [d for d in gfx.DEVICES.values() if d.name == profile.market_name]
+    assert named and {d.gfx for d in named} == {profile.gfx_version}
+    assert profile.source and profile.vram_mib > 0
+    inv = profile.inventory()
+    assert (inv.gpu_count, inv.gfx_version, inv.source) == (
+        profile.default_count,
+        profile.gfx_version,
+        "profile",
+    )
+    assert inv.vram_bytes == profile.vram_mib * MIB
+
+
+def test_mi300x_matches_the_real_amd_smi_capture() -> None:
+    parsed = amdsmi.parse_static(fixture("amd-smi_default_view_8xMI300X_rocm7.0.0_changelog.txt"))
+    assert {g.vram_total_bytes for g in parsed.gpus} == {PROFILES["mi300x"].vram_bytes}
+
+
+def test_mi350x_matches_the_kfd_capture() -> None:
+    bank = re.search(
+        r"^size_in_bytes (\d+)$", fixture("kfd_topology_properties_excerpts.txt"), re.M
+    )
+    assert bank is not None
+    assert int(bank.group(1)) == PROFILES["mi350x"].vram_bytes
+
+
+@pytest.mark.parametrize(
+    "name", ["mi300x", "MI300X", "mi-300x", "AMD Instinct MI300X", "instinct_mi300x"]
+)
+def test_loose_names(name: str) -> None:
+    assert get_profile(name).key == "mi300x"
+
+
+def test_unknown_profile_and_bad_count() -> None:
+    with pytest.raises(UsageError) as exc:
+        get_profile("h100")
+    assert exc.value.id == "unknown_gpu_profile" and "mi355x" in (exc.value.fix or "")
+    assert PROFILES["mi355x"].inventory(2).gpu_count == 2
+    with pytest.raises(UsageError):
+        PROFILES["mi355x"].inventory(0)
