@@ -1,0 +1,1 @@
+"""Shipped JSON data, loaded with importlib.resources."""

@@ -1,0 +1,339 @@
+"""Find the vLLM the native route would run, and say whether it can serve on an AMD GPU.
+
+Order (first hit wins; an explicit setting that is wrong is an error, never skipped):
+
+1. ``INSTINCT_VLLM_COMMAND``, then the ROCm CLI's ``ROCM_CLI_VLLM_COMMAND``: an absolute
+   path to a ``vllm`` executable;
+2. ``INSTINCT_VLLM_PYTHON``, then ``ROCM_CLI_VLLM_PYTHON``: an interpreter with a sibling
+   ``vllm``;
+3. the managed environment ``instinct engine install vllm`` creates under the data dir;
+4. ``vllm`` on ``PATH``.
+
+The interpreter behind a ``vllm`` command is read from its script header, then probed
+(``probe.py``). A CUDA or CPU torch is reported as unusable: there is no CPU fallback.
+Native Windows is refused (vLLM runs under WSL there).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from instinct_serve.engine import hostfs
+from instinct_serve.engine.probe import Probe, ProbeError, run_probe, unusable_reasons
+from instinct_serve.errors import NotReadyError, UsageError
+from instinct_serve.hosts import Host
+
+COMMAND_VARS = ("INSTINCT_VLLM_COMMAND", "ROCM_CLI_VLLM_COMMAND")
+PYTHON_VARS = ("INSTINCT_VLLM_PYTHON", "ROCM_CLI_VLLM_PYTHON")
+EXTERNAL_VARS = COMMAND_VARS + PYTHON_VARS
+
+Kind = Literal["command", "python", "managed", "path"]
+
+
+def managed_root(host: Host) -> str:
+    """Where ``engine install`` keeps the managed venv, its uv.toml and manifest."""
+    return hostfs.join(hostfs.data_dir(host), "engines", "vllm")
+
+
+def managed_python(root: str) -> str:
+    return hostfs.join(root, "venv", "bin", "python")
+
+
+def windows_refusal() -> NotReadyError:
+    return NotReadyError(
+        "native Windows cannot run vLLM: it serves on Linux only",
+        fix="install WSL2 with a ROCm-enabled Linux distribution and run instinct inside it "
+        "(https://rocm.docs.amd.com/projects/radeon/en/latest/docs/install/wsl/install-radeon.html)",
+        id="native_windows",
+    )
+
+
+_EXEC_LINE = re.compile(r"""^'''exec'\s+(.*)$""")
+
+
+def interpreter_from_header(header: str, script_path: str) -> str | None:
+    """The Python a console script runs with, from its first lines; None if not a script.
+
+    Handles ``#!/abs/python``, ``#!/usr/bin/env python3`` (returns ``python3``, which the
+    caller resolves on PATH) and the ``#!/bin/sh`` + ``'''exec' ...`` header pip and uv
+    write when the interpreter path is too long or the venv is relocatable.
+    """
+    lines = header.splitlines()
+    if not lines or not lines[0].startswith("#!"):
+        return None
+    shebang = lines[0][2:].strip().split()
+    if not shebang:
+        return None
+    if posixpath.basename(shebang[0]) == "env":
+        args = [a for a in shebang[1:] if not a.startswith("-")]
+        return args[0] if args else None
+    if posixpath.basename(shebang[0]) in ("sh", "bash", "dash"):
+        for line in lines[1:4]:
+            match = _EXEC_LINE.match(line.strip())
+            if not match:
+                continue
+            rest = match.group(1)
+            if "dirname" in rest:  # relocatable venv: the python beside the script
+                name = re.search(r"""['"]?/['"]?(python[0-9.]*)['"]?""", rest)
+                return posixpath.join(
+                    posixpath.dirname(script_path), name.group(1) if name else "python"
+                )
+            try:
+                words = shlex.split(rest)
+            except ValueError:
+                return None
+            return words[0] if words else None
+        return None
+    return shebang[0] if "python" in posixpath.basename(shebang[0]) else None
+
+
+@dataclass
+class Candidate:
+    """One place discovery looked, in order, and what it found there."""
+
+    source: str
+    kind: Kind
+    value: str | None = None
+    status: str = "not_set"  # not_set | found | not_installed | not_found
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "value": self.value,
+            "status": self.status,
+            "note": self.note,
+        }
+
+
+@dataclass
+class Engine:
+    """The selected vLLM and what its environment can do."""
+
+    source: str
+    kind: Kind
+    vllm_command: str
+    python: str | None
+    probe: Probe | None = None
+    probe_error: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def managed(self) -> bool:
+        return self.kind == "managed"
+
+    @property
+    def external(self) -> bool:
+        return self.kind in ("command", "python")
+
+    @property
+    def usable(self) -> bool:
+        return not self.reasons
+
+    @property
+    def verified(self) -> bool:
+        """True when a probe confirmed the environment (not just found a command)."""
+        return self.probe is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        probe = self.probe.to_dict() if self.probe else None
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "managed": self.managed,
+            "vllm_command": self.vllm_command,
+            "python": self.python,
+            "usable": self.usable,
+            "verified": self.verified,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "vllm_version": probe["vllm_version"] if probe else None,
+            "torch_version": probe["torch_version"] if probe else None,
+            "torch_build": probe["torch_build"] if probe else None,
+            "torch_rocm": probe["torch_rocm"] if probe else None,
+            "hip_version": probe["hip_version"] if probe else None,
+            "hip_library": probe["hip_library"] if probe else None,
+            "probe": probe,
+            "probe_error": self.probe_error,
+        }
+
+
+@dataclass
+class Discovery:
+    host: str
+    platform: str
+    candidates: list[Candidate]
+    engine: Engine | None
+
+    @property
+    def usable(self) -> bool:
+        return self.engine is not None and self.engine.usable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "platform": self.platform,
+            "found": self.engine is not None,
+            "usable": self.usable,
+            "engine": self.engine.to_dict() if self.engine else None,
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+
+def _executable(host: Host, path: str) -> bool:
+    return host.run(["test", "-f", path, "-a", "-x", path], timeout=30).ok
+
+
+def _invalid(var: str, value: str, why: str, fix: str) -> NotReadyError:
+    return NotReadyError(
+        f"{var}={value} {why}",
+        fix=fix,
+        id="vllm_override_invalid",
+        details={"variable": var, "value": value},
+    )
+
+
+def _script_interpreter(host: Host, command: str) -> str | None:
+    head = host.run(["head", "-c", "1024", command], timeout=30)
+    if not head.ok:
+        return None
+    python = interpreter_from_header(head.stdout, command)
+    if python and not python.startswith("/"):
+        python = host.which(python)
+    return python
+
+
+def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> Discovery:
+    """Walk the discovery order on ``host``; probe the winner unless ``probe`` is False."""
+    platform = hostfs.platform_name(host)
+    if platform == "windows":
+        raise windows_refusal()
+    env = hostfs.host_env(host, EXTERNAL_VARS)
+    candidates: list[Candidate] = []
+    chosen: tuple[Candidate, str, str | None] | None = None
+
+    for var in COMMAND_VARS:
+        cand = Candidate(var, "command")
+        candidates.append(cand)
+        value = env.get(var, "").strip()
+        if chosen or not value:
+            cand.status = "not_set" if not value else "skipped"
+            cand.value = value or None
+            continue
+        cand.value = value
+        if not value.startswith("/"):
+            raise UsageError(
+                f"{var} must be an absolute path to a vllm executable, not {value!r}",
+                fix=f"export {var}=/path/to/venv/bin/vllm",
+                id="vllm_override_invalid",
+            )
+        if not _executable(host, value):
+            raise _invalid(
+                var, value, "is not an executable file", f"point {var} at the vllm executable"
+            )
+        cand.status = "found"
+        chosen = (cand, value, _script_interpreter(host, value))
+
+    for var in PYTHON_VARS:
+        cand = Candidate(var, "python")
+        candidates.append(cand)
+        value = env.get(var, "").strip()
+        if chosen or not value:
+            cand.status = "not_set" if not value else "skipped"
+            cand.value = value or None
+            continue
+        cand.value = value
+        if not value.startswith("/"):
+            raise UsageError(
+                f"{var} must be an absolute path to a Python interpreter, not {value!r}",
+                fix=f"export {var}=/path/to/venv/bin/python",
+                id="vllm_override_invalid",
+            )
+        if not _executable(host, value):
+            raise _invalid(var, value, "is not an executable file", f"point {var} at python")
+        sibling = posixpath.join(posixpath.dirname(value), "vllm")
+        if not _executable(host, sibling):
+            raise _invalid(
+                var,
+                value,
+                f"has no vllm beside it ({sibling} is missing)",
+                f"install vllm into that environment, or unset {var}",
+            )
+        cand.status = "found"
+        chosen = (cand, sibling, value)
+
+    root = managed_root(host)
+    cand = Candidate("managed", "managed", hostfs.join(root, "venv"))
+    candidates.append(cand)
+    if chosen:
+        cand.status = "skipped"
+    else:
+        python = managed_python(root)
+        command = hostfs.join(root, "venv", "bin", "vllm")
+        if _executable(host, python) and _executable(host, command):
+            cand.status = "found"
+            chosen = (cand, command, python)
+        else:
+            cand.status = "not_installed"
+            cand.note = "run `instinct engine install vllm`"
+
+    cand = Candidate("PATH", "path")
+    candidates.append(cand)
+    if chosen:
+        cand.status = "skipped"
+    else:
+        on_path = host.which("vllm")
+        cand.value = on_path
+        if on_path:
+            cand.status = "found"
+            chosen = (cand, on_path, _script_interpreter(host, on_path))
+        else:
+            cand.status = "not_found"
+
+    if chosen is None:
+        return Discovery(host.name, platform, candidates, None)
+    winner, command, interpreter = chosen
+    engine = Engine(winner.source, winner.kind, command, interpreter)
+    if interpreter is None:
+        engine.warnings.append(
+            f"cannot tell which Python runs {command}; its vLLM and torch were not checked"
+        )
+    elif probe:
+        try:
+            engine.probe = run_probe(host, interpreter, device_check=device_check)
+        except ProbeError as exc:
+            engine.probe_error = str(exc)
+            engine.reasons.append(str(exc))
+        else:
+            engine.reasons.extend(unusable_reasons(engine.probe))
+    return Discovery(host.name, platform, candidates, engine)
+
+
+def require_usable(discovery: Discovery) -> Engine:
+    """The engine, or a not-ready error that says what to do."""
+    engine = discovery.engine
+    if engine is None:
+        raise NotReadyError(
+            "no vLLM found (checked "
+            + ", ".join(c.source for c in discovery.candidates)
+            + f" on {discovery.host})",
+            fix="run `instinct engine install vllm`, or set INSTINCT_VLLM_PYTHON to an "
+            "interpreter whose environment has a ROCm build of vLLM",
+            id="vllm_not_found",
+        )
+    if not engine.usable:
+        raise NotReadyError(
+            f"the vLLM found via {engine.source} cannot serve on an AMD GPU: "
+            + "; ".join(engine.reasons),
+            fix="run `instinct engine install vllm` for a managed ROCm build"
+            + (f", or fix or unset {engine.source}" if engine.external else ""),
+            id="vllm_unusable",
+            details={"engine": engine.to_dict()},
+        )
+    return engine

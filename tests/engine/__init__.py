@@ -1,0 +1,1 @@
+"""Tests of the native engine route (instinct_serve.engine)."""

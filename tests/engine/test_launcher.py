@@ -1,0 +1,174 @@
+"""The native launcher starts a real process (the vLLM test double as ``vllm serve``),
+finds it again from its state, and stops only what it started, locally and over ssh."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from instinct_serve.engine import launcher
+from instinct_serve.engine.launcher import NativeProcess, parse_stat, vllm_serve_argv
+from instinct_serve.errors import UsageError
+from instinct_serve.hosts import Host, LocalHost
+from tests.infra.paths import TESTS
+from tests.infra.ssh import SshServer, free_port
+
+DOUBLE = TESTS / "infra" / "vllm_double.py"
+SECRET = "hf_test_secret_value_that_must_not_leak"
+
+
+def wait_for(predicate: object, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.1) + 1):
+        if predicate():  # type: ignore[operator]
+            return True
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return False
+
+
+def healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    parsed = parse_stat(stat)
+    return parsed is not None and parsed.state not in ("Z", "X")
+
+
+def serve_argv(port: int) -> list[str]:
+    return vllm_serve_argv(
+        f"{sys.executable}", "facebook/opt-125m", port=port, bind="127.0.0.1", utilization=0.5
+    )
+
+
+def start_double(host: Host, name: str, port: int) -> NativeProcess:
+    argv = [sys.executable, str(DOUBLE), *serve_argv(port)[1:]]
+    return launcher.launch(
+        host,
+        name,
+        argv,
+        env={"HF_TOKEN": SECRET, "VLLM_DOUBLE_LOAD_S": "0.2", "HIP_VISIBLE_DEVICES": "3"},
+        meta={"model": "facebook/opt-125m", "port": port},
+    )
+
+
+def test_serve_argv_keeps_graph_capture_and_sets_tp() -> None:
+    argv = vllm_serve_argv("/v/bin/vllm", "m", port=8000, tensor_parallel_size=2, utilization=0.9)
+    assert argv == [
+        "/v/bin/vllm",
+        "serve",
+        "m",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "2",
+        "--gpu-memory-utilization",
+        "0.9",
+    ]
+    assert "--enforce-eager" not in argv
+
+
+def test_launch_status_health_and_stop() -> None:
+    host, port = LocalHost(), free_port()
+    proc = start_double(host, "opt", port)
+    try:
+        assert wait_for(lambda: healthy(port)), launcher.read_log(host, "opt")
+        st = launcher.status(host, "opt")
+        assert st is not None and st.running
+        assert st.process.pid == proc.pid and st.process.meta["port"] == port
+        # its own session and process group, and the env it was given (not in argv)
+        assert os.getpgid(proc.pid) == proc.pid
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        assert b"HIP_VISIBLE_DEVICES=3" in environ
+        assert launcher.group_pids(host, proc)  # the wrapper and the server
+        assert "vllm-double" in launcher.read_log(host, "opt")
+        state = Path(proc.state_dir, "state.json").read_text()
+        assert "HF_TOKEN" in state and SECRET not in state
+        for pid in launcher.group_pids(host, proc):
+            assert SECRET.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        with pytest.raises(UsageError) as err:
+            start_double(host, "opt", free_port())
+        assert err.value.id == "name_in_use"
+        assert [p.process.name for p in launcher.list_processes(host)] == ["opt"]
+    finally:
+        result = launcher.stop(host, "opt", timeout=10)
+    assert result.was_running and result.stopped and result.signal == "TERM"
+    assert not alive(proc.pid)
+    assert not healthy(port)
+    after = launcher.status(host, "opt")
+    assert after is not None and not after.running
+    assert not launcher.stop(host, "opt").was_running  # stopping twice is harmless
+
+
+def test_a_command_that_ends_records_its_exit_status() -> None:
+    host = LocalHost()
+    proc = launcher.launch(host, "quick", ["sh", "-c", "echo bye; exit 3"])
+    assert wait_for(lambda: not launcher.status(host, "quick").running)  # type: ignore[union-attr]
+    st = launcher.status(host, "quick")
+    assert st is not None and st.exit_code == 3
+    assert "bye" in launcher.read_log(host, "quick")
+    assert not alive(proc.pid)
+
+
+def test_stop_never_touches_a_process_it_did_not_start(tmp_path: Path) -> None:
+    host = LocalHost()
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        ticks = parse_stat(Path(f"/proc/{stranger.pid}/stat").read_text())
+        assert ticks is not None
+        # a state file that points at the stranger: wrong start time (a reused pid) ...
+        proc = launcher.launch(host, "victim", ["sleep", "0"])
+        state = Path(proc.state_dir, "state.json")
+        doc = json.loads(state.read_text())
+        doc.update(pid=stranger.pid, start_ticks=ticks.start_ticks + 1)
+        state.write_text(json.dumps(doc))
+        assert not launcher.stop(host, "victim", timeout=1).was_running
+        # ... and the right start time, but not carrying our marker in its environment
+        doc.update(start_ticks=ticks.start_ticks)
+        state.write_text(json.dumps(doc))
+        assert not launcher.stop(host, "victim", timeout=1).was_running
+        assert stranger.poll() is None  # still running
+    finally:
+        stranger.kill()
+        stranger.wait(timeout=10)
+
+
+def test_bad_names_are_refused() -> None:
+    for name in ("", "../x", "a b", "-rf", "x" * 65):
+        with pytest.raises(UsageError):
+            launcher.launch(LocalHost(), name, ["true"])
+
+
+def test_launch_and_stop_over_ssh(sshd: SshServer, tmp_path: Path) -> None:
+    data = tmp_path / "remote-data"
+    client = sshd.client("engine-launcher", set_env={"INSTINCT_DATA_DIR": str(data)})
+    host = client.host()
+    port = free_port()
+    proc = start_double(host, "remote-opt", port)
+    try:
+        assert proc.state_dir == str(data / "native" / "remote-opt")
+        assert wait_for(lambda: healthy(port)), launcher.read_log(host, "remote-opt")
+        st = launcher.status(host, "remote-opt")
+        assert st is not None and st.running
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        assert f"HF_TOKEN={SECRET}".encode() in environ  # it arrived, over stdin
+        assert SECRET not in Path(proc.state_dir, "state.json").read_text()
+    finally:
+        result = launcher.stop(host, "remote-opt", timeout=10)
+    assert result.stopped and not alive(proc.pid)
