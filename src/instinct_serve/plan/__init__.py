@@ -1,0 +1,1 @@
+"""Plan: the exact launch command (pure planner + renderers)."""
