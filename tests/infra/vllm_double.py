@@ -1,0 +1,605 @@
+#!/usr/bin/env python3
+"""TEST DOUBLE of vLLM's OpenAI-compatible server (``vllm serve``). Not an inference engine.
+
+It exists so that the real launch path (docker argv, ``docker logs -f``, startup phases,
+``/health`` polling, warm-up, coherence probe, relaunch with ``--enforce-eager``) can be
+tested on machines without a GPU. Standard library only: it runs inside the stripped test
+image (``tests/infra/docker.py``), directly on the host for fast tests, and as a fake
+``vllm`` executable (``vllm serve MODEL ...``) for the native-engine route.
+
+It accepts the real ``vllm serve`` command line (the ``serve`` word, a positional model or
+``--model``, ``--port``, ``--host``, ``--served-model-name``, ``--enforce-eager``,
+``--api-key`` and any unknown option, which it ignores) and takes its behaviour from the
+environment, because the argv is produced by the real planner and must stay unchanged:
+
+``VLLM_DOUBLE_MODE``
+    ``healthy`` (default), ``oom_graph_capture`` (the out-of-memory during CUDA/HIP graph
+    capture, exit 1, unless ``--enforce-eager`` is on the command line: then it skips graph
+    capture and comes up healthy, which is how serve's relaunch is tested),
+    ``hang_in_graph_capture`` (stops logging in the middle of graph capture and never turns
+    healthy), ``die`` (replays a failure log and exits with ``VLLM_DOUBLE_EXIT_CODE``,
+    default 1), ``incoherent`` (healthy, but answers with word salad).
+``VLLM_DOUBLE_LOAD_S``
+    Seconds spent "loading" (printing the startup lines) before turning healthy
+    (default 1.5). ``/health`` answers 503 meanwhile.
+``VLLM_DOUBLE_BIND``
+    ``early`` (default: listen at once and answer 503 while loading) or ``late`` (listen only
+    once loaded, like the real server, so clients see "connection refused" meanwhile).
+``VLLM_DOUBLE_FIRST_REQUEST_S``
+    Extra delay of the first completion (real engines compile kernels then; default 0).
+``VLLM_DOUBLE_REPLAY``
+    The fixture log replayed by ``die`` (default ``01_engine_core_init_failed_...``).
+``VLLM_DOUBLE_NO_CHAT_TEMPLATE``
+    ``1``: behave like a base model without a chat template (chat requests get vLLM's 400).
+``VLLM_DOUBLE_LOG_DIR``
+    Where the real captured logs are (default: ``logs/`` next to this file in the test
+    image, else ``tests/fixtures/logs``).
+``VLLM_DOUBLE_SALAD``
+    The kind of garbage in ``incoherent`` mode: ``multilingual`` (default), ``exclaim``
+    (``!!!!``, the classic broken-kernel output) or ``repeat``.
+
+Every log line it prints comes verbatim from ``tests/fixtures/logs`` (real vLLM runs), except
+its own banner (prefixed ``vllm-double:``) and the API-server lines printed when it turns
+healthy, which follow the format of vLLM's ``api_server.py``/``launcher.py``/uvicorn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+BANNER = "vllm-double: TEST DOUBLE of vLLM (tests/infra/vllm_double.py), not a real engine"
+MODES = ("healthy", "oom_graph_capture", "hang_in_graph_capture", "die", "incoherent")
+
+HEALTHY_LOG = "09_healthy_startup_MI300X_Llama-3.1-8B-Instruct_fp16_gmu0.9_vllm0.9.2dev_V0.log"
+V1_EXCERPTS_LOG = "09c_healthy_startup_V1_excerpts.log"
+OOM_LOG = "02_oom_during_cuda_graph_capture.log"
+DEFAULT_REPLAY = "01_engine_core_init_failed_flashinfer_jit_cause.log"
+
+# vLLM's answer to a chat request for a base model whose tokenizer has no chat template.
+NO_CHAT_TEMPLATE = (
+    "As of transformers v4.44, default chat template is no longer allowed, so you must provide "
+    "a chat template if the tokenizer does not define one."
+)
+
+# Flags of `vllm serve` that take no value (the rest of `--x VALUE` pairs are skipped whole).
+_BOOLEAN_FLAGS = {
+    "--enforce-eager",
+    "--trust-remote-code",
+    "--enable-prefix-caching",
+    "--enable-chunked-prefill",
+    "--disable-log-requests",
+    "--enable-log-requests",
+    "--disable-log-stats",
+    "--enable-auto-tool-choice",
+    "--disable-custom-all-reduce",
+    "--enable-expert-parallel",
+    "--disable-sliding-window",
+    "--headless",
+    "--async-scheduling",
+    "--skip-tokenizer-init",
+    "--disable-frontend-multiprocessing",
+}
+
+
+# --------------------------------------------------------------------------- command line
+
+
+class Args:
+    """What the double understood of its ``vllm serve`` command line."""
+
+    def __init__(self) -> None:
+        self.model: str | None = None
+        self.served_names: list[str] = []
+        self.host = "0.0.0.0"
+        self.port = 8000
+        self.max_model_len: int | None = None
+        self.enforce_eager = False
+        self.api_key: str | None = os.environ.get("VLLM_API_KEY") or None
+        self.ignored: list[str] = []
+
+    @property
+    def names(self) -> list[str]:
+        return self.served_names or [self.model or "unknown-model"]
+
+
+def parse_args(argv: list[str]) -> Args:
+    """Parse a ``vllm serve`` argv leniently: unknown options are kept, never rejected."""
+    args = Args()
+    items = list(argv)
+    if items and items[0] == "serve":
+        items = items[1:]
+    i = 0
+    while i < len(items):
+        token = items[i]
+        if token.startswith("--") and "=" in token:
+            key, value = token.split("=", 1)
+            _apply(args, key, [value])
+            i += 1
+            continue
+        if token in _BOOLEAN_FLAGS or token.startswith("--no-"):
+            _apply(args, token, [])
+            i += 1
+            continue
+        if token.startswith("-") and token != "-":
+            values: list[str] = []
+            j = i + 1
+            # --served-model-name takes several names; every other option takes one value.
+            while j < len(items) and not items[j].startswith("-"):
+                values.append(items[j])
+                j += 1
+                if token != "--served-model-name":
+                    break
+            _apply(args, token, values)
+            i = j
+            continue
+        if args.model is None:
+            args.model = token
+        else:
+            args.ignored.append(token)
+        i += 1
+    return args
+
+
+def _apply(args: Args, key: str, values: list[str]) -> None:
+    first = values[0] if values else ""
+    if key == "--model" and first:
+        args.model = first
+    elif key == "--served-model-name" and values:
+        args.served_names = list(values)
+    elif key == "--host" and first:
+        args.host = first
+    elif key == "--port" and first.isdigit():
+        args.port = int(first)
+    elif key == "--max-model-len" and first.isdigit():
+        args.max_model_len = int(first)
+    elif key == "--enforce-eager":
+        args.enforce_eager = True
+    elif key == "--api-key" and first:
+        args.api_key = first
+    else:
+        args.ignored.append(key if not values else f"{key}={' '.join(values)}")
+
+
+# --------------------------------------------------------------------------- real log lines
+
+
+def log_dir() -> Path:
+    env = os.environ.get("VLLM_DOUBLE_LOG_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "logs", here.parent / "fixtures" / "logs"):
+        if candidate.is_dir():
+            return candidate
+    raise SystemExit(f"vllm-double: cannot find the captured vLLM logs next to {here}")
+
+
+_PROMPT = re.compile(r"^\([\w.-]+\) \S+@\S+:.*\$\s*$")  # a pasted shell prompt, not output
+
+
+def real_lines(name: str) -> list[str]:
+    """The output lines of one captured log: provenance notes and cut markers removed."""
+    out = []
+    for line in (log_dir() / name).read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or _PROMPT.match(stripped):
+            continue
+        if stripped.startswith("[...") and stripped.endswith("]"):
+            continue
+        out.append(line.rstrip())
+    return out
+
+
+def healthy_startup() -> list[str]:
+    """Startup of a real MI300X run (09) with the V1 KV-cache lines (09c, block C) spliced in."""
+    lines = real_lines(HEALTHY_LOG)
+    start = next(i for i, s in enumerate(lines) if "Automatically detected platform" in s)
+    end = next(i for i, s in enumerate(lines) if "init engine (profile, create kv cache" in s)
+    picked = [s for s in lines[start : end + 1] if not s.startswith("Namespace(")]
+    v1 = [s for s in real_lines(V1_EXCERPTS_LOG) if "(EngineCore_DP0 pid=1133552)" in s]
+    at = next(i for i, s in enumerate(picked) if "Maximum concurrency for" in s) + 1
+    return picked[:at] + v1 + picked[at:]
+
+
+def _is_capture(line: str) -> bool:
+    return "Capturing CUDA graph shapes" in line or "Capturing cudagraphs" in line
+
+
+def _index(lines: list[str], needle: str) -> int:
+    return next(i for i, s in enumerate(lines) if needle in s)
+
+
+def api_server_lines(args: Args) -> list[str]:
+    """What vLLM's API server prints once the engine is up (format of vLLM 0.9-0.11)."""
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    host = "0.0.0.0" if args.host in ("", "0.0.0.0") else args.host
+    routes = [
+        ("/health", "GET"),
+        ("/v1/models", "GET"),
+        ("/v1/chat/completions", "POST"),
+        ("/v1/completions", "POST"),
+        ("/version", "GET"),
+    ]
+    lines = [
+        f"INFO {stamp} [api_server.py:1333] Starting vLLM API server 0 on "
+        f"http://{host}:{args.port}",
+        f"INFO {stamp} [launcher.py:38] Available routes are:",
+    ]
+    lines += [f"INFO {stamp} [launcher.py:46] Route: {r}, Methods: {m}" for r, m in routes]
+    lines += [
+        f"INFO:     Started server process [{os.getpid()}]",
+        "INFO:     Waiting for application startup.",
+        "INFO:     Application startup complete.",
+    ]
+    return lines
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def _salad(kind: str, n_words: int) -> str:
+    rng = random.Random(1234)
+    if kind == "exclaim":
+        return "!" * max(8, n_words * 4)
+    if kind == "repeat":
+        return " ".join(["the"] * max(8, n_words))
+    junk = [
+        "ungeachtet",
+        "ĠĠĠ",
+        "Принимая",
+        "zyst",
+        "\u0e40\u0e1e\u0e37\u0e48\u0e2d",
+        "\u8bf7\u95ee",
+        "._",
+        "\ufffd\ufffd",
+        "ometric",
+        "\u05e9\u05dc\u05d5\u05dd",
+        ">>>",
+        "\u30c8\u30fc\u30af\u30f3",
+    ]
+    return " ".join(rng.choice(junk) for _ in range(max(8, n_words)))
+
+
+def _tokens(text: str) -> list[str]:
+    """Words with their leading space: the double's notion of a token."""
+    return re.findall(r"\s*\S+", text)
+
+
+def answer(prompt: str, max_tokens: int, incoherent: bool) -> tuple[str, str]:
+    """(text, finish_reason) for a prompt, at most ``max_tokens`` tokens long."""
+    if incoherent:
+        text = _salad(os.environ.get("VLLM_DOUBLE_SALAD", "multilingual"), max_tokens)
+        return "".join(_tokens(text)[: max(1, max_tokens)]), "length"
+    low = prompt.lower()
+    if "capital of france" in low:
+        text = "Paris" if "one word" in low else " Paris. It is also the largest city in France."
+    else:
+        text = "This is a reply from the vLLM test double."
+    tokens = _tokens(text)
+    if len(tokens) > max_tokens:
+        return "".join(tokens[:max_tokens]), "length"
+    return text, "stop"
+
+
+# --------------------------------------------------------------------------- server
+
+
+class State:
+    def __init__(self, args: Args, mode: str) -> None:
+        self.args = args
+        self.mode = mode
+        self.ready = threading.Event()
+        self.first_request_lock = threading.Lock()
+        self.first_request_done = False
+        self.created = int(time.time())
+
+
+def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def version_string(self) -> str:
+            return "uvicorn"
+
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            # uvicorn's access-log line, which is what `docker logs` shows for vLLM. The real
+            # server only listens once loaded, so nothing is logged before: a stall in graph
+            # capture must stay silent even while clients poll /health.
+            if not state.ready.is_set():
+                return
+            host, port = self.client_address[:2]
+            print(f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {code}')
+            sys.stdout.flush()
+
+        def log_message(self, format: str, *fargs: Any) -> None:
+            sys.stderr.write("vllm-double: " + (format % fargs) + "\n")
+
+        def _send(self, code: int, body: Any = None) -> None:
+            data = b"" if body is None else json.dumps(body).encode()
+            self.send_response(code)
+            if body is not None:
+                self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code: int, message: str, typ: str, param: str | None = None) -> None:
+            self._send(
+                code, {"error": {"message": message, "type": typ, "param": param, "code": code}}
+            )
+
+        def _authorized(self) -> bool:
+            key = state.args.api_key
+            if not key or self.headers.get("authorization") == f"Bearer {key}":
+                return True
+            self._send(401, {"error": "Unauthorized"})
+            return False
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path in ("/health", "/ping"):
+                self._send(200 if state.ready.is_set() else 503)
+            elif path == "/version":
+                self._send(200, {"version": "0.0.0+vllm-double"})
+            elif path == "/v1/models":
+                if not self._ready() or not self._authorized():
+                    return
+                self._send(200, self._models())
+            else:
+                self._send(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path not in ("/v1/completions", "/v1/chat/completions"):
+                self._send(404, {"detail": "Not Found"})
+                return
+            if not self._ready() or not self._authorized():
+                return
+            try:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"null")
+                if not isinstance(body, dict):
+                    raise ValueError("body is not a JSON object")
+            except ValueError as exc:
+                self._error(400, f"invalid JSON body: {exc}", "BadRequestError")
+                return
+            model = body.get("model")
+            if model not in state.args.names:
+                self._error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+                return
+            self._first_request_delay()
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            incoherent = state.mode == "incoherent"
+            if path == "/v1/completions":
+                prompt = body.get("prompt")
+                text_prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
+                text, finish = answer(text_prompt, max_tokens, incoherent)
+                self._send(200, self._completion(model, text_prompt, text, finish))
+            elif os.environ.get("VLLM_DOUBLE_NO_CHAT_TEMPLATE") == "1":
+                self._error(400, NO_CHAT_TEMPLATE, "BadRequestError")
+            else:
+                messages = body.get("messages")
+                if not isinstance(messages, list) or not messages:
+                    self._error(400, "messages must be a non-empty list", "BadRequestError")
+                    return
+                last = messages[-1].get("content") if isinstance(messages[-1], dict) else ""
+                text, finish = answer(str(last), max_tokens, incoherent)
+                self._send(200, self._chat(model, str(last), text, finish))
+
+        def _ready(self) -> bool:
+            if state.ready.is_set():
+                return True
+            self._send(503)
+            return False
+
+        def _first_request_delay(self) -> None:
+            with state.first_request_lock:
+                if not state.first_request_done:
+                    time.sleep(float(os.environ.get("VLLM_DOUBLE_FIRST_REQUEST_S", "0")))
+                    state.first_request_done = True
+
+        def _models(self) -> dict[str, Any]:
+            cards = []
+            for name in state.args.names:
+                cards.append(
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": state.created,
+                        "owned_by": "vllm",
+                        "root": state.args.model or name,
+                        "parent": None,
+                        "max_model_len": state.args.max_model_len or 131072,
+                        "permission": [
+                            {
+                                "id": f"modelperm-{uuid.uuid4().hex}",
+                                "object": "model_permission",
+                                "created": state.created,
+                                "allow_create_engine": False,
+                                "allow_sampling": True,
+                                "allow_logprobs": True,
+                                "allow_search_indices": False,
+                                "allow_view": True,
+                                "allow_fine_tuning": False,
+                                "organization": "*",
+                                "group": None,
+                                "is_blocking": False,
+                            }
+                        ],
+                    }
+                )
+            return {"object": "list", "data": cards}
+
+        @staticmethod
+        def _usage(prompt: str, text: str) -> dict[str, Any]:
+            p, c = len(_tokens(prompt)), len(_tokens(text))
+            return {
+                "prompt_tokens": p,
+                "total_tokens": p + c,
+                "completion_tokens": c,
+                "prompt_tokens_details": None,
+            }
+
+        def _completion(self, model: str, prompt: str, text: str, finish: str) -> dict[str, Any]:
+            return {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                        "prompt_logprobs": None,
+                    }
+                ],
+                "usage": self._usage(prompt, text),
+                "kv_transfer_params": None,
+            }
+
+        def _chat(self, model: str, prompt: str, text: str, finish: str) -> dict[str, Any]:
+            return {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "reasoning_content": None,
+                            "content": text,
+                            "tool_calls": [],
+                        },
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                    }
+                ],
+                "usage": self._usage(prompt, text),
+                "prompt_logprobs": None,
+                "kv_transfer_params": None,
+            }
+
+    return Handler
+
+
+# --------------------------------------------------------------------------- main
+
+
+def emit(line: str) -> None:
+    """Progress bars go to stderr (tqdm), log records to stdout (vLLM's logging config)."""
+    stream = sys.stderr if ("it/s]" in line or "s/it]" in line or "?it/s" in line) else sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
+
+
+def replay(lines: list[str], seconds: float) -> None:
+    pause = seconds / max(1, len(lines))
+    for line in lines:
+        emit(line)
+        time.sleep(pause)
+
+
+def serve(server: ThreadingHTTPServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    return thread
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    mode = os.environ.get("VLLM_DOUBLE_MODE", "healthy")
+    if mode not in MODES:
+        print(f"vllm-double: unknown VLLM_DOUBLE_MODE {mode!r} (one of {MODES})", file=sys.stderr)
+        return 2
+    load_s = float(os.environ.get("VLLM_DOUBLE_LOAD_S", "1.5"))
+    late_bind = os.environ.get("VLLM_DOUBLE_BIND", "early") == "late"
+
+    def on_term(signum: int, frame: object) -> None:
+        # PID 1 in a container has no default SIGTERM action: exit as vLLM does.
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    print(
+        f"{BANNER}; mode={mode} model={args.model} port={args.port} "
+        f"enforce_eager={args.enforce_eager} argv={json.dumps(argv)}",
+        flush=True,
+    )
+
+    state = State(args, mode)
+    server: ThreadingHTTPServer | None = None
+    if not late_bind:
+        server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
+        serve(server)
+
+    lines = healthy_startup()
+    if mode == "die":
+        name = os.environ.get("VLLM_DOUBLE_REPLAY", DEFAULT_REPLAY)
+        replay(lines[: _index(lines, "Starting to load model")], load_s / 2)
+        replay(real_lines(name), load_s / 2)
+        return int(os.environ.get("VLLM_DOUBLE_EXIT_CODE", "1"))
+    if mode == "oom_graph_capture" and not args.enforce_eager:
+        replay(lines[: _index(lines, "Capturing CUDA graph shapes:  11%")], load_s)
+        replay(real_lines(OOM_LOG), 0.1)
+        return 1
+    if mode == "hang_in_graph_capture":
+        replay(lines[: _index(lines, "Capturing CUDA graph shapes:  40%") + 1], load_s)
+        while True:  # silent, never healthy: the stall serve must detect
+            time.sleep(3600)
+    if args.enforce_eager:
+        lines = [s for s in lines if not _is_capture(s) and "Graph capturing finished" not in s]
+    replay(lines, load_s)
+
+    if server is None:
+        server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
+        serve(server)
+    for line in api_server_lines(args):
+        emit(line)
+    state.ready.set()
+    print(f"vllm-double: healthy at {time.time():.6f} (TEST DOUBLE)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.shutdown()
+
+
+def install_fake_vllm(bin_dir: Path, python: str | None = None) -> Path:
+    """Write a ``vllm`` executable into ``bin_dir`` that runs this double (native route tests)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    exe = bin_dir / "vllm"
+    interpreter = python or sys.executable
+    exe.write_text(
+        f"#!/bin/sh\n# TEST DOUBLE of vLLM\nexec {_sh_quote(interpreter)} "
+        f'{_sh_quote(str(Path(__file__).resolve()))} "$@"\n',
+        encoding="utf-8",
+    )
+    exe.chmod(0o755)
+    return exe
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        sys.exit(130)
