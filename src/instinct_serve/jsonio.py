@@ -15,17 +15,21 @@ from typing import Any
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Plain JSON types from dataclasses, pydantic models, enums, paths and dates."""
+    """Plain JSON types from dataclasses, pydantic models, enums, paths and dates.
+
+    An object's own ``to_dict()`` wins over its shape, so a NamedTuple record with
+    ``to_dict`` becomes an object, not a list.
+    """
     if obj is None or isinstance(obj, bool | int | float | str):
         return obj
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
+    to_dict = getattr(obj, "to_dict", None)
+    if callable(to_dict) and not isinstance(obj, type):
+        return to_jsonable(to_dict())
     if isinstance(obj, list | tuple | set | frozenset):
         return [to_jsonable(v) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        to_dict = getattr(obj, "to_dict", None)
-        if callable(to_dict):
-            return to_jsonable(to_dict())
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     model_dump = getattr(obj, "model_dump", None)
     if callable(model_dump):
@@ -36,9 +40,6 @@ def to_jsonable(obj: Any) -> Any:
         return str(obj)
     if isinstance(obj, _dt.datetime | _dt.date):
         return obj.isoformat()
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        return to_jsonable(to_dict())
     return str(obj)
 
 

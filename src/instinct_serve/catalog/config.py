@@ -1,0 +1,339 @@
+"""The AMD view of a match: vLLM args and env for one GPU, layer by layer, with precedence.
+
+Layers, lowest precedence first (env: later wins per key; args: concatenated, then the last
+occurrence of each flag wins, as a shell would)::
+
+    gpu env_defaults (gfx)                       our reviewed per-gfx defaults
+    recipe model.base_args / base_env
+    variant extra_args / extra_env
+    variant hardware_overrides.<mi300x|mi325x|mi355x>
+    recipe hardware_overrides.amd                upstream's AMD tuning
+    variant hardware_overrides.amd
+    features (tool_calling, reasoning, ...)      hardware_overrides inside a feature replace it
+    gpu model_overrides (gfx, id prefix)         ours, highest: known-bad combinations
+
+This mirrors upstream's command builder (which puts the exact-GPU variant layer before the
+generation layer, as here) minus the parallelism flags, which are the planner's job.
+Legacy models use their own args/env/features in place of the recipe layers; generic models
+get ``--trust-remote-code`` and hermes tool calling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from instinct_serve.catalog.matching import GENERIC_ARGS, GENERIC_FEATURES, Match, required_vllm
+from instinct_serve.catalog.overrides import (
+    UNKNOWN,
+    UNSUPPORTED,
+    ArgRemoval,
+    GpuConfig,
+    GpuOverrides,
+    load_gpu_overrides,
+)
+from instinct_serve.catalog.recipe import dedupe_args, remove_args
+from instinct_serve.errors import UsageError
+
+
+class Layer(NamedTuple):
+    name: str
+    args: list[str]
+    env: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.name, "args": self.args, "env": self.env}
+
+
+class AmdConfig:
+    """What to pass ``vllm serve`` on one AMD GPU (without parallelism, port or length)."""
+
+    def __init__(
+        self,
+        *,
+        gpu: str,
+        gfx: str,
+        hardware_id: str | None,
+        model_id: str,
+        match: str,
+        variant: str | None,
+        precision: str | None,
+        precision_status: str,
+        features: list[str],
+        args: list[str],
+        env: dict[str, str],
+        env_sources: dict[str, str],
+        layers: list[Layer],
+        image: str | None,
+        min_vllm_version: str | None,
+        context_length: int | None,
+        warnings: list[str],
+    ) -> None:
+        self.gpu = gpu
+        self.gfx = gfx
+        self.hardware_id = hardware_id  # upstream's GPU id (mi300x, mi325x, mi355x) or None
+        self.model_id = model_id
+        self.match = match
+        self.variant = variant
+        self.precision = precision
+        self.precision_status = precision_status
+        self.features = features
+        self.args = args
+        self.env = env
+        self.env_sources = env_sources
+        self.layers = layers
+        self.image = image  # pinned by the recipe for AMD; None: use catalog.docker_image
+        self.min_vllm_version = min_vllm_version
+        self.context_length = context_length
+        self.warnings = warnings
+
+    def __repr__(self) -> str:
+        return f"AmdConfig({self.model_id!r}, gfx={self.gfx!r}, args={self.args!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "gfx": self.gfx,
+            "hardware_id": self.hardware_id,
+            "model_id": self.model_id,
+            "match": self.match,
+            "variant": self.variant,
+            "precision": self.precision,
+            "precision_status": self.precision_status,
+            "features": self.features,
+            "args": self.args,
+            "env": self.env,
+            "env_sources": self.env_sources,
+            "image": self.image,
+            "min_vllm_version": self.min_vllm_version,
+            "context_length": self.context_length,
+            "layers": [layer.to_dict() for layer in self.layers],
+            "warnings": self.warnings,
+        }
+
+
+def resolve_gpu(gpu: str, overrides: GpuOverrides | None = None) -> tuple[str, str | None]:
+    """``gfx942``/``mi300x``/``MI355X`` → (gfx, profile key or None)."""
+    overrides = overrides or load_gpu_overrides()
+    text = gpu.strip().lower()
+    if text in overrides.gpu_configs:
+        return text, None
+    from instinct_serve.hardware.profiles import get_profile
+
+    try:
+        profile = get_profile(text)
+    except UsageError as exc:
+        raise UsageError(
+            f"unknown GPU {gpu!r}",
+            fix="use a gfx target (" + ", ".join(overrides.gpu_configs) + ") or a profile "
+            "name (mi300x, mi325x, mi300a, mi350x, mi355x, mi250x, mi210)",
+            id="unknown_gpu",
+        ) from exc
+    return profile.gfx_version, profile.key
+
+
+def _select_features(
+    available: Iterable[str], wanted: Iterable[str] | None, default: list[str], what: str
+) -> list[str]:
+    names = list(available)
+    if wanted is None:
+        return default
+    chosen = list(dict.fromkeys(wanted))
+    unknown = [f for f in chosen if f not in names]
+    if unknown:
+        raise UsageError(
+            f"{what} has no feature {', '.join(unknown)}",
+            fix="available: " + (", ".join(names) or "none"),
+            id="unknown_feature",
+        )
+    return chosen
+
+
+def amd_config(
+    match: Match,
+    gpu: str,
+    *,
+    variant: str | None = None,
+    features: Iterable[str] | None = None,
+    modes: dict[str, str] | None = None,
+    overrides: GpuOverrides | None = None,
+) -> AmdConfig:
+    """Merge every layer for ``match`` on ``gpu`` (a gfx target or a profile name).
+
+    ``variant`` picks a recipe variant (default: the match's); ``features`` replaces the
+    default feature set (recipes: all but opt-in; legacy/generic: all they have); ``modes``
+    picks a mode of a single-select feature (``{"spec_decoding": "mtp"}``), else upstream's
+    default for the variant and GPU.
+    """
+    overrides = overrides or load_gpu_overrides()
+    gfx, profile = resolve_gpu(gpu, overrides)
+    cfg: GpuConfig = overrides.config(gfx)
+    hw = cfg.hardware_id(profile)
+    layers: list[Layer] = [Layer(f"gpu env_defaults ({gfx})", [], cfg.env)]
+    warnings: list[str] = []
+    image: str | None = None
+    precision: str | None = None
+    context: int | None = None
+    variant_key: str | None = None
+    chosen: list[str]
+    min_vllm = required_vllm(match)
+
+    if match.recipe is not None:
+        recipe = match.recipe
+        variant_key = variant or match.variant_key or recipe.default_variant.key
+        if variant_key not in recipe.variants and recipe.variants:
+            raise UsageError(
+                f"{recipe.model_id} has no variant {variant_key!r}",
+                fix="available: " + ", ".join(recipe.variants),
+                id="unknown_variant",
+            )
+        var = recipe.variants.get(variant_key) or recipe.default_variant
+        variant_key = var.key
+        layers.append(Layer("recipe base_args/base_env", recipe.base_args, recipe.base_env))
+        layers.append(Layer(f"variant {var.key}", var.extra_args, var.extra_env))
+        exact = var.exact_override(hw)
+        if exact is not None:
+            layers.append(
+                Layer(
+                    f"variant {var.key} hardware_overrides.{hw}", exact.extra_args, exact.extra_env
+                )
+            )
+        if recipe.amd is not None:
+            layers.append(
+                Layer("recipe hardware_overrides.amd", recipe.amd.extra_args, recipe.amd.extra_env)
+            )
+        var_amd = var.amd_override()
+        if var_amd is not None:
+            layers.append(
+                Layer(
+                    f"variant {var.key} hardware_overrides.amd",
+                    var_amd.extra_args,
+                    var_amd.extra_env,
+                )
+            )
+        chosen = _select_features(
+            recipe.features, features, recipe.default_features(hw, var.key), recipe.model_id
+        )
+        for name in chosen:
+            picked = (modes or {}).get(name)
+            feature = recipe.features[name]
+            if picked is not None and picked not in feature.modes:
+                raise UsageError(
+                    f"feature {name} of {recipe.model_id} has no mode {picked!r}",
+                    fix="available: " + (", ".join(feature.modes) or "none (not a modal feature)"),
+                    id="unknown_feature_mode",
+                )
+            feat_args, feat_env = feature.resolve(var, hw, picked)
+            layers.append(Layer(f"feature {name}", feat_args, feat_env))
+        image = recipe.amd_image(var.key, hw)
+        precision = var.precision if match.kind != "base_model" else None
+        context = recipe.context_length
+        if recipe.hardware_status(hw) == "unsupported":
+            warnings.append(f"the recipe marks {hw} as unsupported for {recipe.model_id}")
+        if not var.supports_hardware(hw):
+            warnings.append(
+                f"variant {var.key} lists only {', '.join(var.supported_hardware or [])}"
+            )
+        if recipe.is_omni:
+            warnings.append("this recipe is for vLLM-Omni (generation), not `vllm serve`")
+        if hw is None and recipe.amd is not None:
+            warnings.append(
+                f"upstream AMD overrides are validated on MI300X/MI325X/MI355X, not {gfx}"
+            )
+    elif match.legacy is not None:
+        legacy = match.legacy
+        layers.append(Layer("legacy model", list(legacy.args), dict(legacy.env)))
+        feats = legacy.features
+        chosen = _select_features(feats, features, list(feats), legacy.model_id)
+        layers.extend(Layer(f"feature {name}", feats[name], {}) for name in chosen)
+        precision = legacy.precision
+        context = legacy.context_length
+    else:
+        layers.append(Layer("generic", list(GENERIC_ARGS), {}))
+        chosen = _select_features(
+            GENERIC_FEATURES, features, list(GENERIC_FEATURES), match.model_id
+        )
+        layers.extend(Layer(f"feature {name}", GENERIC_FEATURES[name], {}) for name in chosen)
+
+    ids = [match.model_id]
+    if match.recipe is not None:
+        ids.append(match.recipe.model_id)
+    removals: list[ArgRemoval] = []
+    for over in cfg.overrides_for(*ids):
+        layers.append(
+            Layer(f"gpu model_override {over.match!r} ({gfx})", list(over.args), over.env)
+        )
+        removals.extend(over.remove_args)
+
+    args = dedupe_args(tok for layer in layers for tok in layer.args)
+    for removal in removals:
+        args = remove_args(args, removal.flag, removal.value_prefix)
+    env: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for layer in layers:
+        for key, value in layer.env.items():
+            env[key] = value
+            sources[key] = layer.name
+
+    status = cfg.precision.status(precision) if precision else UNKNOWN
+    if status == UNSUPPORTED:
+        warnings.append(f"{precision} weights are not supported on {gfx}")
+    return AmdConfig(
+        gpu=gpu,
+        gfx=gfx,
+        hardware_id=hw,
+        model_id=match.model_id,
+        match=match.kind,
+        variant=variant_key,
+        precision=precision,
+        precision_status=status,
+        features=chosen,
+        args=args,
+        env=env,
+        env_sources=sources,
+        layers=layers,
+        image=image,
+        min_vllm_version=min_vllm,
+        context_length=context,
+        warnings=warnings,
+    )
+
+
+def compare_with_rendered(
+    args: Iterable[str],
+    env: dict[str, str],
+    rendered_argv: Iterable[str],
+    rendered_env: dict[str, str],
+) -> list[str]:
+    """Differences between our args/env and upstream's rendering (for a cross-check warning).
+
+    Only flags upstream sets are compared (we add parallelism and port flags of our own),
+    and ``vllm serve MODEL`` at the head of upstream's argv is skipped.
+    """
+    from instinct_serve.catalog.recipe import flag_value, is_flag
+
+    ours = list(args)
+    theirs = list(rendered_argv)
+    if theirs[:2] == ["vllm", "serve"]:
+        theirs = theirs[3:]
+    diffs: list[str] = []
+    seen: set[str] = set()
+    for tok in theirs:
+        if not is_flag(tok):
+            continue
+        name = tok.split("=", 1)[0]
+        if name in seen:
+            continue
+        seen.add(name)
+        want = flag_value(theirs, name)
+        have = flag_value(ours, name)
+        if have is None:
+            diffs.append(f"upstream sets {name}{' ' + want if want else ''}; we do not")
+        elif want != have:
+            diffs.append(f"{name}: upstream {want!r}, ours {have!r}")
+    for key, value in rendered_env.items():
+        if key not in env:
+            diffs.append(f"upstream sets {key}={value}; we do not")
+        elif env[key] != value:
+            diffs.append(f"{key}: upstream {value!r}, ours {env[key]!r}")
+    return diffs

@@ -1,0 +1,409 @@
+"""``instinct recipes``: list, show, sync and import the model recipes.
+
+``list``/``show`` read the synced cache (else the shipped snapshot) and validate our shipped
+data files with their pydantic schema (these commands are not on the start-up hot path);
+``sync`` refreshes the cache from git or the recipes JSON API plus Docker Hub; ``import``
+reads an agent-skill ``recipes_cache.json``. Warnings (stale or corrupt cache) go to stderr.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from instinct_serve.cli.common import emit, json_option, progress, warn
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from instinct_serve.catalog.store import Catalog
+
+GPU_HELP = (
+    "gfx942|gfx950|gfx90a, or a profile: mi300x, mi325x, mi300a, mi350x, mi355x, mi250x, mi210"
+)
+
+
+def _catalog(as_json: bool) -> Catalog:
+    from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
+    from instinct_serve.catalog.store import load_catalog, staleness_warning
+
+    load_gpu_overrides(validate=True)
+    load_blacklist(validate=True)
+    catalog = load_catalog()
+    for message in catalog.warnings:
+        warn(message, as_json)
+    stale = staleness_warning(catalog)
+    if stale:
+        warn(stale, as_json)
+    return catalog
+
+
+@click.group("recipes")
+def recipes() -> None:
+    """List, show and sync the model recipes (vllm-project/recipes + AMD overrides)."""
+
+
+# ------------------------------------------------------------------------------- list
+
+
+def _amd_summary(recipe: Any) -> str:
+    verified = [
+        hw for hw in ("mi300x", "mi325x", "mi355x") if recipe.hardware_status(hw) == "verified"
+    ]
+    if verified:
+        return ",".join(verified)
+    return "overrides" if recipe.amd is not None else "-"
+
+
+@recipes.command("list")
+@click.option("--task", metavar="TASK", help="Only recipes with this task (text, multimodal, ...).")
+@json_option
+def list_cmd(task: str | None, as_json: bool) -> int:
+    """List the recipes in the catalog (and our legacy models)."""
+    from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
+
+    catalog = _catalog(as_json)
+    blacklist = load_blacklist()
+    legacy = load_gpu_overrides().legacy_models
+    rows: list[dict[str, Any]] = []
+    for recipe in catalog.recipes():
+        if task and task.lower() not in [t.lower() for t in recipe.tasks]:
+            continue
+        listed = blacklist.get(recipe.model_id)
+        rows.append(
+            {
+                "model_id": recipe.model_id,
+                "title": recipe.title,
+                "provider": recipe.provider,
+                "tasks": recipe.tasks,
+                "architecture": recipe.architecture,
+                "parameter_count": recipe.parameter_count,
+                "active_parameters": recipe.active_parameters,
+                "context_length": recipe.context_length,
+                "min_vllm_version": recipe.min_vllm_version,
+                "nightly_required": recipe.nightly_required,
+                "variants": {k: v.precision for k, v in recipe.variants.items()},
+                "amd": {
+                    "hardware": {
+                        hw: recipe.hardware_status(hw)
+                        for hw in ("mi300x", "mi325x", "mi355x")
+                        if recipe.hardware_status(hw)
+                    },
+                    "has_overrides": recipe.amd is not None,
+                    "image": recipe.amd_image(),
+                },
+                "blacklisted": listed.category if listed else None,
+            }
+        )
+    legacy_rows = [
+        m.to_dict()
+        for m in legacy.values()
+        if not task or task.lower() in [t.lower() for t in m.tasks]
+    ]
+    doc = {
+        "catalog": catalog.summary(),
+        "count": len(rows),
+        "models": rows,
+        "legacy_models": legacy_rows,
+        "warnings": catalog.warnings,
+    }
+
+    def human(con: Console) -> None:
+        from rich.table import Table
+
+        table = Table(title=f"{len(rows)} recipes ({catalog.source}, {catalog.fetched_at[:10]})")
+        for col in ("model", "tasks", "params", "context", "precisions", "AMD", "note"):
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            params = row["parameter_count"] or "?"
+            if row["active_parameters"] and row["active_parameters"] != params:
+                params += f" ({row['active_parameters']} act.)"
+            note = []
+            if row["blacklisted"]:
+                note.append(f"[red]not an LLM: {row['blacklisted']}[/]")
+            if row["nightly_required"]:
+                note.append("[yellow]nightly vLLM[/]")
+            recipe = catalog.recipe(row["model_id"])
+            table.add_row(
+                row["model_id"],
+                ",".join(row["tasks"]),
+                params,
+                str(row["context_length"] or "?"),
+                ",".join(sorted({p for p in row["variants"].values() if p})),
+                _amd_summary(recipe),
+                " ".join(note),
+            )
+        con.print(table)
+        if legacy_rows:
+            extra = Table(title=f"{len(legacy_rows)} legacy models (instinct-serve's own entries)")
+            for col in ("model", "params", "context", "tool parser", "reasoning"):
+                extra.add_column(col)
+            for m in legacy_rows:
+                extra.add_row(
+                    m["model_id"],
+                    m["parameter_count"],
+                    str(m["context_length"]),
+                    m["tool_call_parser"] or "-",
+                    m["reasoning_parser"] or "-",
+                )
+            con.print(extra)
+        con.print(f"default image: {catalog.docker_image or '(none)'}")
+
+    emit(doc, as_json, human)
+    return 0
+
+
+# ------------------------------------------------------------------------------- show
+
+
+def _recipe_doc(catalog: Catalog, recipe: Any) -> dict[str, Any]:
+    amd = recipe.amd
+    return {
+        "model_id": recipe.model_id,
+        "title": recipe.title,
+        "provider": recipe.provider,
+        "description": recipe.description,
+        "tasks": recipe.tasks,
+        "architecture": recipe.architecture,
+        "parameter_count": recipe.parameter_count,
+        "active_parameters": recipe.active_parameters,
+        "context_length": recipe.context_length,
+        "min_vllm_version": recipe.min_vllm_version,
+        "nightly_required": recipe.nightly_required,
+        "base_args": recipe.base_args,
+        "base_env": recipe.base_env,
+        "features": {
+            name: {**f.to_dict(), "opt_in": name in recipe.opt_in_features}
+            for name, f in recipe.features.items()
+        },
+        "opt_in_features": recipe.opt_in_features,
+        "variants": {k: v.to_dict() for k, v in recipe.variants.items()},
+        "hardware_overrides_amd": amd.to_dict() if amd else None,
+        "amd_hardware": {
+            hw: recipe.hardware_status(hw)
+            for hw in ("mi300x", "mi325x", "mi355x")
+            if recipe.hardware_status(hw)
+        },
+        "amd_image": recipe.amd_image(),
+        "compatible_strategies": recipe.compatible_strategies,
+        "source_path": recipe.source_path,
+        "url": catalog.site_url(recipe.model_id),
+        "recipe_json": recipe.to_dict(),
+    }
+
+
+@recipes.command("show")
+@click.argument("model")
+@click.option("--gpu", metavar="GPU", help=f"Also show the merged AMD view for {GPU_HELP}.")
+@click.option(
+    "--variant", metavar="KEY", help="Recipe variant for the AMD view (default: the match's)."
+)
+@json_option
+def show_cmd(model: str, gpu: str | None, variant: str | None, as_json: bool) -> int:
+    """Show how MODEL resolves: the recipe, the match kind and (with --gpu) the AMD view."""
+    from instinct_serve.catalog.config import amd_config, compare_with_rendered
+    from instinct_serve.catalog.matching import GENERIC_ARGS, GENERIC_FEATURES, lookup
+
+    catalog = _catalog(as_json)
+    match = lookup(model, catalog)
+    amd = amd_config(match, gpu, variant=variant) if gpu else None
+    rendered = cross = None
+    if amd is not None and amd.hardware_id and match.recipe is not None:
+        found = catalog.rendered(match.recipe.model_id, amd.hardware_id)
+        if found is not None:
+            rendered = found.to_dict()
+            cross = compare_with_rendered(amd.args, amd.env, found.argv, found.env)
+    doc: dict[str, Any] = {
+        "requested": model,
+        "match": match.to_dict(),
+        "catalog": catalog.summary(),
+        "recipe": _recipe_doc(catalog, match.recipe) if match.recipe else None,
+        "legacy": match.legacy.to_dict() if match.legacy else None,
+        "generic": {"args": list(GENERIC_ARGS), "features": GENERIC_FEATURES}
+        if match.kind == "generic"
+        else None,
+        "amd": amd.to_dict() if amd else None,
+        "upstream_rendered": rendered,
+        "cross_check": cross,
+        "default_image": catalog.docker_image,
+        "warnings": catalog.warnings,
+    }
+
+    def human(con: Console) -> None:
+        _show_human(con, doc)
+
+    emit(doc, as_json, human)
+    return 0
+
+
+def _kv(con: Console, key: str, value: Any) -> None:
+    if value in (None, "", [], {}):
+        return
+    con.print(f"[bold]{key}:[/] {value}")
+
+
+def _show_human(con: Console, doc: dict[str, Any]) -> None:
+    import shlex
+
+    from rich.table import Table
+
+    match = doc["match"]
+    con.print(
+        f"[bold cyan]{doc['requested']}[/] → [bold]{match['match']}[/]: {match['explanation']}"
+    )
+    if match["blacklisted"]:
+        bl = match["blacklisted"]
+        con.print(f"[red]refused ({bl['category']}): {bl['reason']}[/]")
+        con.print(f"[red]serve instead: {bl['alternative']}[/]")
+    for note in match["notes"]:
+        con.print(f"[dim]note: {note}[/]")
+    if match["suggestions"]:
+        con.print("did you mean: " + ", ".join(match["suggestions"]))
+    recipe = doc["recipe"]
+    if recipe:
+        con.print()
+        _kv(con, "title", f"{recipe['title']} ({recipe['provider']})")
+        _kv(con, "description", recipe["description"])
+        _kv(con, "tasks", ", ".join(recipe["tasks"]))
+        params = recipe["parameter_count"]
+        if recipe["active_parameters"] and recipe["active_parameters"] != params:
+            params = f"{params} ({recipe['active_parameters']} active)"
+        _kv(con, "model", f"{recipe['architecture']}, {params}, context {recipe['context_length']}")
+        need = recipe["min_vllm_version"]
+        _kv(
+            con,
+            "vLLM",
+            f">= {need}" + (" (nightly required)" if recipe["nightly_required"] else ""),
+        )
+        _kv(con, "base args", shlex.join(recipe["base_args"]))
+        _kv(con, "base env", " ".join(f"{k}={v}" for k, v in recipe["base_env"].items()))
+        _kv(con, "AMD hardware", ", ".join(f"{k}: {v}" for k, v in recipe["amd_hardware"].items()))
+        _kv(con, "AMD image (pinned)", recipe["amd_image"])
+        amd = recipe["hardware_overrides_amd"]
+        if amd:
+            _kv(con, "AMD extra args", shlex.join(amd["extra_args"]))
+            _kv(con, "AMD extra env", " ".join(f"{k}={v}" for k, v in amd["extra_env"].items()))
+        _kv(con, "recipe", recipe["url"] or recipe["source_path"])
+        feats = Table(title="features", title_justify="left")
+        for col in ("feature", "args", "default"):
+            feats.add_column(col, overflow="fold")
+        for name, feat in recipe["features"].items():
+            args = shlex.join(feat["args"]) if feat["args"] else ", ".join(feat.get("modes", {}))
+            feats.add_row(name, args, "opt-in" if feat["opt_in"] else "on")
+        if recipe["features"]:
+            con.print(feats)
+        variants = Table(title="variants", title_justify="left")
+        for col in ("variant", "precision", "checkpoint", "min VRAM GB"):
+            variants.add_column(col, overflow="fold")
+        for key, var in recipe["variants"].items():
+            vram = var["vram_minimum_gb"]
+            variants.add_row(
+                key, var["precision"] or "?", var["model_id"], f"{vram:g}" if vram else "?"
+            )
+        con.print(variants)
+    legacy = doc["legacy"]
+    if legacy:
+        shape = f"{legacy['architecture']}, {legacy['parameter_count']}"
+        _kv(con, "model", f"{shape}, context {legacy['context_length']}")
+        _kv(con, "tool parser", legacy["tool_call_parser"])
+        _kv(con, "reasoning parser", legacy["reasoning_parser"])
+        _kv(con, "args", shlex.join(legacy["args"]))
+        _kv(con, "why", legacy["reason"])
+    if doc["generic"]:
+        _kv(
+            con,
+            "args",
+            shlex.join(doc["generic"]["args"] + doc["generic"]["features"]["tool_calling"]),
+        )
+    amd = doc["amd"]
+    if amd:
+        con.print()
+        hw_id = amd["hardware_id"] or "none"
+        con.print(f"[bold]AMD view for {amd['gpu']}[/] ({amd['gfx']}, recipes hardware id {hw_id})")
+        _kv(con, "variant", amd["variant"])
+        if amd["precision"]:
+            _kv(con, "precision", f"{amd['precision']} ({amd['precision_status']} on {amd['gfx']})")
+        _kv(con, "features", ", ".join(amd["features"]))
+        _kv(con, "vllm args", shlex.join(amd["args"]))
+        env = Table(title="environment (highest precedence wins)", title_justify="left")
+        env.add_column("variable")
+        env.add_column("value")
+        env.add_column("from", overflow="fold")
+        for key, value in amd["env"].items():
+            env.add_row(key, value, amd["env_sources"][key])
+        con.print(env)
+        _kv(con, "image", amd["image"] or f"{doc['default_image']} (catalog default)")
+        for warning in amd["warnings"]:
+            con.print(f"[yellow]warning:[/] {warning}")
+    if doc["cross_check"] is not None:
+        if doc["cross_check"]:
+            con.print("[yellow]differences from upstream's rendered command:[/]")
+            for line in doc["cross_check"]:
+                con.print(f"  - {line}")
+        else:
+            con.print("[green]matches upstream's rendered command[/]")
+
+
+# ------------------------------------------------------------------------- sync/import
+
+
+def _report_human(con: Console, report: dict[str, Any]) -> None:
+    timings = report["timings_s"]
+    parts = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in timings.items() if k != "total_s")
+    commit = f" @ {report['source_commit'][:12]}" if report.get("source_commit") else ""
+    verb = "imported" if report["source"] == "import" else "synced"
+    con.print(
+        f"[green]{verb}[/] {report['model_count']} recipes from {report['source_url']}{commit} "
+        f"in {timings['total_s']:.1f} s" + (f" ({parts})" if parts else "")
+    )
+    con.print(f"default image: {report['docker_image'] or '(none)'}")
+    hub = report.get("hub") or {}
+    if hub.get("note"):
+        con.print(f"[yellow]warning:[/] {hub['note']}")
+    for item in report["skipped"]:
+        con.print(f"[yellow]skipped[/] {item['path']}: {item['reason']}")
+    con.print(f"cache: {report['cache_path']}")
+
+
+@recipes.command("sync")
+@click.option("--source", type=click.Choice(["git", "api"]), default="git", show_default=True)
+@click.option("--repo-url", metavar="URL", default=None, help="Recipes git repository.")
+@click.option("--api-url", metavar="URL", default=None, help="Recipes JSON API base URL.")
+@click.option("--hub-url", metavar="URL", default=None, help="Docker Hub base URL.")
+@json_option
+def sync_cmd(
+    source: str, repo_url: str | None, api_url: str | None, hub_url: str | None, as_json: bool
+) -> int:
+    """Refresh the recipes cache (recipes + newest vllm/vllm-openai-rocm release)."""
+    from instinct_serve.catalog.api import DEFAULT_API_URL
+    from instinct_serve.catalog.gitsource import DEFAULT_REPO_URL
+    from instinct_serve.catalog.hub import DEFAULT_HUB_URL
+    from instinct_serve.catalog.sync import sync
+
+    with progress(f"syncing recipes ({source})", enabled=not as_json):
+        report = sync(
+            source=source,
+            repo_url=repo_url or DEFAULT_REPO_URL,
+            api_url=api_url or DEFAULT_API_URL,
+            hub_url=hub_url or DEFAULT_HUB_URL,
+        )
+    doc = report.to_dict()
+    for item in report.skipped:
+        if as_json:
+            warn(f"skipped {item['path']}: {item['reason']}", as_json)
+    emit(doc, as_json, lambda con: _report_human(con, doc))
+    return 0
+
+
+@recipes.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@json_option
+def import_cmd(file: str, as_json: bool) -> int:
+    """Import a recipes_cache.json (from the agent skill, or another machine) as the cache."""
+    from instinct_serve.catalog.sync import import_cache
+
+    report = import_cache(file)
+    doc = report.to_dict()
+    emit(doc, as_json, lambda con: _report_human(con, doc))
+    return 0
