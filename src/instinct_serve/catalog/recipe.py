@@ -474,7 +474,7 @@ def is_flag(token: str) -> bool:
     return False
 
 
-def _units(args: Iterable[str]) -> list[tuple[str | None, list[str]]]:
+def arg_units(args: Iterable[str]) -> list[tuple[str | None, list[str]]]:
     """Group argv into (flag name, tokens): ``--x v`` and ``--x=v`` share the name ``--x``."""
     tokens = list(args)
     units: list[tuple[str | None, list[str]]] = []
@@ -499,7 +499,7 @@ def dedupe_args(args: Iterable[str]) -> list[str]:
 
     Unlike upstream, ``--block-size 16`` and a later ``--block-size=64`` are the same flag.
     """
-    units = _units(args)
+    units = arg_units(args)
     seen: set[str] = set()
     keep: list[list[str]] = []
     for name, toks in reversed(units):
@@ -514,7 +514,7 @@ def dedupe_args(args: Iterable[str]) -> list[str]:
 def remove_args(args: Iterable[str], flag: str, value_prefix: str | None = None) -> list[str]:
     """Drop ``flag`` (with its value) wherever it appears, optionally only for some values."""
     out: list[str] = []
-    for name, toks in _units(args):
+    for name, toks in arg_units(args):
         if name == flag:
             value = toks[1] if len(toks) > 1 else toks[0].partition("=")[2]
             if value_prefix is None or value.startswith(value_prefix):
@@ -526,7 +526,7 @@ def remove_args(args: Iterable[str], flag: str, value_prefix: str | None = None)
 def flag_value(args: Iterable[str], flag: str) -> str | None:
     """The last value given to ``flag`` (``--x v`` or ``--x=v``), or None."""
     found: str | None = None
-    for name, toks in _units(args):
+    for name, toks in arg_units(args):
         if name == flag:
             found = toks[1] if len(toks) > 1 else toks[0].partition("=")[2] or ""
     return found

@@ -1,0 +1,387 @@
+"""``instinct fit MODEL``: will it fit, with how much context, on how many GPUs?
+
+Hardware: ``--gpu mi300x`` (a profile), or ``--vram-gb``/``--vram-gib`` and
+``--gpu-count``, else what ``detect`` finds on ``--host``. The launch follows the catalog
+(recipe context length, AMD flags such as ``--gpu-memory-utilization``, the image's vLLM
+version) unless a flag here says otherwise. The full report is printed even when the
+model does not fit; the exit status is then 1.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from instinct_serve.cli.common import emit, get_host, host_option, json_option, progress, warn
+from instinct_serve.errors import ExitCode, NotReadyError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from instinct_serve.fit.catalog_link import LaunchContext
+    from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport, HardwareSpec
+
+MAX_ALTERNATIVES = 8
+
+
+def _hardware(
+    gpu: str | None,
+    vram_gb: float | None,
+    vram_gib: float | None,
+    gpu_count: int | None,
+    host_spec: str | None,
+    sysfs_root: str = "/",
+) -> HardwareSpec:
+    from instinct_serve.fit.estimate import HardwareSpec
+
+    if vram_gb is not None and vram_gib is not None:
+        raise UsageError("give --vram-gb or --vram-gib, not both", id="bad_vram")
+    manual = int(vram_gb * 10**9) if vram_gb is not None else None
+    if vram_gib is not None:
+        manual = int(vram_gib * 2**30)
+    if gpu is not None:
+        from instinct_serve.hardware.profiles import get_profile
+
+        profile = get_profile(gpu)
+        hw = HardwareSpec.from_inventory(profile.inventory(gpu_count), source="profile")
+        if manual is not None:
+            hw = HardwareSpec(manual, hw.gpu_count, hw.gfx_version, hw.name, "profile+manual")
+        return hw
+    if manual is not None and gpu_count is not None:
+        return HardwareSpec(manual, gpu_count, None, "GPU", "manual")
+    from instinct_serve.hardware.detect import detect
+
+    host = get_host(host_spec)
+    inventory = detect(host, sysfs_root=sysfs_root)
+    if inventory.gpus:
+        hw = HardwareSpec.from_inventory(inventory, source=f"detect ({inventory.source})")
+        if inventory.mixed:
+            warn("GPUs differ; fitting against the smallest")
+        return HardwareSpec(
+            manual or hw.vram_bytes,
+            gpu_count or hw.gpu_count,
+            hw.gfx_version,
+            hw.name,
+            hw.source + ("+manual" if manual or gpu_count else ""),
+        )
+    if manual is not None:
+        return HardwareSpec(manual, 1, None, "GPU", "manual")
+    raise NotReadyError(
+        f"no AMD GPU found on {host.name} to fit against",
+        fix="pass --gpu mi300x (or mi325x, mi355x, mi250x, ...) or --vram-gb with --gpu-count",
+        id="no_gpu_to_fit",
+    )
+
+
+def _alternatives(
+    model_id: str,
+    ctx: LaunchContext,
+    hw: HardwareSpec,
+    opts: FitOptions,
+    meta_notes: tuple[str, ...],
+) -> tuple[list[Alternative], list[str]]:
+    from instinct_serve.errors import InstinctError
+    from instinct_serve.fit.catalog_link import precision_from_name
+    from instinct_serve.fit.estimate import Candidate, alternatives, precision_supported
+    from instinct_serve.fit.sources import load_model_meta, quantized_siblings
+
+    wanted: list[tuple[str, str | None, str]] = [
+        (mid, prec, "recipe_variant") for mid, prec, _key in ctx.variants if mid != model_id
+    ]
+    hub_down = any(n.startswith("Hub unreachable") for n in meta_notes)
+    for mid in [] if hub_down else quantized_siblings(model_id):
+        origin = "amd" if mid.lower().startswith("amd/") else "provider"
+        wanted.append((mid, precision_from_name(mid), origin))
+    seen: set[str] = set()
+    candidates: list[Candidate] = []
+    skipped: list[str] = []
+    for mid, prec, origin in wanted:
+        if mid in seen or len(candidates) >= MAX_ALTERNATIVES:
+            continue
+        seen.add(mid)
+        precision = prec or precision_from_name(mid) or "bf16"
+        if not precision_supported(precision, ctx.unsupported_precisions):
+            skipped.append(f"{mid}: {precision} is not supported on this GPU")
+            continue
+        try:
+            meta = load_model_meta(mid)
+        except InstinctError as exc:
+            skipped.append(f"{mid}: {exc.message}")
+            continue
+        candidates.append(Candidate(mid, precision, origin, meta, ctx.context_length))
+    ranked = alternatives(
+        candidates,
+        hw,
+        opts,
+        native_precisions=ctx.native_precisions,
+        unsupported_precisions=ctx.unsupported_precisions,
+    )
+    return ranked, skipped
+
+
+@click.command("fit")
+@click.argument("model")
+@click.option("--gpu", metavar="PROFILE", help="Fit on a GPU profile: mi300x, mi325x, mi355x, ...")
+@click.option("--vram-gb", type=float, help="VRAM per GPU in GB (10^9 bytes).")
+@click.option("--vram-gib", type=float, help="VRAM per GPU in GiB (2^30; MI300X: 192).")
+@click.option("--gpu-count", type=click.IntRange(min=1), help="Number of GPUs.")
+@click.option(
+    "--tp", type=click.IntRange(min=1), help="Tensor-parallel size (default: smallest that fits)."
+)
+@click.option("--max-model-len", type=click.IntRange(min=1), help="Context to reserve per request.")
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]),
+    help="KV cache dtype (fp8 halves bf16 KV).",
+)
+@click.option(
+    "--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), help="vLLM's fraction."
+)
+@click.option(
+    "--vllm-version", metavar="X.Y.Z", help="vLLM release to reproduce (default: the image's)."
+)
+@click.option("--max-num-seqs", type=click.IntRange(min=1), help="Sampler rows profiled.")
+@click.option(
+    "--max-num-batched-tokens", type=click.IntRange(min=1), help="Tokens of the profile pass."
+)
+@click.option("--block-size", type=click.IntRange(min=1), help="KV block size in tokens.")
+@click.option("--enforce-eager", is_flag=True, help="No graphs: no graph memory.")
+@click.option("--language-model-only", is_flag=True, help="Skip the vision/audio tower.")
+@click.option(
+    "--speculative-mtp", type=click.IntRange(min=0), default=0, help="MTP draft tokens (loads MTP)."
+)
+@click.option("--enable-prefix-caching", is_flag=True, help="Hybrid models: 2 state blocks/seq.")
+@click.option("--revision", help="Hub revision (branch, tag or commit).")
+@click.option("--no-alternatives", is_flag=True, help="Do not look for smaller checkpoints.")
+@click.option(
+    "--sysfs-root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="Detection reads /sys and /opt/rocm under this directory (tests, chroots).",
+)
+@json_option
+@host_option
+def fit(
+    model: str,
+    gpu: str | None,
+    vram_gb: float | None,
+    vram_gib: float | None,
+    gpu_count: int | None,
+    tp: int | None,
+    max_model_len: int | None,
+    kv_cache_dtype: str | None,
+    gpu_memory_utilization: float | None,
+    vllm_version: str | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    block_size: int | None,
+    enforce_eager: bool,
+    language_model_only: bool,
+    speculative_mtp: int,
+    enable_prefix_caching: bool,
+    revision: str | None,
+    no_alternatives: bool,
+    sysfs_root: str,
+    as_json: bool,
+    host_spec: str | None,
+) -> int:
+    """Will MODEL fit? Weights, KV cache per token, context and GPUs needed.
+
+    MODEL is a Hugging Face id (org/name) or a local model directory. Weights come from
+    safetensors metadata (local headers, the HF cache, the Hub, or metadata shipped for
+    common models), never from downloading them; the KV cache follows vLLM's own specs
+    per attention kind. Exit status 1 when it does not fit.
+    """
+    from pathlib import Path
+
+    from instinct_serve.fit.catalog_link import close_matches, fit_options, launch_context
+    from instinct_serve.fit.estimate import estimate
+    from instinct_serve.fit.sources import load_model_meta
+
+    if tp is not None and tp & (tp - 1):
+        raise UsageError("--tp must be a power of two", id="bad_tp")
+    hw = _hardware(gpu, vram_gb, vram_gib, gpu_count, host_spec, sysfs_root)
+    is_dir = Path(model).expanduser().is_dir()
+    gfx_or_profile = gpu or hw.gfx_version
+    ctx = launch_context(model, gfx_or_profile) if not is_dir else None
+    from instinct_serve.fit.catalog_link import LaunchContext
+
+    ctx = ctx or LaunchContext()
+    opts, option_notes = fit_options(
+        ctx,
+        tp=tp,
+        max_model_len=max_model_len,
+        kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        vllm_version=vllm_version,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        block_size=block_size,
+        enforce_eager=enforce_eager,
+        language_model_only=language_model_only,
+        speculative_mtp=speculative_mtp,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    with progress(f"Reading metadata of {model}", enabled=not as_json):
+        meta = load_model_meta(model, revision=revision, suggest=close_matches)
+    report = estimate(meta, hw, opts)
+    report.notes = option_notes + ctx.notes + report.notes
+    alts: list[Alternative] = []
+    skipped: list[str] = []
+    if not report.fits and report.verdict != "needs_tp" and not no_alternatives and not is_dir:
+        with progress("Looking for checkpoints that fit", enabled=not as_json):
+            alts, skipped = _alternatives(model, ctx, hw, opts, meta.notes)
+    doc = report.to_dict()
+    doc["catalog"] = ctx.to_dict()
+    doc["alternatives"] = [a.to_dict() for a in alts]
+    doc["alternatives_skipped"] = skipped
+    emit(doc, as_json, lambda con: render(con, report, alts))
+    failed = report.verdict in ("does_not_fit", "too_tight") or (
+        report.verdict == "needs_tp" and (tp is not None or report.min_tp_required is None)
+    )
+    return int(ExitCode.FAILED if failed else ExitCode.OK)
+
+
+# -- human view --------------------------------------------------------------------------
+
+_VERDICT_STYLE = {
+    "safe": "bold green",
+    "tight": "bold yellow",
+    "too_tight": "bold red",
+    "needs_tp": "bold cyan",
+    "does_not_fit": "bold red",
+}
+
+
+_SOURCE_TEXT = {
+    "local_dir": "local directory",
+    "hf_cache": "Hugging Face cache",
+    "hub": "the Hub",
+    "hub_cache": "cached Hub answer",
+    "shipped": "shipped with instinct-serve",
+    "config": "config.json",
+}
+_WEIGHTS_TEXT = {
+    "safetensors_headers": "safetensors headers",
+    "hub_safetensors": "the Hub's safetensors counts",
+    "index_total_size": "the index total_size",
+    "config_shapes": "config tensor shapes",
+    "shipped": "shipped per-dtype counts",
+}
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def budget_bar(report: FitReport, width: int = 56) -> list[tuple[str, str, int, int]]:
+    """Segments (label, style, bytes, cells) of one GPU: weights | overhead | KV | outside.
+
+    Scaled to the GPU's memory, or to the demand when weights and overhead exceed it.
+    """
+    g = report.per_gpu()
+    parts = [
+        ("weights", "magenta", g["weights_bytes"]),
+        ("overhead", "yellow", g["overhead_bytes"]),
+        ("KV cache", "green", g["kv_cache_bytes"]),
+        ("outside budget", "bright_black", g["outside_budget_bytes"]),
+    ]
+    total = max(1, g["vram_bytes"], sum(n for _, _, n in parts))
+    return [
+        (label, style, n, max(1, round(width * n / total)) if n > 0 else 0)
+        for label, style, n in parts
+    ]
+
+
+def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    d = report.to_dict()
+    meta = report.meta
+    where = _SOURCE_TEXT.get(meta.source, meta.source)
+    weights_from = _WEIGHTS_TEXT.get(meta.weights_source, meta.weights_source)
+    con.print(
+        f"[bold]{escape(report.model_id)}[/]  "
+        f"[dim]metadata: {where}; weights from {weights_from}[/]"
+    )
+    con.print(
+        f"{report.hardware.gpu_count} x {escape(report.hardware.name)} "
+        f"({_gib(report.hardware.vram_bytes)} = {report.hardware.vram_bytes / 1e9:.1f} GB each), "
+        f"vLLM {report.vllm.version}, TP {report.tp}"
+    )
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="dim")
+    table.add_column()
+    w = report.weights
+    table.add_row("attention", escape(report.layers.attention_kind))
+    table.add_row(
+        "weights",
+        f"{w.loaded_bytes / 1e9:.2f} GB loaded ({_gib(w.loaded_bytes)}), "
+        f"{_gib(w.per_rank_bytes)} per GPU",
+    )
+    table.add_row(
+        "KV cache / token",
+        f"{report.kv_cache_bytes_per_token:,} B whole model at bf16 "
+        f"({d['kv_cache_bytes_per_token_per_gpu']:,} B per GPU as configured)",
+    )
+    o = report.overhead
+    table.add_row(
+        "overhead / GPU",
+        f"{_gib(o.total_bytes)}: activations {_gib(o.activation_bytes)} ({o.method}), "
+        f"non-torch {_gib(o.non_torch_bytes)}, graphs {_gib(o.graph_bytes)}",
+    )
+    table.add_row(
+        "budget / GPU",
+        f"{report.gpu_memory_utilization:g} x VRAM = {_gib(report.budget_bytes)}; "
+        f"left for KV: {report.remaining_bytes / 1e9:.2f} GB ({_gib(report.remaining_bytes)})",
+    )
+    context = f"{report.recommended_max_model_len:,} tokens"
+    if report.context_limited:
+        context += f" (native {report.native_max_model_len:,}: limited by KV room)"
+    table.add_row("max context", context)
+    table.add_row("max context, fp8 KV", f"{report.max_seq_len_fp8_kv:,} tokens")
+    table.add_row(
+        "KV cache size",
+        f"{report.kv_tokens:,} tokens, {report.max_concurrency:.2f}x concurrency "
+        f"(as vLLM {report.vllm.version} logs it)",
+    )
+    mt = report.min_tp_required
+    table.add_row("min TP", str(mt) if mt else f"none on {report.hardware.gpu_count} GPU(s)")
+    con.print(table)
+    segments = budget_bar(report)
+    bar = Text("per GPU ")
+    for _label, style, _n, cells in segments:
+        bar.append("█" * cells, style=style)
+    if report.remaining_bytes < 0:
+        bar.append(f"  {-report.remaining_bytes / 2**30:.1f} GiB over budget", style="bold red")
+    con.print(bar)
+    legend = Text("        ")
+    for label, style, n_bytes, _cells in segments:
+        legend.append("■ ", style=style)
+        legend.append(f"{label} {_gib(n_bytes)}  ")
+    con.print(legend)
+    style = _VERDICT_STYLE.get(report.verdict, "bold")
+    con.print(
+        Text.assemble(("verdict: ", "bold"), (report.verdict, style), f"  {report.verdict_reason}")
+    )
+    for note in report.notes:
+        con.print(f"[dim]- {escape(note)}[/]")
+    if alts:
+        alt_table = Table(title="Checkpoints that may fit instead", title_justify="left")
+        for col in ("model", "precision", "verdict", "TP", "weights GB", "max context"):
+            alt_table.add_column(col)
+        for a in alts:
+            r = a.report
+            alt_table.add_row(
+                escape(a.candidate.model_id),
+                a.candidate.precision + ("" if a.native_precision else " (emulated)"),
+                r.verdict,
+                str(r.tp),
+                f"{r.weights.loaded_bytes / 1e9:.1f}",
+                f"{r.recommended_max_model_len:,}",
+            )
+        con.print(alt_table)

@@ -1,0 +1,56 @@
+"""Will a model fit? Weights, KV cache per attention kind, context and GPUs, as vLLM sizes them.
+
+API for the planner (``estimate`` and ``alternatives`` are pure; the rest are adapters)::
+
+    load_model_meta(model, *, revision=None, timeout=10.0, suggest=None) -> ModelMeta
+        A hub id or local directory: local dir, HF cache (+ cached Hub answers), the Hub
+        (HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN read at call time), shipped metadata.
+        Errors: model_not_found (with close matches from ``suggest``), gated_model (names
+        the license page), model_metadata_unavailable, no_config, hub_refused.
+    launch_context(model_id, gpu) -> LaunchContext
+        Recipe context_length, variants, AMD launch args, the image's vLLM version and the
+        gfx's native/unsupported precisions from the catalog (best effort, never raises).
+    fit_options(ctx, **explicit) -> (FitOptions, notes)
+        Options from explicit values, then ``ctx.launch_args`` (a plan's argv works: TP,
+        --max-model-len, --kv-cache-dtype, --speculative-config MTP, ...), then defaults.
+    HardwareSpec.from_inventory(inventory) / HardwareSpec(vram_bytes, gpu_count, ...)
+    estimate(meta, hw, opts) -> FitReport
+        ``.verdict``, ``.tp``, ``.recommended_max_model_len``, ``.min_tp_required``,
+        ``.fits``, ``.to_dict()`` (the DESIGN.md keys).
+    alternatives(candidates, hw, opts, native_precisions, unsupported_precisions)
+        -> list[Alternative], each verified with ``estimate`` and ranked.
+"""
+
+from __future__ import annotations
+
+from instinct_serve.fit.catalog_link import LaunchContext, fit_options, launch_context
+from instinct_serve.fit.estimate import (
+    Alternative,
+    Candidate,
+    FitOptions,
+    FitReport,
+    HardwareSpec,
+    alternatives,
+    estimate,
+)
+from instinct_serve.fit.meta import ModelMeta
+from instinct_serve.fit.sources import load_model_meta, load_shipped, shipped_model_ids
+from instinct_serve.fit.vllm import DEFAULT_VLLM_VERSION
+
+__all__ = [
+    "DEFAULT_VLLM_VERSION",
+    "Alternative",
+    "Candidate",
+    "FitOptions",
+    "FitReport",
+    "HardwareSpec",
+    "LaunchContext",
+    "ModelMeta",
+    "alternatives",
+    "estimate",
+    "fit_options",
+    "launch_context",
+    "load_model_meta",
+    "load_shipped",
+    "shipped_model_ids",
+]

@@ -1,0 +1,221 @@
+"""What ``fit`` takes from the catalog: native context, launch flags, variants, precisions.
+
+The estimator never imports the catalog; this adapter reads it once for the CLI (and the
+planner can build the same ``LaunchContext`` from its own plan). Everything is best
+effort: a model outside the catalog, or a catalog that cannot load, gives an empty context
+with a note, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from instinct_serve.fit.estimate import FitOptions
+
+_QUANT_NAME = (
+    (re.compile(r"nvfp4", re.I), "nvfp4"),
+    (re.compile(r"mxfp4", re.I), "mxfp4"),
+    (re.compile(r"mxfp8", re.I), "mxfp8"),
+    (re.compile(r"fp8", re.I), "fp8"),
+    (re.compile(r"awq|gptq|int4|w4a16", re.I), "int4"),
+    (re.compile(r"w8a8|int8", re.I), "int8"),
+)
+
+
+def precision_from_name(model_id: str) -> str | None:
+    """``Qwen3-8B-FP8`` -> ``fp8``; None when the name says nothing."""
+    name = model_id.rsplit("/", 1)[-1]
+    for pattern, precision in _QUANT_NAME:
+        if pattern.search(name):
+            return precision
+    return None
+
+
+@dataclass
+class LaunchContext:
+    """Catalog facts for one model on one GPU kind."""
+
+    recipe_model_id: str | None = None
+    match_kind: str | None = None
+    context_length: int | None = None
+    precision: str | None = None
+    variants: list[tuple[str, str | None, str]] = field(
+        default_factory=list
+    )  # (id, precision, key)
+    native_precisions: list[str] | None = None
+    unsupported_precisions: list[str] = field(default_factory=lambda: ["nvfp4"])
+    launch_args: list[str] = field(default_factory=list)
+    vllm_version: str | None = None
+    image: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def flag(self, name: str) -> str | None:
+        """The last value of ``--name`` in the launch args (``--x v`` or ``--x=v``)."""
+        value: str | None = None
+        args = self.launch_args
+        for i, arg in enumerate(args):
+            if arg == name and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+        return value
+
+    def has_flag(self, name: str) -> bool:
+        return any(a == name or a.startswith(name + "=") for a in self.launch_args)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe_model_id,
+            "match": self.match_kind,
+            "context_length": self.context_length,
+            "precision": self.precision,
+            "image": self.image,
+            "vllm_version": self.vllm_version,
+            "launch_args": self.launch_args,
+            "notes": self.notes,
+        }
+
+
+def close_matches(model_id: str) -> list[str]:
+    """Catalog ids near ``model_id`` for "not found" errors (empty when unavailable)."""
+    try:
+        from instinct_serve.catalog import close_matches as catalog_close
+
+        return list(catalog_close(model_id, 5))
+    except Exception:
+        return []
+
+
+def launch_context(model_id: str, gpu: str | None) -> LaunchContext:
+    """Recipe context length, variants, AMD launch flags and image for ``model_id``."""
+    ctx = LaunchContext()
+    try:
+        from instinct_serve.catalog import (
+            amd_config,
+            load_catalog,
+            load_gpu_overrides,
+            lookup,
+        )
+        from instinct_serve.catalog.matching import image_version
+    except Exception as exc:  # the catalog is optional for fit
+        ctx.notes.append(f"catalog unavailable ({type(exc).__name__})")
+        return ctx
+    try:
+        catalog = load_catalog()
+        match = lookup(model_id, catalog)
+    except Exception as exc:
+        ctx.notes.append(f"catalog lookup failed: {exc}")
+        return ctx
+    ctx.match_kind = match.kind
+    ctx.image = catalog.docker_image
+    if match.recipe is not None:
+        recipe = match.recipe
+        ctx.recipe_model_id = recipe.model_id
+        ctx.context_length = recipe.context_length
+        variant = match.variant
+        ctx.precision = variant.precision if variant else None
+        for v in recipe.variants.values():
+            ctx.variants.append((v.model_id, v.precision, v.key))
+    if match.blacklist is not None:
+        ctx.notes.append(f"blacklisted in the catalog: {match.blacklist.reason}")
+    if gpu:
+        try:
+            cfg = amd_config(match, gpu)
+            ctx.launch_args = list(cfg.args)
+            ctx.image = cfg.image or ctx.image
+            if cfg.context_length and not ctx.context_length:
+                ctx.context_length = cfg.context_length
+            gfx = cfg.gfx
+            prec = load_gpu_overrides().config(gfx).precision
+            ctx.native_precisions = sorted(prec.native)
+            ctx.unsupported_precisions = sorted(prec.unsupported)
+        except Exception as exc:
+            ctx.notes.append(f"no AMD launch flags for {gpu}: {exc}")
+    release = image_version(ctx.image)
+    if release:
+        ctx.vllm_version = ".".join(str(p) for p in release)
+    return ctx
+
+
+def _cast(value: str | None, kind: type) -> Any:
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        return None
+
+
+def fit_options(
+    ctx: LaunchContext,
+    *,
+    tp: int | None = None,
+    max_model_len: int | None = None,
+    kv_cache_dtype: str | None = None,
+    gpu_memory_utilization: float | None = None,
+    vllm_version: str | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    block_size: int | None = None,
+    enforce_eager: bool = False,
+    language_model_only: bool = False,
+    speculative_mtp: int = 0,
+    enable_prefix_caching: bool = False,
+) -> tuple[FitOptions, list[str]]:
+    """``FitOptions`` for a launch: explicit values win, then the flags in
+    ``ctx.launch_args`` (the catalog's AMD args, or a plan's whole ``vllm serve`` argv),
+    then vLLM's defaults for the version. Returns the options and a note per flag taken
+    from the launch args."""
+    from instinct_serve.fit.estimate import FitOptions
+
+    notes: list[str] = []
+
+    def taken(flag: str, kind: type) -> Any:
+        value = _cast(ctx.flag(flag), kind)
+        if value is not None:
+            notes.append(f"{flag} {ctx.flag(flag)} from the launch flags")
+        return value
+
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = taken("--gpu-memory-utilization", float)
+    block_size = block_size or taken("--block-size", int)
+    kv_cache_dtype = kv_cache_dtype or taken("--kv-cache-dtype", str) or "auto"
+    max_num_seqs = max_num_seqs or taken("--max-num-seqs", int)
+    max_num_batched_tokens = max_num_batched_tokens or taken("--max-num-batched-tokens", int)
+    max_model_len = max_model_len or taken("--max-model-len", int)
+    tp = tp or taken("--tensor-parallel-size", int) or taken("-tp", int)
+    language_model_only = language_model_only or ctx.has_flag("--language-model-only")
+    enforce_eager = enforce_eager or ctx.has_flag("--enforce-eager")
+    enable_prefix_caching = enable_prefix_caching or ctx.has_flag("--enable-prefix-caching")
+    spec = ctx.flag("--speculative-config")
+    if not speculative_mtp and spec:
+        try:
+            doc = json.loads(spec)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and "mtp" in str(doc.get("method", "")).lower():
+            speculative_mtp = int(doc.get("num_speculative_tokens") or 1)
+            notes.append(
+                f"MTP speculative decoding ({speculative_mtp} tokens) from the launch flags"
+            )
+    options = FitOptions(
+        tp=tp,
+        max_model_len=max_model_len,
+        native_max_model_len=ctx.context_length,
+        native_source="recipe context_length" if ctx.context_length else None,
+        kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        vllm_version=vllm_version or ctx.vllm_version,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        block_size=block_size,
+        enforce_eager=enforce_eager,
+        language_model_only=language_model_only,
+        speculative_mtp=speculative_mtp,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    return options, notes

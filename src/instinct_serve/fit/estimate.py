@@ -1,0 +1,701 @@
+"""The pure estimator: ``estimate(meta, hw, opts) -> FitReport``; data in, data out.
+
+Per GPU (every TP rank is sized alike)::
+
+    budget        = gpu_memory_utilization x VRAM
+    remaining_kv  = budget - weights_per_rank - (activation peak + non-torch [+ graphs])
+    KV layout     = vLLM's specs per layer kind, groups and block size (``kv.py``)
+
+``recommended_max_model_len`` is the longest request that fits the remaining memory,
+capped by the native context (recipe or config), rounded down to the block size.
+``min_tp_required`` is the smallest power-of-two TP that divides the heads and leaves at
+least 2 GB for KV. Verdicts: ``safe`` (>= 6 GB left for KV), ``tight`` (2-6 GB: launch,
+retry with ``--enforce-eager`` if graph capture runs out of memory), ``too_tight``
+(< 2 GB), ``needs_tp`` (more GPUs than asked for, and they are present) and
+``does_not_fit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from instinct_serve.errors import UsageError
+from instinct_serve.fit.config import ModelConfig
+from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
+from instinct_serve.fit.kv import KvLayout, LayerKind, ModelLayers, describe_layers, kv_layout
+from instinct_serve.fit.meta import ModelMeta
+from instinct_serve.fit.overhead import Overhead, estimate_overhead
+from instinct_serve.fit.vllm import VllmBehaviour, behaviour
+from instinct_serve.fit.weights import MOE_ALIGNMENT, WeightEstimate, estimate_weights
+
+GB = 10**9
+GIB = 2**30
+SAFE_BYTES = 6 * GB
+TIGHT_BYTES = 2 * GB
+MAX_TP = 64
+FALLBACK_CONTEXT = 4096
+
+VERDICTS = ("safe", "tight", "too_tight", "needs_tp", "does_not_fit")
+
+
+def _gb(n: float) -> float:
+    return round(n / GB, 2)
+
+
+def _gib(n: float) -> float:
+    return round(n / GIB, 2)
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """The GPUs to fit on: VRAM per GPU as the driver reports it, and how many."""
+
+    vram_bytes: int
+    gpu_count: int = 1
+    gfx_version: str | None = None
+    name: str = "GPU"
+    source: str = "manual"  # profile | detect | manual
+    platform: str = "rocm"  # rocm | cuda (bench cases from CUDA logs)
+
+    def __post_init__(self) -> None:
+        if self.vram_bytes <= 0:
+            raise UsageError("GPU memory must be positive", id="bad_vram")
+        if self.gpu_count < 1:
+            raise UsageError("--gpu-count must be at least 1", id="bad_gpu_count")
+
+    @classmethod
+    def from_inventory(cls, inventory: Any, source: str = "detect") -> HardwareSpec:
+        """From a ``GpuInventory`` (detect or a ``--gpu`` profile)."""
+        vram = inventory.vram_bytes
+        if not vram or not inventory.gpu_count:
+            raise UsageError(
+                "no GPU memory figure to fit against",
+                fix="pass --gpu mi300x (a profile) or --vram-gb, or run on the GPU host",
+                id="no_gpu_memory",
+            )
+        first = inventory.gpus[0]
+        return cls(
+            vram_bytes=int(vram),
+            gpu_count=int(inventory.gpu_count),
+            gfx_version=inventory.gfx_version,
+            name=str(first.market_name or first.name),
+            source=source,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "gfx_version": self.gfx_version,
+            "gpu_count": self.gpu_count,
+            "vram_per_gpu_bytes": self.vram_bytes,
+            "vram_per_gpu_gb": _gb(self.vram_bytes),
+            "vram_per_gpu_gib": _gib(self.vram_bytes),
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The launch being sized; None means "vLLM's default for this model and version"."""
+
+    tp: int | None = None
+    max_model_len: int | None = None
+    native_max_model_len: int | None = None  # the recipe's context_length
+    native_source: str | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = None
+    vllm_version: str | None = None
+    v0_engine: bool = False
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int | None = None
+    enforce_eager: bool = False
+    language_model_only: bool = False
+    speculative_mtp: int = 0  # MTP draft tokens; loads the MTP layers
+    enable_prefix_caching: bool = False  # hybrid models: two state blocks per request
+    moe_alignment: tuple[int, int] | None = None  # default: the platform's
+    sampler_bytes_per_logit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.tp is not None and (self.tp < 1 or self.tp & (self.tp - 1)):
+            raise UsageError("--tp must be a power of two", id="bad_tp")
+        util = self.gpu_memory_utilization
+        if util is not None and not 0 < util <= 1:
+            raise UsageError("--gpu-memory-utilization must be in (0, 1]", id="bad_utilization")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise UsageError("--max-model-len must be positive", id="bad_max_model_len")
+
+
+@dataclass(frozen=True)
+class _TpEval:
+    tp: int
+    weights: WeightEstimate
+    overhead: Overhead
+    budget_bytes: int
+    remaining_bytes: int
+    layout: KvLayout
+    max_len: int  # longest request that fits (capped by the native/requested cap)
+    requested_len: int | None = None
+
+    @property
+    def holds_requested(self) -> bool:
+        return self.requested_len is None or self.max_len >= self.requested_len
+
+    @property
+    def headroom(self) -> str:
+        if self.remaining_bytes >= SAFE_BYTES:
+            return "safe"
+        if self.remaining_bytes >= TIGHT_BYTES:
+            return "tight"
+        if self.remaining_bytes > 0 and self.max_len > 0:
+            return "too_tight"
+        return "none"
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom in ("safe", "tight") and self.holds_requested
+
+
+@dataclass
+class FitReport:
+    """The full answer; ``to_dict`` carries the stable JSON keys of DESIGN.md."""
+
+    model_id: str
+    meta: ModelMeta
+    hardware: HardwareSpec
+    options: FitOptions
+    vllm: VllmBehaviour
+    layers: ModelLayers
+    tp: int
+    weights: WeightEstimate
+    overhead: Overhead
+    layout: KvLayout
+    budget_bytes: int
+    gpu_memory_utilization: float
+    utilization_source: str
+    remaining_bytes: int
+    native_max_model_len: int
+    native_source: str
+    recommended_max_model_len: int
+    context_limited: bool
+    requested_max_model_len: int | None
+    requested_fits: bool | None
+    max_seq_len_fp8_kv: int
+    min_tp_required: int | None
+    min_tp_unbounded: int | None
+    kv_tokens: int
+    kv_num_blocks: int
+    max_concurrency: float
+    verdict: str
+    verdict_reason: str
+    headroom: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict in ("safe", "tight")
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.remaining_bytes > 0
+
+    @property
+    def kv_cache_bytes_per_token(self) -> int:
+        return self.layers.context_bytes_per_token(2)
+
+    def per_gpu(self) -> dict[str, Any]:
+        """The budget of one GPU: weights | overhead | KV | outside vLLM's share."""
+        vram = self.hardware.vram_bytes
+        weights = self.weights.per_rank_bytes
+        overhead = self.overhead.total_bytes
+        kv = max(0, self.remaining_bytes)
+        over = max(0, -self.remaining_bytes)
+        return {
+            "vram_bytes": vram,
+            "budget_bytes": self.budget_bytes,
+            "weights_bytes": weights,
+            "overhead_bytes": overhead,
+            "kv_cache_bytes": kv,
+            "over_budget_bytes": over,
+            "outside_budget_bytes": vram - self.budget_bytes,
+            "weights_gb": _gb(weights),
+            "weights_gib": _gib(weights),
+            "overhead_gb": _gb(overhead),
+            "overhead_gib": _gib(overhead),
+            "kv_cache_gb": _gb(kv),
+            "kv_cache_gib": _gib(kv),
+            "outside_budget_gb": _gb(vram - self.budget_bytes),
+            "outside_budget_gib": _gib(vram - self.budget_bytes),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        w, o, lay = self.weights, self.overhead, self.layout
+        kv_per_token_gpu = sum(
+            lay.attention_bytes_per_token for s in self.layers.layers if s.kind.grows_with_context
+        )
+        by_kind = self.layers.bytes_per_token_by_kind(2)
+        sliding = [s for s in self.layers.layers if s.kind is LayerKind.SLIDING]
+        sliding_tokens = 0
+        if sliding and sliding[0].window:
+            sliding_tokens = min(
+                sliding[0].window - 1 + lay.max_num_batched_tokens,
+                self.recommended_max_model_len or self.native_max_model_len,
+            )
+        sliding_bytes = sum(
+            s.attention.bytes_per_token(1, 2) * sliding_tokens for s in sliding if s.attention
+        )
+        return {
+            "model": self.model_id,
+            "source": self.meta.source,
+            "metadata": {
+                "source": self.meta.source,
+                "weights_source": self.meta.weights_source,
+                "detail": self.meta.source_detail,
+                "revision": self.meta.revision,
+                "components_source": self.meta.components_source,
+                "gated": self.meta.gated,
+            },
+            "architecture": next(iter(ModelConfig(self.meta.config).architectures), None),
+            "attention_kind": self.layers.attention_kind,
+            "attention": {
+                "layers_by_kind": self.layers.counts(),
+                "kv_cache_bytes_per_token_by_kind": by_kind,
+                "block_size": lay.block_size,
+                "page_size_bytes": lay.page_bytes,
+                "kv_cache_groups": lay.num_groups,
+                "group_size": lay.group_size,
+                "sliding_window_tokens_per_seq": sliding_tokens,
+                "sliding_window_bytes_per_seq": sliding_bytes,
+                "recurrent_state_bytes_per_seq": self.layers.recurrent_state_bytes(
+                    1, self.options.speculative_mtp
+                ),
+                "recurrent_state_blocks_per_seq": lay.recurrent_blocks_per_request
+                * sum(t.groups for t in lay.types if t.kind is LayerKind.MAMBA),
+            },
+            "checkpoint_bytes": w.checkpoint_bytes,
+            "checkpoint_gb": _gb(w.checkpoint_bytes),
+            "weight_memory_bytes": w.loaded_bytes,
+            "weight_memory_gb": _gb(w.loaded_bytes),
+            "weight_memory_gib": _gib(w.loaded_bytes),
+            "weights_skipped_bytes": w.skipped,
+            "weight_memory_per_gpu_bytes": w.per_rank_bytes,
+            "weight_memory_per_gpu_gb": _gb(w.per_rank_bytes),
+            "weight_memory_per_gpu_gib": _gib(w.per_rank_bytes),
+            "weight_replicated_per_gpu_bytes": w.replicated_bytes_per_rank,
+            "weight_padding_per_gpu_bytes": w.padding_bytes_per_rank,
+            "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
+            "kv_cache_bytes_per_token_per_gpu": kv_per_token_gpu,
+            "kv_cache_dtype": self.options.kv_cache_dtype,
+            "overhead": {
+                "method": o.method,
+                "activation_peak_bytes": o.activation_bytes,
+                "activation_peak_gib": _gib(o.activation_bytes),
+                "forward_bytes": o.forward_bytes,
+                "sampler_bytes": o.sampler_bytes,
+                "encoder_bytes": o.encoder_bytes,
+                "non_torch_bytes": o.non_torch_bytes,
+                "non_torch_gib": _gib(o.non_torch_bytes),
+                "graph_bytes": o.graph_bytes,
+                "graph_gib": _gib(o.graph_bytes),
+                "total_bytes": o.total_bytes,
+                "total_gb": _gb(o.total_bytes),
+                "total_gib": _gib(o.total_bytes),
+                "max_num_batched_tokens": o.max_num_batched_tokens,
+                "max_num_seqs": o.max_num_seqs,
+                "notes": list(o.notes),
+            },
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "gpu_memory_utilization_source": self.utilization_source,
+            "budget_per_gpu_gb": _gb(self.budget_bytes),
+            "budget_per_gpu_gib": _gib(self.budget_bytes),
+            "remaining_for_kv_bytes": self.remaining_bytes,
+            "remaining_for_kv_gb": _gb(self.remaining_bytes),
+            "remaining_for_kv_gib": _gib(self.remaining_bytes),
+            "per_gpu": self.per_gpu(),
+            "kv_cache": {
+                "tokens": self.kv_tokens,
+                "num_blocks": self.kv_num_blocks,
+                "max_concurrency": round(self.max_concurrency, 2),
+                "at_max_model_len": self.requested_max_model_len or self.recommended_max_model_len,
+                "reproduces": f'"GPU KV cache size: N tokens" of vLLM {self.vllm.version}: '
+                + self.vllm.kv_tokens_text,
+            },
+            "fit": {
+                "tp": self.tp,
+                "weights_fit": self.weights_fit,
+                "recommended_max_model_len": self.recommended_max_model_len,
+                "native_max_model_len": self.native_max_model_len,
+                "native_max_model_len_source": self.native_source,
+                "context_limited": self.context_limited,
+                "requested_max_model_len": self.requested_max_model_len,
+                "requested_max_model_len_fits": self.requested_fits,
+                "min_tp_required": self.min_tp_required,
+                "min_tp_if_more_gpus": self.min_tp_unbounded,
+                "max_seq_len_fp8_kv": self.max_seq_len_fp8_kv,
+                "headroom": self.headroom,
+            },
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
+            "hardware": self.hardware.to_dict(),
+            "vllm": {
+                "version": self.vllm.version,
+                "engine": "V0" if self.vllm.v0_engine else "V1",
+                "graph_memory_in_budget": self.vllm.graph_memory_in_budget,
+                "kv_tokens_formula": self.vllm.kv_tokens_text,
+            },
+            "options": {
+                "kv_cache_dtype": self.options.kv_cache_dtype,
+                "language_model_only": self.options.language_model_only,
+                "speculative_mtp": self.options.speculative_mtp,
+                "enforce_eager": self.options.enforce_eager,
+                "enable_prefix_caching": self.options.enable_prefix_caching,
+            },
+            "notes": list(self.notes),
+        }
+
+
+# -- the estimator -----------------------------------------------------------------------
+
+
+def _tp_allowed(cfg: ModelConfig, layers: ModelLayers, tp: int) -> bool:
+    """vLLM's divisibility rules: heads split evenly, KV heads split or replicated evenly."""
+    try:
+        heads = cfg.num_attention_heads
+    except KeyError:
+        return tp == 1
+    if heads % tp:
+        return False
+    if not layers.uses_mla:
+        kv = cfg.num_kv_heads
+        if (kv % tp) if tp <= kv else (tp % kv):
+            return False
+    for spec in layers.layers:
+        rec = spec.recurrent
+        if rec is not None and (rec.state_heads % tp or rec.conv_channels % tp):
+            return False
+    return True
+
+
+def _native_len(cfg: ModelConfig, opts: FitOptions) -> tuple[int, str]:
+    if opts.native_max_model_len:
+        return opts.native_max_model_len, opts.native_source or "recipe"
+    if cfg.max_position_embeddings:
+        return cfg.max_position_embeddings, "config.json max_position_embeddings"
+    return FALLBACK_CONTEXT, "default (config has no max_position_embeddings)"
+
+
+class _Estimator:
+    def __init__(self, meta: ModelMeta, hw: HardwareSpec, opts: FitOptions) -> None:
+        self.meta, self.hw, self.opts = meta, hw, opts
+        self.cfg = ModelConfig(meta.config)
+        self.vllm = behaviour(opts.vllm_version, v0_engine=opts.v0_engine)
+        try:
+            self.layers = describe_layers(self.cfg, include_mtp=opts.speculative_mtp > 0)
+        except KeyError as exc:
+            raise UsageError(
+                f"config.json of {meta.model_id} lacks {exc.args[0]!r}: cannot size its KV cache",
+                fix="check that the model is a decoder LLM with a complete config.json",
+                id="config_incomplete",
+            ) from exc
+        self.native, self.native_source = _native_len(self.cfg, opts)
+        self.cap = max(opts.max_model_len or 0, self.native)
+        self.target = opts.max_model_len or self.native
+        self.mnbt, self.seqs = self.vllm.batch_defaults(hw.vram_bytes, self.target, hw.name)
+        if opts.max_num_batched_tokens:
+            self.mnbt = opts.max_num_batched_tokens
+        if opts.max_num_seqs:
+            self.seqs = opts.max_num_seqs
+        if opts.gpu_memory_utilization is not None:
+            self.util = opts.gpu_memory_utilization
+            self.util_source = "given"
+        else:
+            self.util = self.vllm.default_gpu_memory_utilization
+            self.util_source = self.vllm.utilization_note
+        self.kv_bytes = kv_cache_dtype_bytes(opts.kv_cache_dtype, self.cfg.dtype_bytes)
+        self.alignment = opts.moe_alignment or MOE_ALIGNMENT.get(
+            "rocm" if hw.platform == "rocm" else "cuda_marlin"
+        )
+        self.attention_layers = sum(
+            1 for s in self.layers.layers if s.attention is not None and not s.attention.mla
+        )
+        self._cache: dict[int, _TpEval] = {}
+
+    def layout(self, tp: int, kv_bytes: int) -> KvLayout:
+        rec_blocks = 2 if self.opts.enable_prefix_caching else 1
+        return kv_layout(
+            self.layers,
+            tp=tp,
+            kv_dtype_bytes=kv_bytes,
+            max_num_batched_tokens=self.mnbt,
+            block_size=self.opts.block_size,
+            recurrent_blocks_per_request=rec_blocks,
+            num_speculative_tokens=self.opts.speculative_mtp,
+            group_rule_1_5=self.vllm.group_rule_1_5,
+        )
+
+    def evaluate(self, tp: int) -> _TpEval:
+        if tp in self._cache:
+            return self._cache[tp]
+        opts = self.opts
+        weights = estimate_weights(
+            self.meta,
+            self.cfg,
+            tp=tp,
+            attention_layers=self.attention_layers,
+            language_model_only=opts.language_model_only,
+            load_mtp=opts.speculative_mtp > 0,
+            moe_alignment=self.alignment,
+        )
+        overhead = estimate_overhead(
+            self.cfg,
+            tp=tp,
+            max_num_batched_tokens=self.mnbt,
+            max_num_seqs=self.seqs,
+            include_vision=self.cfg.is_multimodal and not opts.language_model_only,
+            graphs_in_budget=self.vllm.graph_memory_in_budget,
+            enforce_eager=opts.enforce_eager,
+            platform=self.hw.platform,
+            **(
+                {"sampler_bytes_per_logit": opts.sampler_bytes_per_logit}
+                if opts.sampler_bytes_per_logit
+                else {}
+            ),
+        )
+        budget = int(self.hw.vram_bytes * self.util)
+        remaining = budget - weights.per_rank_bytes - overhead.total_bytes
+        layout = self.layout(tp, self.kv_bytes)
+        max_len = layout.max_model_len(remaining, self.cap) if remaining > 0 else 0
+        ev = _TpEval(tp, weights, overhead, budget, remaining, layout, max_len, opts.max_model_len)
+        self._cache[tp] = ev
+        return ev
+
+    def candidates(self) -> list[int]:
+        out, tp = [], 1
+        while tp <= MAX_TP:
+            if _tp_allowed(self.cfg, self.layers, tp):
+                out.append(tp)
+            tp *= 2
+        return out or [1]
+
+    def run(self) -> FitReport:
+        opts, hw = self.opts, self.hw
+        cands = self.candidates()
+        if opts.tp is not None and opts.tp not in cands:
+            raise UsageError(
+                f"--tp {opts.tp} does not divide the model's attention heads evenly",
+                fix="use one of: " + ", ".join(str(t) for t in cands if t <= max(8, opts.tp)),
+                id="bad_tp_for_model",
+            )
+        min_unbounded = next((t for t in cands if self.evaluate(t).fits), None)
+        present = [t for t in cands if t <= hw.gpu_count]
+        min_required = next((t for t in present if self.evaluate(t).fits), None)
+        if opts.tp is not None:
+            tp = opts.tp
+        elif min_required is not None:
+            tp = min_required
+        else:
+            tp = present[-1] if present else 1
+        ev = self.evaluate(tp)
+        notes: list[str] = list(self.meta.notes) + list(self.layers.notes)
+        notes += list(ev.weights.notes) + list(ev.layout.notes)
+        if opts.tp is not None and opts.tp > hw.gpu_count:
+            notes.append(f"--tp {opts.tp} asks for more GPUs than the {hw.gpu_count} present")
+        verdict, reason = self._verdict(ev, min_required, min_unbounded)
+        # context at the evaluated TP
+        if ev.max_len > 0:
+            rec = min(ev.max_len, self.native)
+            if rec < self.native:
+                rec = max(ev.layout.block_size, rec // ev.layout.block_size * ev.layout.block_size)
+                rec = min(rec, ev.max_len)
+        else:
+            rec = 0
+        limited = rec < self.native
+        requested = opts.max_model_len
+        requested_fits = None if requested is None else ev.max_len >= requested
+        if requested and requested > self.native:
+            notes.append(
+                f"--max-model-len {requested} exceeds the native {self.native} "
+                f"({self.native_source}); vLLM needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+            )
+        fp8_layout = self.layout(tp, 1)
+        fp8_len = (
+            fp8_layout.max_model_len(ev.remaining_bytes, self.cap) if ev.remaining_bytes > 0 else 0
+        )
+        fp8_len = min(fp8_len, self.native)
+        length = requested if requested and requested_fits else rec
+        num_blocks = ev.layout.num_blocks(ev.remaining_bytes)
+        tokens = (
+            ev.layout.kv_tokens(num_blocks, length, self.vllm.kv_tokens_formula) if length else 0
+        )
+        concurrency = ev.layout.max_concurrency(num_blocks, length) if length else 0.0
+        if self.cfg.is_multimodal and not opts.language_model_only:
+            notes.append("vision/audio tower loaded (pass --language-model-only for text only)")
+        return FitReport(
+            model_id=self.meta.model_id,
+            meta=self.meta,
+            hardware=hw,
+            options=opts,
+            vllm=self.vllm,
+            layers=self.layers,
+            tp=tp,
+            weights=ev.weights,
+            overhead=ev.overhead,
+            layout=ev.layout,
+            budget_bytes=ev.budget_bytes,
+            gpu_memory_utilization=self.util,
+            utilization_source=self.util_source,
+            remaining_bytes=ev.remaining_bytes,
+            native_max_model_len=self.native,
+            native_source=self.native_source,
+            recommended_max_model_len=rec,
+            context_limited=limited,
+            requested_max_model_len=requested,
+            requested_fits=requested_fits,
+            max_seq_len_fp8_kv=fp8_len,
+            min_tp_required=min_required,
+            min_tp_unbounded=min_unbounded,
+            kv_tokens=tokens,
+            kv_num_blocks=num_blocks,
+            max_concurrency=concurrency,
+            verdict=verdict,
+            verdict_reason=reason,
+            headroom=ev.headroom,
+            notes=notes,
+        )
+
+    def _verdict(
+        self, ev: _TpEval, min_required: int | None, min_unbounded: int | None
+    ) -> tuple[str, str]:
+        left = f"{_gb(ev.remaining_bytes)} GB left for KV cache per GPU at TP {ev.tp}"
+        count = self.hw.gpu_count
+        if ev.tp > count:
+            return "does_not_fit", (
+                f"TP {ev.tp} needs {ev.tp} GPUs and {count} are present; at TP {ev.tp}: " + left
+            )
+        if ev.fits and (self.opts.tp is not None or ev.tp == 1):
+            if ev.headroom == "safe":
+                return "safe", left
+            return "tight", left + " (if graph capture runs out of memory, add --enforce-eager)"
+        if ev.fits:  # TP was chosen for the user
+            return "needs_tp", f"does not fit one GPU; TP {ev.tp} fits: " + left
+        if min_required is not None and min_required > ev.tp:
+            return "needs_tp", f"{left}; TP {min_required} fits on the GPUs present"
+        if ev.headroom in ("safe", "tight") and not ev.holds_requested:
+            need = ev.layout.bytes_for_request(ev.requested_len or 0)
+            return "does_not_fit", (
+                f"--max-model-len {ev.requested_len} needs {_gb(need)} GB of KV cache per GPU, "
+                f"{left}; the longest that fits is {ev.max_len}"
+            )
+        if ev.headroom == "too_tight":
+            return "too_tight", left + " (under 2 GB: a few requests at most)"
+        more = (
+            f"; TP {min_unbounded} would fit with {min_unbounded} such GPUs"
+            if min_unbounded is not None and min_unbounded > self.hw.gpu_count
+            else ""
+        )
+        return "does_not_fit", (
+            f"weights {_gib(ev.weights.per_rank_bytes)} GiB + overhead "
+            f"{_gib(ev.overhead.total_bytes)} GiB per GPU leave {_gb(ev.remaining_bytes)} GB "
+            f"of the {_gib(ev.budget_bytes)} GiB budget at TP {ev.tp}{more}"
+        )
+
+
+def estimate(meta: ModelMeta, hw: HardwareSpec, opts: FitOptions | None = None) -> FitReport:
+    """Size ``meta`` on ``hw`` with the launch ``opts``; pure: no I/O."""
+    return _Estimator(meta, hw, opts or FitOptions()).run()
+
+
+# -- alternatives ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A checkpoint that could replace the asked-for one (a recipe variant, a quantization)."""
+
+    model_id: str
+    precision: str
+    origin: str  # recipe_variant | provider | amd
+    meta: ModelMeta
+    native_max_model_len: int | None = None
+
+
+@dataclass(frozen=True)
+class Alternative:
+    candidate: Candidate
+    report: FitReport
+    native_precision: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.report
+        return {
+            "model": self.candidate.model_id,
+            "precision": self.candidate.precision,
+            "origin": self.candidate.origin,
+            "native_precision": self.native_precision,
+            "verdict": r.verdict,
+            "tp": r.tp,
+            "min_tp_required": r.min_tp_required,
+            "weight_memory_gb": _gb(r.weights.loaded_bytes),
+            "remaining_for_kv_gb": _gb(r.remaining_bytes),
+            "recommended_max_model_len": r.recommended_max_model_len,
+            "metadata_source": r.meta.source,
+        }
+
+
+_RANK = {"safe": 0, "tight": 1, "needs_tp": 2, "too_tight": 3, "does_not_fit": 4}
+PRECISION_ALIASES = {
+    "fp8": ("fp8", "fp8_ocp", "fp8_fnuz"),
+    "w8a8": ("int8",),
+    "int8": ("int8",),
+    "int4": ("int4",),
+    "fp4": ("nvfp4",),
+}
+
+
+def precision_supported(precision: str, unsupported: Iterable[str]) -> bool:
+    names = PRECISION_ALIASES.get(precision.lower(), (precision.lower(),))
+    blocked = {u.lower() for u in unsupported}
+    return not any(n in blocked for n in names)
+
+
+def alternatives(
+    candidates: Sequence[Candidate],
+    hw: HardwareSpec,
+    opts: FitOptions,
+    native_precisions: Iterable[str] | None = None,
+    unsupported_precisions: Iterable[str] = ("nvfp4",),
+) -> list[Alternative]:
+    """Each candidate sized with the same estimator; unsupported precisions dropped.
+
+    Ranked: fits first (safe, tight, then needing more GPUs), native precision before
+    emulated, then fewer GPUs, then the longest context and the most KV room.
+    """
+    native = {p.lower() for p in native_precisions} if native_precisions is not None else None
+    out: list[Alternative] = []
+    for cand in candidates:
+        if not precision_supported(cand.precision, unsupported_precisions):
+            continue
+        cand_opts = replace(
+            opts,
+            native_max_model_len=cand.native_max_model_len or opts.native_max_model_len,
+            tp=None,
+        )
+        try:
+            report = estimate(cand.meta, hw, cand_opts)
+        except UsageError:
+            continue
+        aliases = PRECISION_ALIASES.get(cand.precision.lower(), (cand.precision.lower(),))
+        is_native = native is None or any(a in native for a in aliases)
+        out.append(Alternative(cand, report, is_native))
+    out.sort(
+        key=lambda a: (
+            _RANK.get(a.report.verdict, 9),
+            not a.native_precision,
+            a.report.tp,
+            -a.report.recommended_max_model_len,
+            -a.report.remaining_bytes,
+        )
+    )
+    return out

@@ -1,0 +1,115 @@
+"""``ModelMeta``: everything the estimator needs to know about a checkpoint, and where from.
+
+Adapters (local directory, HF cache, Hub, shipped data) each produce one; the estimator
+reads only this. ``dtype_counts`` are stored elements per safetensors dtype for the whole
+checkpoint; ``component_bytes`` are the stored bytes of parts vLLM may not load (``vision``
+towers with ``--language-model-only``, ``mtp`` layers without MTP speculation, a
+``tied_lm_head`` duplicate of tied embeddings). Each value says where it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from instinct_serve.fit.dtypes import dtype_bytes
+from instinct_serve.fit.params import UnsupportedArchitecture, count_parameters
+
+SOURCES = ("local_dir", "hf_cache", "hub", "hub_cache", "shipped", "config")
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    model_id: str
+    config: dict[str, Any]
+    dtype_counts: dict[str, int] | None = None
+    total_bytes: int | None = None  # only a total is known (index ``metadata.total_size``)
+    source: str = "config"
+    weights_source: str = "unknown"
+    source_detail: str = ""
+    component_bytes: dict[str, int] = field(default_factory=dict)
+    components_source: str = ""
+    revision: str | None = None
+    gated: bool = False
+    notes: tuple[str, ...] = ()
+
+    @property
+    def checkpoint_bytes(self) -> int | None:
+        """Exact stored weight bytes, or None when nothing says how big the weights are."""
+        if self.dtype_counts:
+            return dtype_bytes(self.dtype_counts)
+        return self.total_bytes
+
+    def with_config_components(self) -> ModelMeta:
+        """Fill parts (vision, MTP) from config shapes when the metadata had no tensor names."""
+        if self.components_source:
+            return self
+        try:
+            counted = count_parameters(self.config)
+        except UnsupportedArchitecture:
+            return self
+        parts = {k: v for k, v in counted.component_bytes().items() if k != "language"}
+        return replace(self, component_bytes=parts, components_source="config_shapes")
+
+    @classmethod
+    def from_config(
+        cls, model_id: str, config: Mapping[str, Any], *, source: str, detail: str = ""
+    ) -> ModelMeta:
+        """Weights computed from the config's tensor shapes (known families only)."""
+        try:
+            counted = count_parameters(config)
+        except UnsupportedArchitecture as exc:
+            return cls(
+                model_id=model_id,
+                config=dict(config),
+                source=source,
+                source_detail=detail,
+                notes=(f"weight size unknown: {exc}",),
+            )
+        parts = {k: v for k, v in counted.component_bytes().items() if k != "language"}
+        return cls(
+            model_id=model_id,
+            config=dict(config),
+            dtype_counts=counted.dtype_counts,
+            source=source,
+            weights_source="config_shapes",
+            source_detail=detail,
+            component_bytes=parts,
+            components_source="config_shapes",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_id": self.model_id,
+            "source": self.source,
+            "weights_source": self.weights_source,
+            "source_detail": self.source_detail,
+            "revision": self.revision,
+            "gated": self.gated,
+            "dtype_counts": dict(self.dtype_counts) if self.dtype_counts else None,
+            "total_bytes": self.total_bytes,
+            "checkpoint_bytes": self.checkpoint_bytes,
+            "component_bytes": dict(self.component_bytes),
+            "components_source": self.components_source,
+            "notes": list(self.notes),
+            "config": self.config,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> ModelMeta:
+        counts = doc.get("dtype_counts")
+        return cls(
+            model_id=str(doc["model_id"]),
+            config=dict(doc.get("config") or {}),
+            dtype_counts={str(k): int(v) for k, v in counts.items()} if counts else None,
+            total_bytes=int(doc["total_bytes"]) if doc.get("total_bytes") else None,
+            source=str(doc.get("source", "config")),
+            weights_source=str(doc.get("weights_source", "unknown")),
+            source_detail=str(doc.get("source_detail", "")),
+            component_bytes={str(k): int(v) for k, v in (doc.get("component_bytes") or {}).items()},
+            components_source=str(doc.get("components_source", "")),
+            revision=doc.get("revision"),
+            gated=bool(doc.get("gated", False)),
+            notes=tuple(doc.get("notes") or ()),
+        )

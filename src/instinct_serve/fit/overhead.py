@@ -1,0 +1,146 @@
+"""Memory vLLM charges besides weights and KV: profiled activations, non-torch, graphs.
+
+``determine_available_memory`` runs ``profile_run``: a forward pass over
+``max_num_batched_tokens`` tokens (no attention kernels), then ``_dummy_sampler_run`` on
+``min(max_num_seqs, max_num_batched_tokens)`` rows with top-k/top-p on, then (multimodal
+models) the encoder on the largest item. The torch peak of those passes is the
+"activation" charge. Its parts, modelled per TP rank:
+
+- forward: copies of the hidden state plus the widest projection output per token (MLP
+  gate/up + activation, or the fused-MoE intermediate buffers of ``top_k`` experts).
+  Llama-3.1-8B logs 14.63 GiB for 131,072 tokens on MI300X (V0, fp16): four hidden-size
+  copies + 3 x intermediate, 116 KiB per token; an RTX 3090 logs 2.07 GiB for 20,000 and
+  2.99 GiB for 29,000 tokens: three copies (``RESIDUAL_COPIES``);
+- sampler: logits rows x vocab, about ``SAMPLER_BYTES_PER_LOGIT`` bytes per logit for the
+  bf16 logits, their fp32 copy, the top-k/top-p sort (fp32 values + int64 indices), softmax
+  and masks of PyTorch's path (used on ROCm); gpt-oss-120b's 7.45 GiB overhead at 1024 seqs
+  x 201,088 vocab (vllm#23278) gives 36.5 bytes per logit, Gemma-3-4B's 9.96 GiB at 1024 x
+  262,208 (vllm#21489) 35-39 once its logit soft-capping copies are set aside;
+- encoder: the vision tower on its largest item (approximate).
+
+Non-torch memory (HIP/RCCL/BLAS workspaces) and, from v0.21, the graph-memory estimate
+complete the overhead. When the model's dimensions are unknown a flat figure is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from instinct_serve.fit.config import ModelConfig
+
+GIB = 2**30
+SAMPLER_BYTES_PER_LOGIT = 36
+RESIDUAL_COPIES = {"rocm": 4, "cuda": 3}
+NON_TORCH_BYTES = {"rocm": int(0.66 * GIB), "cuda": int(0.35 * GIB)}  # MI300X / RTX 3090 logs
+NON_TORCH_TP_EXTRA_BYTES = int(0.4 * GIB)  # collective buffers per rank (estimate)
+GRAPH_BYTES_SINGLE = int(0.5 * GIB)  # published single-GPU estimates: 0.18-0.65 GiB
+GRAPH_BYTES_TP = int(1.0 * GIB)
+FLAT_OVERHEAD_BYTES = 4 * 10**9
+ENCODER_PROFILE_TOKENS = 16384  # the largest image item's LM tokens (Qwen-VL processors)
+
+
+@dataclass(frozen=True)
+class Overhead:
+    forward_bytes: int
+    sampler_bytes: int
+    encoder_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    graph_bytes: int
+    method: str  # modelled | flat
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total_bytes(self) -> int:
+        return self.activation_bytes + self.non_torch_bytes + self.graph_bytes
+
+
+def _forward_bytes_per_token(cfg: ModelConfig, tp: int, copies: int = 4) -> int:
+    h = cfg.hidden_size
+    dtype = cfg.dtype_bytes
+    widest = 0
+    inter = cfg.intermediate_size
+    if inter:
+        widest = max(widest, 3 * inter // tp)
+    if cfg.num_experts:
+        moe = cfg.moe_intermediate_size or inter or 0
+        topk = max(1, cfg.experts_per_token)
+        widest = max(
+            widest, topk * (3 * moe // tp + h) + 3 * cfg.shared_expert_intermediate_size // tp
+        )
+    heads, kv, d = cfg.num_attention_heads, cfg.num_kv_heads, cfg.head_dim
+    widest = max(widest, (heads + 2 * kv) * d // tp)
+    return dtype * (copies * h + widest)
+
+
+def _encoder_bytes(cfg: ModelConfig) -> int:
+    vc = cfg.tower_configs.get("vision_config") or {}
+    vh, vi = vc.get("hidden_size"), vc.get("intermediate_size")
+    if not isinstance(vh, int) or not isinstance(vi, int):
+        return 0
+    merge = int(vc.get("spatial_merge_size", 1) or 1)
+    patches = ENCODER_PROFILE_TOKENS * merge * merge
+    return patches * 2 * (4 * vh + 3 * vi)
+
+
+def estimate_overhead(
+    cfg: ModelConfig,
+    *,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    include_vision: bool,
+    graphs_in_budget: bool,
+    enforce_eager: bool,
+    platform: str = "rocm",
+    sampler_bytes_per_logit: int = SAMPLER_BYTES_PER_LOGIT,
+) -> Overhead:
+    """The per-rank overhead vLLM subtracts from ``utilization x total`` before KV."""
+    non_torch = NON_TORCH_BYTES.get(platform, NON_TORCH_BYTES["rocm"])
+    if tp > 1:
+        non_torch += NON_TORCH_TP_EXTRA_BYTES
+    graphs = 0
+    if graphs_in_budget and not enforce_eager:
+        graphs = GRAPH_BYTES_TP if tp > 1 else GRAPH_BYTES_SINGLE
+    vocab = cfg.vocab_size
+    try:
+        per_token = _forward_bytes_per_token(cfg, tp, RESIDUAL_COPIES.get(platform, 4))
+    except (KeyError, ZeroDivisionError):
+        per_token = 0
+    if not vocab or not per_token:
+        return Overhead(
+            forward_bytes=0,
+            sampler_bytes=0,
+            encoder_bytes=0,
+            activation_bytes=FLAT_OVERHEAD_BYTES,
+            non_torch_bytes=non_torch,
+            graph_bytes=graphs,
+            method="flat",
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            notes=("model dimensions unknown: flat 4 GB activation estimate",),
+        )
+    forward = max_num_batched_tokens * per_token
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    padded_vocab = -(-vocab // 64) * 64
+    hidden_kept = max_num_batched_tokens * cfg.hidden_size * cfg.dtype_bytes
+    sampler = rows * padded_vocab * sampler_bytes_per_logit
+    encoder = _encoder_bytes(cfg) if include_vision else 0
+    activation = max(forward, hidden_kept + sampler, encoder)
+    notes = []
+    if encoder:
+        notes.append("vision encoder profiling approximated for a 16,384-token image")
+    return Overhead(
+        forward_bytes=forward,
+        sampler_bytes=sampler,
+        encoder_bytes=encoder,
+        activation_bytes=activation,
+        non_torch_bytes=non_torch,
+        graph_bytes=graphs,
+        method="modelled",
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        notes=tuple(notes),
+    )

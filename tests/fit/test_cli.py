@@ -1,0 +1,206 @@
+"""``instinct fit`` end to end through the real CLI entry point (offline by default)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from instinct_serve.cli.main import main
+from tests.fit.hubserver import serve_model
+from tests.fit.st_files import write_safetensors
+from tests.hardware.conftest import METRIC, PARTITION, STATIC, VERSION, sample
+from tests.infra.fakebin import FakeBin
+from tests.infra.paths import CONFIGS
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    code = exit_info.value.code
+    return (code if isinstance(code, int) else 1), out, err
+
+
+def as_json(out: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+def test_default_model_offline_on_a_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--json"], capsys)
+    assert code == 0
+    doc = as_json(out)
+    assert doc["verdict"] == "safe"
+    assert doc["metadata"]["source"] == "shipped"
+    assert doc["kv_cache_bytes_per_token"] == 32768
+    assert doc["fit"]["recommended_max_model_len"] == 262144
+    assert doc["fit"]["native_max_model_len_source"] == "recipe context_length"
+    assert doc["hardware"]["gpu_count"] == 8 and doc["hardware"]["gfx_version"] == "gfx942"
+    assert doc["catalog"]["recipe"] == "Qwen/Qwen3.5-9B"
+    assert doc["vllm"]["version"] == doc["catalog"]["vllm_version"]  # the image's vLLM
+
+
+def test_human_view_has_the_budget_bar(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    code, out, _ = run(["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x"], capsys)
+    assert code == 0
+    assert "verdict: safe" in out
+    assert "█" in out and "weights" in out and "KV cache" in out and "outside budget" in out
+    assert "hybrid (full_attention + gated_delta_net)" in out
+
+
+def test_recipe_launch_flags_are_applied(capsys: pytest.CaptureFixture[str]) -> None:
+    # the gpt-oss recipe sets --gpu-memory-utilization 0.95 and --block-size 64 on AMD
+    code, out, _ = run(["fit", "openai/gpt-oss-120b", "--gpu", "mi300x", "--json"], capsys)
+    assert code == 0
+    doc = as_json(out)
+    assert doc["gpu_memory_utilization"] == 0.95
+    assert doc["attention"]["block_size"] == 64
+    code, out, _ = run(
+        [
+            "fit",
+            "openai/gpt-oss-120b",
+            "--gpu",
+            "mi300x",
+            "--gpu-memory-utilization",
+            "0.8",
+            "--json",
+        ],
+        capsys,
+    )
+    assert as_json(out)["gpu_memory_utilization"] == 0.8
+
+
+def test_does_not_fit_prints_the_full_report_and_exits_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(
+        ["fit", "deepseek-ai/DeepSeek-V3", "--gpu", "mi300x", "--gpu-count", "2", "--json"], capsys
+    )
+    assert code == 1
+    doc = as_json(out)
+    assert doc["verdict"] == "does_not_fit"
+    assert doc["fit"]["min_tp_if_more_gpus"] == 4
+    assert doc["alternatives"] == []  # offline: the Hub cannot be searched
+    assert "weight_memory_gb" in doc and "remaining_for_kv_gb" in doc
+
+
+def test_needs_tp_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["fit", "deepseek-ai/DeepSeek-V3", "--gpu", "mi300x", "--json"], capsys)
+    assert code == 0 and as_json(out)["fit"]["tp"] == 4
+    code, out, _ = run(
+        ["fit", "deepseek-ai/DeepSeek-V3", "--gpu", "mi300x", "--tp", "2", "--json"], capsys
+    )
+    assert code == 1 and as_json(out)["verdict"] == "needs_tp"
+
+
+def test_unknown_model_offline_suggests_catalog_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["fit", "Qwen/Qwen3.5-9X", "--gpu", "mi300x", "--json"], capsys)
+    assert code == 3
+    error = as_json(out)["error"]
+    assert error["id"] == "model_metadata_unavailable"
+    assert "Qwen/Qwen3.5-9B" in error["details"]["close_matches"]
+
+
+def test_local_directory_with_manual_vram(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "config.json").write_text(
+        (CONFIGS / "meta-llama__Meta-Llama-3.1-8B.json").read_text()
+    )
+    written = write_safetensors(tmp_path / "model.safetensors", {"w": ("BF16", (4096, 4096))})
+    code, out, _ = run(
+        ["fit", str(tmp_path), "--vram-gb", "24", "--gpu-count", "1", "--json"], capsys
+    )
+    assert code == 0
+    doc = as_json(out)
+    assert doc["metadata"]["source"] == "local_dir"
+    assert doc["checkpoint_bytes"] == written
+    assert doc["hardware"]["vram_per_gpu_bytes"] == 24 * 10**9
+    code, out, _ = run(
+        ["fit", str(tmp_path), "--vram-gib", "24", "--gpu-count", "1", "--json"], capsys
+    )
+    assert as_json(out)["hardware"]["vram_per_gpu_bytes"] == 24 * 2**30
+
+
+def test_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(
+        ["fit", "Qwen/Qwen3.5-9B", "--vram-gb", "24", "--vram-gib", "24", "--gpu-count", "1"],
+        capsys,
+    )
+    assert code == 2 and "not both" in err
+    code, out, _ = run(["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--tp", "3", "--json"], capsys)
+    assert code == 2 and as_json(out)["error"]["id"] == "bad_tp"
+
+
+@pytest.fixture
+def tools(fakebin: FakeBin) -> FakeBin:
+    """Every ROCm tool absent (shadowing real ones); tests add fakes."""
+    for name in ("amd-smi", "rocm-smi", "rocminfo", "hipconfig"):
+        fakebin.missing(name)
+    return fakebin
+
+
+def test_detected_gpus_are_the_default(
+    tools: FakeBin, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tools.add(
+        "amd-smi",
+        {
+            STATIC: sample("amd-smi_static_MI300X_x8_gpu_data.json"),
+            METRIC: sample("amd-smi_metric_mem-usage_MI300X_x8_gpu_data.json"),
+            PARTITION: sample("amd-smi_static_partition_MI300X_x8_gpu_data.json"),
+            VERSION: sample("amd-smi_version_rocm7.0.0.json"),
+        },
+    )
+    code, out, _ = run(["fit", "Qwen/Qwen3.5-9B", "--json", "--sysfs-root", str(tmp_path)], capsys)
+    assert code == 0
+    hw = as_json(out)["hardware"]
+    assert (hw["gpu_count"], hw["gfx_version"], hw["source"]) == (8, "gfx942", "detect (amd-smi)")
+
+
+def test_no_gpu_detected_is_not_ready(
+    tools: FakeBin, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(["fit", "Qwen/Qwen3.5-9B", "--json", "--sysfs-root", str(tmp_path)], capsys)
+    assert code == 3
+    error = as_json(out)["error"]
+    assert error["id"] == "no_gpu_to_fit" and "--gpu mi300x" in error["fix"]
+
+
+def test_alternatives_found_on_the_hub_and_verified(
+    hub: HTTPServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
+    big |= {"num_hidden_layers": 96, "intermediate_size": 32768}
+    fp8 = big | {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    serve_model(hub, "acme/Big", big, {"BF16": 42_000_000_000})  # 84 GB: too big for 64 GiB
+    serve_model(hub, "acme/Big-FP8", fp8, {"F8_E4M3": 40_000_000_000, "BF16": 2_000_000_000})
+    serve_model(hub, "amd/Big-NVFP4", fp8, {"U8": 20_000_000_000})  # never offered on ROCm
+
+    def search(request: Request) -> Response:
+        rows = {
+            "acme": [{"id": "acme/Big"}, {"id": "acme/Big-FP8"}],
+            "amd": [{"id": "amd/Big-NVFP4"}],
+        }.get(request.args.get("author") or "", [])
+        return Response(json.dumps(rows), content_type="application/json")
+
+    hub.expect_request("/api/models").respond_with_handler(search)
+    code, out, _ = run(
+        ["fit", "acme/Big", "--vram-gib", "64", "--gpu-count", "1", "--json"], capsys
+    )
+    assert code == 1
+    doc = as_json(out)
+    assert doc["verdict"] == "does_not_fit"
+    assert [a["model"] for a in doc["alternatives"]] == ["acme/Big-FP8"]
+    assert doc["alternatives_skipped"] == ["amd/Big-NVFP4: nvfp4 is not supported on this GPU"]
+    alt = doc["alternatives"][0]
+    assert (alt["precision"], alt["origin"], alt["metadata_source"]) == ("fp8", "provider", "hub")
+    assert alt["verdict"] in ("safe", "tight") and alt["weight_memory_gb"] == 44.0

@@ -1,0 +1,318 @@
+"""The pure estimator: budgets, TP, verdicts, versions, alternatives, and the known errors
+of the estimator script this product replaces (each pinned by its own test)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from instinct_serve.errors import UsageError
+from instinct_serve.fit.estimate import (
+    Candidate,
+    FitOptions,
+    HardwareSpec,
+    alternatives,
+    estimate,
+)
+from instinct_serve.fit.meta import ModelMeta
+from instinct_serve.fit.sources import load_shipped
+from instinct_serve.fit.vllm import behaviour
+from instinct_serve.hardware.profiles import get_profile
+from tests.infra.paths import CONFIGS
+
+GB, GIB = 10**9, 2**30
+MI300X = HardwareSpec.from_inventory(get_profile("mi300x").inventory(), source="profile")
+
+
+def shipped(model_id: str) -> ModelMeta:
+    meta = load_shipped(model_id)
+    assert meta is not None
+    return meta
+
+
+def fixture_meta(name: str, **changes: Any) -> ModelMeta:
+    cfg = json.loads((CONFIGS / f"{name}.json").read_text()) | changes
+    return ModelMeta.from_config(name, cfg, source="config")
+
+
+def one_gpu(gib: float, count: int = 1) -> HardwareSpec:
+    return HardwareSpec(int(gib * GIB), count, "gfx942", "test GPU")
+
+
+# -- the default model ------------------------------------------------------------------
+
+
+def test_default_model_on_mi300x() -> None:
+    report = estimate(shipped("Qwen/Qwen3.5-9B"), MI300X, FitOptions())
+    doc = report.to_dict()
+    for key in (
+        "weight_memory_gb",
+        "kv_cache_bytes_per_token",
+        "remaining_for_kv_gb",
+        "verdict",
+        "attention_kind",
+        "overhead",
+    ):
+        assert key in doc
+    for key in (
+        "weights_fit",
+        "recommended_max_model_len",
+        "context_limited",
+        "min_tp_required",
+        "max_seq_len_fp8_kv",
+    ):
+        assert key in doc["fit"]
+    assert doc["verdict"] == "safe" and doc["fit"]["min_tp_required"] == 1
+    assert doc["attention_kind"] == "hybrid (full_attention + gated_delta_net)"
+    # 8 full-attention layers x 2 x 4 KV heads x 256 x 2 bytes; the 24 GDN layers are a
+    # per-sequence state: conv 8192 x 3 bf16 + 32 x 128 x 128 fp32 each
+    assert doc["kv_cache_bytes_per_token"] == 8 * 2 * 4 * 256 * 2
+    assert doc["attention"]["recurrent_state_bytes_per_seq"] == 24 * (
+        8192 * 3 * 2 + 32 * 128 * 128 * 4
+    )
+    assert doc["fit"]["recommended_max_model_len"] == 262144  # native, config and recipe
+    assert doc["metadata"]["source"] == "shipped"
+    # vision tower loaded by default, MTP layer skipped without speculative decoding
+    assert report.weights.skipped == {"mtp": shipped("Qwen/Qwen3.5-9B").component_bytes["mtp"]}
+    text_only = estimate(shipped("Qwen/Qwen3.5-9B"), MI300X, FitOptions(language_model_only=True))
+    assert text_only.weights.loaded_bytes < report.weights.loaded_bytes
+
+
+def test_mtp_speculation_loads_the_mtp_layer_and_its_kv() -> None:
+    meta = shipped("Qwen/Qwen3.5-9B")
+    base = estimate(meta, MI300X, FitOptions())
+    mtp = estimate(meta, MI300X, FitOptions(speculative_mtp=1))
+    assert mtp.weights.loaded_bytes - base.weights.loaded_bytes == meta.component_bytes["mtp"]
+    assert mtp.layers.counts()["full_attention"] == 9
+
+
+# -- known errors of the replaced script --------------------------------------------------
+
+
+def test_known_error_mla_latent_not_doubled_nor_divided_by_tp() -> None:
+    report = estimate(shipped("deepseek-ai/DeepSeek-V3"), MI300X, FitOptions(tp=8))
+    doc = report.to_dict()
+    assert doc["kv_cache_bytes_per_token"] == 61 * 576 * 2  # 70,272, not x2
+    assert doc["kv_cache_bytes_per_token_per_gpu"] == 61 * 576 * 2  # not / 8
+
+
+def test_known_error_kv_not_divided_past_the_kv_heads() -> None:
+    # Qwen3-8B: 8 KV heads; at TP 16 each GPU holds one full head per layer
+    meta = fixture_meta("Qwen__Qwen3-8B")
+    hw = one_gpu(192, 16)
+    r16 = estimate(meta, hw, FitOptions(tp=16))
+    r8 = estimate(meta, hw, FitOptions(tp=8))
+    assert r16.to_dict()["kv_cache_bytes_per_token_per_gpu"] == 36 * 2 * 1 * 128 * 2
+    assert r8.to_dict()["kv_cache_bytes_per_token_per_gpu"] == 36 * 2 * 1 * 128 * 2
+    # the K/V projection weights are replicated too: more than an even 1/16 split
+    assert r16.weights.replicated_bytes_per_rank > r8.weights.replicated_bytes_per_rank
+
+
+def test_known_error_hybrid_and_sliding_layers_not_counted_as_full() -> None:
+    qwen35 = estimate(shipped("Qwen/Qwen3.5-9B"), MI300X, FitOptions())
+    assert qwen35.kv_cache_bytes_per_token != 32 * 2 * 4 * 256 * 2
+    gpt_oss = estimate(shipped("openai/gpt-oss-120b"), MI300X, FitOptions())
+    assert gpt_oss.kv_cache_bytes_per_token == 18 * 2 * 8 * 64 * 2  # 18 of 36 layers
+    doc = gpt_oss.to_dict()["attention"]
+    assert doc["sliding_window_tokens_per_seq"] == 128 - 1 + 8192
+    assert doc["sliding_window_bytes_per_seq"] == 18 * 2 * 8 * 64 * 2 * (128 - 1 + 8192)
+
+
+def test_known_error_gb_and_gib_labelled_apart() -> None:
+    doc = estimate(shipped("openai/gpt-oss-120b"), MI300X, FitOptions()).to_dict()
+    assert doc["checkpoint_gb"] == 65.25  # 65,248,815,744 bytes / 10^9
+    assert doc["weight_memory_gib"] == round(doc["weight_memory_bytes"] / GIB, 2) == 60.77
+    assert doc["remaining_for_kv_gb"] == round(doc["remaining_for_kv_bytes"] / GB, 2)
+    assert doc["remaining_for_kv_gib"] == round(doc["remaining_for_kv_bytes"] / GIB, 2)
+    assert doc["hardware"]["vram_per_gpu_gib"] == 191.98  # 196,592 MiB
+
+
+def test_known_error_weights_fit_includes_the_overhead() -> None:
+    meta = shipped("meta-llama/Llama-3.1-8B-Instruct")
+    report = estimate(meta, one_gpu(17.5), FitOptions())
+    weights = report.weights.per_rank_bytes
+    assert weights < report.budget_bytes  # the weights alone would fit...
+    assert not report.weights_fit  # ...not with the profiling overhead
+    assert report.verdict == "does_not_fit"
+    assert report.recommended_max_model_len == 0
+
+
+# -- weights -----------------------------------------------------------------------------
+
+
+def test_gpt_oss_120b_padding_on_mi300x() -> None:
+    # 65.25 GB stored; MXFP4 experts padded to 3072 x 3072 for AITER/CK: 68.59 GiB loaded
+    # (68.7 GiB logged on MI300X)
+    r1 = estimate(shipped("openai/gpt-oss-120b"), MI300X, FitOptions(tp=1))
+    assert round(r1.weights.per_rank_bytes / GIB, 2) == 68.59
+    # TP4: intermediate 2880/4 = 720 padded to 768 per rank
+    r4 = estimate(shipped("openai/gpt-oss-120b"), MI300X, FitOptions(tp=4))
+    assert r4.weights.padding_bytes_per_rank > 0
+    assert r4.weights.per_rank_bytes < r1.weights.per_rank_bytes / 3
+
+
+def test_mla_projections_replicated_per_rank() -> None:
+    meta = shipped("deepseek-ai/DeepSeek-V3")
+    r8 = estimate(meta, MI300X, FitOptions(tp=8))
+    # q_a (7168 x 1536) + kv_a (7168 x 576) per layer in FP8, on every rank
+    per_layer = 7168 * (1536 + 576)
+    assert r8.weights.replicated_bytes_per_rank > 61 * per_layer * 7 / 8
+
+
+# -- TP, verdicts, context ---------------------------------------------------------------
+
+
+def test_needs_tp_when_one_gpu_is_not_enough() -> None:
+    report = estimate(shipped("deepseek-ai/DeepSeek-V3"), MI300X, FitOptions())
+    assert report.verdict == "needs_tp"
+    assert report.min_tp_required == 4 and report.tp == 4
+    asked = estimate(shipped("deepseek-ai/DeepSeek-V3"), MI300X, FitOptions(tp=2))
+    assert asked.verdict == "needs_tp" and asked.tp == 2 and not asked.weights_fit
+
+
+def test_does_not_fit_names_the_tp_it_would_need() -> None:
+    hw = replace(MI300X, gpu_count=2)
+    report = estimate(shipped("deepseek-ai/DeepSeek-V3"), hw, FitOptions())
+    doc = report.to_dict()
+    assert doc["verdict"] == "does_not_fit"
+    assert doc["fit"]["min_tp_required"] is None
+    assert doc["fit"]["min_tp_if_more_gpus"] == 4
+    assert "TP 4 would fit" in doc["verdict_reason"]
+
+
+@pytest.mark.parametrize(
+    ("gib", "verdict"), [(17.5, "does_not_fit"), (20, "too_tight"), (24, "tight"), (32, "safe")]
+)
+def test_verdict_thresholds(gib: float, verdict: str) -> None:
+    report = estimate(shipped("meta-llama/Llama-3.1-8B-Instruct"), one_gpu(gib), FitOptions())
+    assert report.verdict == verdict
+    left = report.remaining_bytes
+    assert {
+        "safe": left >= 6 * GB,
+        "tight": 2 * GB <= left < 6 * GB,
+        "too_tight": 0 < left < 2 * GB,
+        "does_not_fit": left <= 0,
+    }[verdict]
+
+
+def test_context_limited_block_aligned_and_fp8_kv() -> None:
+    report = estimate(shipped("meta-llama/Llama-3.1-8B-Instruct"), one_gpu(24), FitOptions())
+    assert report.context_limited
+    assert report.recommended_max_model_len % report.layout.block_size == 0
+    assert (
+        report.layout.bytes_for_request(report.recommended_max_model_len) <= report.remaining_bytes
+    )
+    # fp8 KV halves a full-attention model's KV: about twice the context
+    ratio = report.max_seq_len_fp8_kv / report.recommended_max_model_len
+    assert 1.95 < ratio <= 2.01
+
+
+def test_requested_length_that_does_not_fit() -> None:
+    report = estimate(
+        shipped("meta-llama/Llama-3.1-8B-Instruct"), one_gpu(24), FitOptions(max_model_len=131072)
+    )
+    assert report.requested_fits is False
+    assert report.to_dict()["fit"]["requested_max_model_len_fits"] is False
+    # vLLM would refuse to start with that length: not a fit, and the reason says what fits
+    assert report.verdict == "does_not_fit"
+    assert (
+        f"the longest that fits is {report.layout.max_model_len(report.remaining_bytes, 131072)}"
+        in (report.verdict_reason)
+    )
+    # with a second GPU, TP 2 holds the requested length
+    two = estimate(
+        shipped("meta-llama/Llama-3.1-8B-Instruct"),
+        one_gpu(24, 2),
+        FitOptions(max_model_len=131072),
+    )
+    assert (two.verdict, two.tp, two.requested_fits) == ("needs_tp", 2, True)
+
+
+def test_tp_beyond_the_gpus_present() -> None:
+    report = estimate(shipped("Qwen/Qwen3-8B"), one_gpu(192, 1), FitOptions(tp=4))
+    assert report.verdict == "does_not_fit" and "TP 4 needs 4 GPUs" in report.verdict_reason
+
+
+def test_tp_must_divide_the_heads() -> None:
+    # Qwen3.5-27B: 24 attention heads: TP 16 is not valid, TP 8 is
+    meta = shipped("Qwen/Qwen3.5-27B")
+    hw = replace(MI300X, gpu_count=16)
+    with pytest.raises(UsageError) as err:
+        estimate(meta, hw, FitOptions(tp=16))
+    assert err.value.id == "bad_tp_for_model"
+    assert estimate(meta, hw, FitOptions(tp=8)).tp == 8
+    with pytest.raises(UsageError):
+        FitOptions(tp=3)
+
+
+# -- vLLM versions -----------------------------------------------------------------------
+
+
+def test_version_behaviour() -> None:
+    old, new = behaviour("0.19.0"), behaviour("0.22.0")
+    assert old.default_gpu_memory_utilization == 0.9 and not old.graph_memory_in_budget
+    assert new.default_gpu_memory_utilization == 0.92 and new.graph_memory_in_budget
+    assert (old.kv_tokens_formula, new.kv_tokens_formula) == ("blocks", "concurrency")
+    gib = 2**30
+    assert behaviour("0.22.0").batch_defaults(192 * gib, 4096) == (8192, 1024)
+    assert behaviour("0.28.0").batch_defaults(192 * gib, 4096) == (16384, 1024)
+    assert behaviour("0.22.0").batch_defaults(64 * gib, 4096) == (2048, 256)
+    assert behaviour("0.22.0").batch_defaults(80 * gib, 4096, "NVIDIA A100-SXM4-80GB") == (
+        2048,
+        256,
+    )
+    with pytest.raises(UsageError):
+        behaviour("banana")
+
+
+def test_graph_memory_and_utilization_follow_the_version() -> None:
+    meta = shipped("Qwen/Qwen3-8B")
+    new = estimate(meta, MI300X, FitOptions(vllm_version="0.22.0"))
+    eager = estimate(meta, MI300X, FitOptions(vllm_version="0.22.0", enforce_eager=True))
+    old = estimate(meta, MI300X, FitOptions(vllm_version="0.19.0"))
+    assert new.overhead.graph_bytes > 0 and eager.overhead.graph_bytes == 0
+    assert old.overhead.graph_bytes == 0
+    assert (new.gpu_memory_utilization, old.gpu_memory_utilization) == (0.92, 0.9)
+    given = estimate(meta, MI300X, FitOptions(gpu_memory_utilization=0.8))
+    assert given.gpu_memory_utilization == 0.8 and given.utilization_source == "given"
+    assert "0.22.0" in new.to_dict()["kv_cache"]["reproduces"]
+
+
+def test_overhead_grows_with_batch_and_vocab() -> None:
+    meta = shipped("Qwen/Qwen3-8B")
+    small = estimate(meta, MI300X, FitOptions(max_num_seqs=64))
+    large = estimate(meta, MI300X, FitOptions(max_num_seqs=1024))
+    assert large.overhead.sampler_bytes == 16 * small.overhead.sampler_bytes
+    assert large.overhead.method == "modelled"
+
+
+def test_flat_overhead_when_dimensions_are_unknown() -> None:
+    meta = fixture_meta("Qwen__Qwen3-8B")
+    cfg = {k: v for k, v in meta.config.items() if k != "vocab_size"}
+    report = estimate(replace(meta, config=cfg), MI300X, FitOptions())
+    assert report.overhead.method == "flat" and report.overhead.activation_bytes == 4 * GB
+
+
+# -- alternatives ------------------------------------------------------------------------
+
+
+def test_alternatives_verified_and_ranked() -> None:
+    hw = one_gpu(64)
+    big = fixture_meta("Qwen__Qwen3-8B", num_hidden_layers=96, intermediate_size=32768)
+    fp8_cfg = big.config | {
+        "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    }
+    fp8 = ModelMeta.from_config("acme/Big-FP8", fp8_cfg, source="config")
+    cands = [
+        Candidate("acme/Big", "bf16", "recipe_variant", big),
+        Candidate("acme/Big-NVFP4", "nvfp4", "provider", fp8),
+        Candidate("amd/Big-FP8", "fp8", "amd", fp8),
+    ]
+    ranked = alternatives(cands, hw, FitOptions(), native_precisions=["bf16", "fp8_fnuz"])
+    assert [a.candidate.model_id for a in ranked] == ["amd/Big-FP8", "acme/Big"]  # no NVFP4
+    assert ranked[0].report.fits and not ranked[1].report.fits
+    assert ranked[0].native_precision
+    assert ranked[0].to_dict()["verdict"] in ("safe", "tight")
