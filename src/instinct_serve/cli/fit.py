@@ -19,10 +19,7 @@ from instinct_serve.errors import ExitCode, NotReadyError, UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from instinct_serve.fit.catalog_link import LaunchContext
-    from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport, HardwareSpec
-
-MAX_ALTERNATIVES = 8
+    from instinct_serve.fit.estimate import Alternative, FitReport, HardwareSpec
 
 
 def _hardware(
@@ -72,52 +69,6 @@ def _hardware(
         fix="pass --gpu mi300x (or mi325x, mi355x, mi250x, ...) or --vram-gb with --gpu-count",
         id="no_gpu_to_fit",
     )
-
-
-def _alternatives(
-    model_id: str,
-    ctx: LaunchContext,
-    hw: HardwareSpec,
-    opts: FitOptions,
-    meta_notes: tuple[str, ...],
-) -> tuple[list[Alternative], list[str]]:
-    from instinct_serve.errors import InstinctError
-    from instinct_serve.fit.catalog_link import precision_from_name
-    from instinct_serve.fit.estimate import Candidate, alternatives, precision_supported
-    from instinct_serve.fit.sources import load_model_meta, quantized_siblings
-
-    wanted: list[tuple[str, str | None, str]] = [
-        (mid, prec, "recipe_variant") for mid, prec, _key in ctx.variants if mid != model_id
-    ]
-    hub_down = any(n.startswith("Hub unreachable") for n in meta_notes)
-    for mid in [] if hub_down else quantized_siblings(model_id):
-        origin = "amd" if mid.lower().startswith("amd/") else "provider"
-        wanted.append((mid, precision_from_name(mid), origin))
-    seen: set[str] = set()
-    candidates: list[Candidate] = []
-    skipped: list[str] = []
-    for mid, prec, origin in wanted:
-        if mid in seen or len(candidates) >= MAX_ALTERNATIVES:
-            continue
-        seen.add(mid)
-        precision = prec or precision_from_name(mid) or "bf16"
-        if not precision_supported(precision, ctx.unsupported_precisions):
-            skipped.append(f"{mid}: {precision} is not supported on this GPU")
-            continue
-        try:
-            meta = load_model_meta(mid)
-        except InstinctError as exc:
-            skipped.append(f"{mid}: {exc.message}")
-            continue
-        candidates.append(Candidate(mid, precision, origin, meta, ctx.context_length))
-    ranked = alternatives(
-        candidates,
-        hw,
-        opts,
-        native_precisions=ctx.native_precisions,
-        unsupported_precisions=ctx.unsupported_precisions,
-    )
-    return ranked, skipped
 
 
 @click.command("fit")
@@ -196,7 +147,12 @@ def fit(
     """
     from pathlib import Path
 
-    from instinct_serve.fit.catalog_link import close_matches, fit_options, launch_context
+    from instinct_serve.fit.catalog_link import (
+        close_matches,
+        find_alternatives,
+        fit_options,
+        launch_context,
+    )
     from instinct_serve.fit.estimate import estimate
     from instinct_serve.fit.sources import load_model_meta
 
@@ -232,7 +188,7 @@ def fit(
     skipped: list[str] = []
     if not report.fits and report.verdict != "needs_tp" and not no_alternatives and not is_dir:
         with progress("Looking for checkpoints that fit", enabled=not as_json):
-            alts, skipped = _alternatives(model, ctx, hw, opts, meta.notes)
+            alts, skipped = find_alternatives(model, ctx, hw, opts, meta.notes)
     doc = report.to_dict()
     doc["catalog"] = ctx.to_dict()
     doc["alternatives"] = [a.to_dict() for a in alts]

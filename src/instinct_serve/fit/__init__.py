@@ -19,11 +19,18 @@ API for the planner (``estimate`` and ``alternatives`` are pure; the rest are ad
         ``.fits``, ``.to_dict()`` (the DESIGN.md keys).
     alternatives(candidates, hw, opts, native_precisions, unsupported_precisions)
         -> list[Alternative], each verified with ``estimate`` and ranked.
+    find_alternatives(model_id, ctx, hw, opts) -> (list[Alternative], skipped)
+        The adapter around ``alternatives``: recipe variants and Hub quantized siblings.
 """
 
 from __future__ import annotations
 
-from instinct_serve.fit.catalog_link import LaunchContext, fit_options, launch_context
+from instinct_serve.fit.catalog_link import (
+    LaunchContext,
+    find_alternatives,
+    fit_options,
+    launch_context,
+)
 from instinct_serve.fit.estimate import (
     Alternative,
     Candidate,
@@ -48,6 +55,7 @@ __all__ = [
     "ModelMeta",
     "alternatives",
     "estimate",
+    "find_alternatives",
     "fit_options",
     "launch_context",
     "load_model_meta",

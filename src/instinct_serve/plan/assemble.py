@@ -1,0 +1,497 @@
+"""Gather what the planner needs (the adapters' half of ``plan``): hardware from a profile or
+``detect``, the catalog match and merged AMD config, model metadata and the fit, the host's
+HF cache layout. Then call the pure ``build_plan``.
+
+``make_plan`` is what ``instinct plan``, ``instinct serve`` and the MCP server call.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from instinct_serve.errors import InstinctError, NotReadyError, UsageError
+from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, Mount
+from instinct_serve.plan.planner import (
+    PlanInputs,
+    PlanOptions,
+    build_plan,
+    choose_tp,
+    choose_variant,
+)
+
+if TYPE_CHECKING:
+    from instinct_serve.catalog.config import AmdConfig
+    from instinct_serve.catalog.matching import Match
+    from instinct_serve.catalog.store import Catalog
+    from instinct_serve.fit.catalog_link import LaunchContext
+    from instinct_serve.fit.estimate import FitOptions, FitReport, HardwareSpec
+    from instinct_serve.fit.meta import ModelMeta
+    from instinct_serve.hardware.inventory import GpuInventory
+    from instinct_serve.hosts import Host
+
+
+# Used only if a synced cache has no resolved tag (Docker Hub was unreachable during sync).
+FALLBACK_IMAGE = "vllm/vllm-openai-rocm:latest"
+
+
+@dataclass
+class PlanResult:
+    """The plan and what it was made from (for the confirmation table and JSON)."""
+
+    plan: LaunchPlan
+    inventory: GpuInventory
+    match: Match
+    fit: FitReport | None = None
+    hardware_source: str = "detect"
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = self.plan.to_dict()
+        doc["hardware_source"] = self.hardware_source
+        return doc
+
+
+# ------------------------------------------------------------------------ hardware
+
+
+def resolve_inventory(
+    opts: PlanOptions, host: Host | None, inventory: GpuInventory | None = None
+) -> tuple[GpuInventory, str, list[str]]:
+    """GPUs to plan for: ``--gpu``/``--gfx`` (no detection), else ``detect`` on the host.
+
+    Returns (inventory, source, warnings). ``opts.default_gpu`` is used when detection finds
+    nothing (``instinct plan`` on a laptop); without it no GPU is an error (exit 3).
+    """
+    from instinct_serve.hardware.inventory import GpuInventory
+    from instinct_serve.hardware.profiles import MIB, PROFILES, get_profile
+
+    notes: list[str] = []
+    gpu_spec = opts.gpu or opts.gfx
+    if gpu_spec:
+        key = gpu_spec.strip().lower()
+        if key.startswith("gfx"):
+            family = [p for p in PROFILES.values() if p.gfx_version == key]
+            if not family:
+                raise UsageError(
+                    f"unknown gfx target {gpu_spec!r}",
+                    fix="use gfx942, gfx950 or gfx90a, or a profile such as --gpu mi300x",
+                    id="unknown_gfx",
+                )
+            profile = family[0]
+            if opts.vram_gb is None:
+                notes.append(
+                    f"--vram-gb not given for {key}: assuming {profile.market_name} "
+                    f"({profile.vram_bytes / 2**30:.0f} GiB per GPU)"
+                )
+        else:
+            profile = get_profile(gpu_spec)
+        inv = profile.inventory(opts.gpu_count)
+        source = "profile"
+    elif inventory is not None:
+        inv, source = inventory, "detect"
+    else:
+        if opts.vram_gb is not None:
+            raise UsageError(
+                "--vram-gb needs the GPU kind too",
+                fix="add --gfx gfx942 (or gfx950, gfx90a), or use --gpu mi300x",
+                id="missing_gfx",
+            )
+        from instinct_serve.hardware.detect import detect
+
+        if host is None:
+            from instinct_serve.hosts import LocalHost
+
+            host = LocalHost()
+        inv = detect(host)
+        source = "detect"
+        if not inv.gpus:
+            if not opts.default_gpu:
+                raise NotReadyError(
+                    f"no AMD GPU found on {host.name}",
+                    fix=(inv.hint or "check the amdgpu driver (lsmod | grep amdgpu)")
+                    + "; or plan for a named GPU with --gpu mi300x",
+                    id="no_gpu",
+                )
+            profile = get_profile(opts.default_gpu)
+            inv = profile.inventory(opts.gpu_count)
+            source = "profile"
+            notes.append(
+                f"no AMD GPU detected on {host.name}: planning for "
+                f"{inv.gpu_count}x {profile.market_name} (use --gpu or --host to choose)"
+            )
+        else:
+            notes.extend(inv.warnings)
+        if opts.gpu_count and 0 < opts.gpu_count < inv.gpu_count and source == "detect":
+            inv = GpuInventory(
+                gpus=inv.gpus[: opts.gpu_count],
+                rocm_version=inv.rocm_version,
+                source=inv.source,
+                warnings=inv.warnings,
+            )
+    if opts.vram_gb is not None:
+        if opts.vram_gb <= 0:
+            raise UsageError("--vram-gb must be positive", id="bad_vram")
+        vram = int(opts.vram_gb * 1e9)
+        for gpu in inv.gpus:
+            gpu.vram_total_bytes = vram
+        notes.append(f"VRAM per GPU set to {opts.vram_gb:g} GB ({vram / MIB:.0f} MiB)")
+    if opts.gpus is not None:
+        by_index = {g.index: g for g in inv.gpus}
+        missing = [i for i in opts.gpus if i not in by_index]
+        if missing:
+            raise UsageError(
+                f"--gpus names GPU {', '.join(map(str, missing))}, but the host has "
+                f"{', '.join(str(i) for i in sorted(by_index)) or 'none'}",
+                fix="run `instinct detect` to list the GPU indices",
+                id="bad_gpus",
+            )
+        inv = GpuInventory(
+            gpus=[by_index[i] for i in opts.gpus],
+            rocm_version=inv.rocm_version,
+            source=inv.source,
+            warnings=inv.warnings,
+            hint=inv.hint,
+        )
+    if inv.gfx_version == "mixed":
+        notes.append("the GPUs differ: planning for the smallest; restrict with --gpus")
+    return inv, source, notes
+
+
+def _gpu_key(inventory: GpuInventory) -> str:
+    """The gfx (or profile) the catalog should merge for."""
+    gfx = inventory.gfx_version
+    if gfx in ("unknown", "mixed"):
+        kinds = sorted({g.gfx_version for g in inventory.gpus})
+        gfx = kinds[0] if kinds else "unknown"
+    from instinct_serve.hardware.profiles import PROFILES
+
+    name = (
+        (inventory.gpus[0].market_name or inventory.gpus[0].name).lower() if inventory.gpus else ""
+    )
+    for key in PROFILES:
+        if key in name.replace(" ", "").replace("-", ""):
+            return key  # the exact profile lets upstream's per-GPU overrides apply
+    return gfx
+
+
+# ------------------------------------------------------------------------ HF cache
+
+
+def resolve_hf_mount(opts: PlanOptions, host: Host | None) -> tuple[Mount, str]:
+    """The host directory to mount as the container's HF cache, and why.
+
+    ``--hf-cache DIR``, ``HF_HUB_CACHE`` or ``HF_HOME`` name a shared cache: when its
+    ``models--*`` directories sit at its root it is a hub cache and mounts on
+    ``/root/.cache/huggingface/hub``; under ``hub/`` (or empty) it is an HF home and mounts
+    on ``/root/.cache/huggingface``.
+    """
+    env = _host_env(host, ("HOME", "HF_HOME", "HF_HUB_CACHE"))
+    home = env.get("HOME") or "~"
+    if opts.hf_cache:
+        path, origin = _expand(opts.hf_cache, home), "--hf-cache"
+    elif env.get("HF_HUB_CACHE"):
+        path = _expand(env["HF_HUB_CACHE"], home)
+        return (
+            Mount(path, CONTAINER_HF_CACHE + "/hub"),
+            "HF_HUB_CACHE is set: the shared hub cache is mounted where vLLM looks for models",
+        )
+    elif env.get("HF_HOME"):
+        path, origin = _expand(env["HF_HOME"], home), "HF_HOME"
+    else:
+        path = f"{home.rstrip('/')}/.cache/huggingface"
+        return (
+            Mount(path, CONTAINER_HF_CACHE),
+            "your Hugging Face cache: weights download once and are reused by every launch",
+        )
+    if _has_models_at_root(path, host):
+        return (
+            Mount(path, CONTAINER_HF_CACHE + "/hub"),
+            f"{origin} holds models--* at its root (a hub cache): mounted on the hub directory",
+        )
+    return (
+        Mount(path, CONTAINER_HF_CACHE),
+        f"{origin} is an HF home (models under hub/): mounted on the container's HF home",
+    )
+
+
+def _expand(path: str, home: str) -> str:
+    if path == "~" or path.startswith("~/"):
+        return home.rstrip("/") + path[1:]
+    return path
+
+
+def _host_env(host: Host | None, names: tuple[str, ...]) -> dict[str, str]:
+    if host is None or host.is_local:
+        return {n: os.environ[n] for n in names if os.environ.get(n)}
+    script = "; ".join(f'printf "%s\\n" "${{{n}-}}"' for n in names)
+    result = host.run(["sh", "-c", script], timeout=30)
+    values = result.stdout.split("\n") if result.ok else []
+    return {n: v for n, v in zip(names, values, strict=False) if v}
+
+
+def _has_models_at_root(path: str, host: Host | None) -> bool:
+    if host is None or host.is_local:
+        try:
+            return any(e.startswith("models--") for e in os.listdir(path))
+        except OSError:
+            return False
+    result = host.run(
+        ["sh", "-c", 'for d in "$1"/models--*; do [ -d "$d" ] && exit 0; done; exit 1', "sh", path],
+        timeout=30,
+    )
+    return result.ok
+
+
+# ------------------------------------------------------------------------ fit
+
+
+@dataclass
+class _Sizer:
+    """Loads metadata and runs the estimator, memoised per model id."""
+
+    hw: HardwareSpec
+    ctx: LaunchContext
+    opts: PlanOptions
+    reports: dict[str, FitReport | None] = field(default_factory=dict)
+    metas: dict[str, ModelMeta] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+    def options(self, tp: int | None) -> FitOptions:
+        from instinct_serve.fit import fit_options
+
+        fopts, _notes = fit_options(
+            self.ctx,
+            tp=tp,
+            max_model_len=self.opts.max_model_len,
+            kv_cache_dtype=self.opts.kv_cache_dtype,
+            gpu_memory_utilization=self.opts.gpu_memory_utilization,
+        )
+        return fopts
+
+    def meta(self, model_id: str) -> ModelMeta | None:
+        if model_id in self.metas:
+            return self.metas[model_id]
+        if model_id in self.problems:
+            return None
+        from instinct_serve.fit import load_model_meta
+
+        try:
+            meta = load_model_meta(model_id)
+        except InstinctError as exc:
+            self.problems[model_id] = exc.message
+            return None
+        self.metas[model_id] = meta
+        return meta
+
+    def report(self, model_id: str, tp: int | None = None) -> FitReport | None:
+        key = f"{model_id}@{tp}"
+        if key not in self.reports:
+            meta = self.meta(model_id)
+            if meta is None:
+                self.reports[key] = None
+            else:
+                from instinct_serve.fit import estimate
+
+                self.reports[key] = estimate(meta, self.hw, self.options(tp))
+        return self.reports[key]
+
+    def verdict(self, model_id: str) -> str | None:
+        """The fit verdict of a launch at the TP the plan would pick (not always TP 1)."""
+        report = self.report(model_id, self.opts.tp)
+        if report is None:
+            return None
+        if self.opts.tp is None and report.verdict == "needs_tp" and report.min_tp_required:
+            report = self.report(model_id, report.min_tp_required) or report
+        return report.verdict
+
+
+def _is_moe(meta: ModelMeta | None, amd: AmdConfig, match: Match) -> bool:
+    if meta is not None:
+        from instinct_serve.fit.config import ModelConfig
+
+        try:
+            if ModelConfig(meta.config).num_experts > 0:
+                return True
+        except Exception:  # an odd config must not stop planning
+            pass
+    recipe = match.recipe
+    return bool(recipe is not None and "moe" in str(recipe.architecture or "").lower())
+
+
+# ------------------------------------------------------------------------ entry point
+
+
+def make_plan(
+    opts: PlanOptions, host: Host | None = None, inventory: GpuInventory | None = None
+) -> PlanResult:
+    """Everything ``instinct plan`` does, minus printing. Raises InstinctError to refuse."""
+    from instinct_serve import __version__
+    from instinct_serve.catalog import (
+        amd_config,
+        ensure_servable,
+        load_catalog,
+        load_gpu_overrides,
+        lookup,
+        staleness_warning,
+    )
+    from instinct_serve.catalog.matching import check_model_id, vllm_gate
+
+    opts.validate()
+    model = opts.model.strip()
+    if not os.path.isdir(model):
+        check_model_id(model)
+    inv, hw_source, warnings = resolve_inventory(opts, host, inventory)
+    catalog = load_catalog()
+    warnings.extend(catalog.warnings)
+    stale = staleness_warning(catalog)
+    if stale:
+        warnings.append(stale)
+    match = lookup(model, catalog)
+    ensure_servable(match)  # blacklisted → refused with reason and alternative
+    overrides = load_gpu_overrides()
+    gpu_key = _gpu_key(inv)
+    gfx_cfg = overrides.config(_gfx_of(gpu_key, inv))
+
+    # features: the recipe's defaults plus opt-ins asked for
+    features = None
+    if opts.features:
+        base = amd_config(match, gpu_key, overrides=overrides)
+        features = list(dict.fromkeys([*base.features, *opts.features]))
+
+    hw, ctx = _fit_inputs(inv, hw_source, match, gpu_key, overrides)
+    sizer = _Sizer(hw, ctx, opts)
+    variant = choose_variant(match, gfx_cfg.precision.status, sizer.verdict, opts.precision)
+    amd = amd_config(match, gpu_key, variant=variant.key, features=features, overrides=overrides)
+    ctx.launch_args = [*amd.args, *opts.extra_args]
+    ctx.context_length = amd.context_length or ctx.context_length
+    sizer.reports.clear()
+
+    # image
+    if opts.image:
+        image, image_reason = opts.image, "--image given"
+    elif amd.image:
+        image, image_reason = amd.image, "pinned by the recipe for AMD GPUs"
+    else:
+        image = catalog.docker_image or FALLBACK_IMAGE
+        image_reason = (
+            f"the newest vllm/vllm-openai-rocm release known to the catalog ({catalog.source}"
+            + (f", fetched {catalog.fetched_at[:10]}" if catalog.fetched_at else "")
+            + ")"
+        )
+    image_problem = vllm_gate(match, image)
+    from instinct_serve.catalog.matching import image_version
+
+    version = image_version(image)
+    if version:
+        ctx.vllm_version = ".".join(str(p) for p in version)
+
+    # fit at the TP we will launch with
+    fit = sizer.report(variant.model_id, opts.tp)
+    recipe_tp = (
+        match.recipe.declared_tp(variant.key or "default", amd.hardware_id)
+        if match.recipe is not None
+        else None
+    )
+    if fit is not None and opts.tp is None and fit.min_tp_required is not None:
+        # size at the TP we will launch with, so the verdict is about that launch
+        tp, _why = choose_tp(opts, fit, recipe_tp, inv.gpu_count, inv.vram_bytes)
+        fit = sizer.report(variant.model_id, tp) or fit
+    alternatives: list[dict[str, Any]] = []
+    if fit is not None and not fit.fits:
+        from instinct_serve.fit import find_alternatives
+
+        alts, _skipped = find_alternatives(variant.model_id, ctx, hw, sizer.options(opts.tp))
+        alternatives = [a.to_dict() for a in alts]
+
+    hf_mount: Mount | None = None
+    hf_reason = ""
+    if opts.engine == "docker":
+        hf_mount, hf_reason = resolve_hf_mount(opts, host)
+
+    inputs = PlanInputs(
+        options=opts,
+        inventory=inv,
+        match=match,
+        amd=amd,
+        variant=variant,
+        docker_flags=[(" ".join(f.argv), f.reason) for f in overrides.docker_flags],
+        image=image,
+        image_reason=image_reason,
+        hf_mount=hf_mount,
+        hf_mount_reason=hf_reason,
+        fit=fit,
+        fit_problem=sizer.problems.get(variant.model_id),
+        is_moe=_is_moe(sizer.metas.get(variant.model_id), amd, match),
+        recipe_tp=recipe_tp,
+        alternatives=alternatives,
+        image_problem=image_problem,
+        warnings=warnings,
+        tool_version=__version__,
+        env_reasons=_env_reasons(gfx_cfg, variant.model_id, match),
+    )
+    plan = build_plan(inputs)
+    _cross_check(plan, catalog, match, amd)
+    return PlanResult(
+        plan=plan,
+        inventory=inv,
+        match=match,
+        fit=fit,
+        hardware_source=hw_source,
+        warnings=plan.warnings,
+    )
+
+
+def _env_reasons(gfx_cfg: Any, model_id: str, match: Match) -> dict[str, str]:
+    """Why our own data sets each variable (gfx defaults, then model overrides)."""
+    why = {key: d.reason for key, d in gfx_cfg.env_defaults.items()}
+    ids = [model_id] + ([match.recipe.model_id] if match.recipe is not None else [])
+    for over in gfx_cfg.overrides_for(*ids):
+        why.update({key: over.reason for key in over.env})
+    return why
+
+
+def _gfx_of(gpu_key: str, inv: GpuInventory) -> str:
+    if gpu_key.startswith("gfx"):
+        return gpu_key
+    from instinct_serve.hardware.profiles import get_profile
+
+    return get_profile(gpu_key).gfx_version
+
+
+def _fit_inputs(
+    inv: GpuInventory, source: str, match: Match, gpu_key: str, overrides: Any
+) -> tuple[HardwareSpec, LaunchContext]:
+    from instinct_serve.fit import HardwareSpec, LaunchContext
+
+    hw = HardwareSpec.from_inventory(inv, source)
+    prec = overrides.config(_gfx_of(gpu_key, inv)).precision
+    ctx = LaunchContext(
+        recipe_model_id=match.recipe.model_id if match.recipe else None,
+        match_kind=match.kind,
+        native_precisions=sorted(prec.native),
+        unsupported_precisions=sorted(prec.unsupported),
+    )
+    if match.recipe is not None:
+        ctx.context_length = match.recipe.context_length
+        ctx.variants = [(v.model_id, v.precision, v.key) for v in match.recipe.variants.values()]
+    return hw, ctx
+
+
+def _cross_check(plan: LaunchPlan, catalog: Catalog, match: Match, amd: AmdConfig) -> None:
+    """Compare with upstream's own rendered AMD command when synced from the recipes API."""
+    if match.recipe is None or not amd.hardware_id:
+        return
+    rendered = catalog.rendered(match.recipe.model_id, amd.hardware_id)
+    if rendered is None:
+        return
+    from instinct_serve.catalog import compare_with_rendered
+
+    diffs = compare_with_rendered(plan.vllm_args, plan.env, rendered.argv, rendered.env)
+    plan.recipe_cross_check = {"hardware": amd.hardware_id, "differences": diffs}
+    if diffs:
+        plan.warnings.append(
+            f"differs from the recipes site's {amd.hardware_id} command in {len(diffs)} "
+            "place(s): see recipe_cross_check"
+        )

@@ -1,0 +1,690 @@
+"""The planner: a pure function from (hardware, catalog match, AMD config, fit, options) to a
+``LaunchPlan``, with a ``Reason`` for every flag, variable, mount and choice.
+
+Nothing here does I/O. ``plan.assemble`` gathers the inputs (detect, catalog, Hub metadata,
+the host's HF cache layout) and calls ``build_plan``; tests call it with hand-made inputs.
+
+Argument precedence, lowest first (the last value of a flag wins, and every flag set to two
+different values is reported in ``conflicts``):
+
+    AMD config layers (gfx env defaults < recipe base < variant < hardware overrides
+      < features < our gfx model overrides; merged by ``catalog.amd_config``)
+    planner decisions (TP, executor backend, --max-model-len, --port)
+    user options (--max-model-len, --kv-cache-dtype, --gpu-memory-utilization, --tp)
+    user pass-through arguments (after ``--``)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from instinct_serve.catalog.recipe import arg_units
+from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.plan.model import DEFAULT_PORT, LaunchPlan, Mount, Reason
+
+if TYPE_CHECKING:
+    from instinct_serve.catalog.config import AmdConfig
+    from instinct_serve.catalog.matching import Match
+    from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.hardware.inventory import GpuInventory
+
+DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
+DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+SECRET_ENV = ("HF_TOKEN",)
+FIT_OK = ("safe", "tight")
+
+
+@dataclass
+class PlanOptions:
+    """Everything a user can ask of a plan (CLI flags, MCP arguments, serve options)."""
+
+    model: str = DEFAULT_MODEL
+    gpu: str | None = None  # a profile (mi300x) or a gfx target (gfx942)
+    gfx: str | None = None
+    vram_gb: float | None = None  # per GPU, 10^9 bytes
+    gpu_count: int | None = None
+    gpus: list[int] | None = None  # restrict to these device indices
+    tp: int | None = None
+    port: int = DEFAULT_PORT
+    image: str | None = None
+    precision: str | None = None
+    features: list[str] | None = None  # opt-in features to add to the defaults
+    max_model_len: int | None = None
+    kv_cache_dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    hf_cache: str | None = None
+    force: bool = False
+    engine: str = "docker"
+    name: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    default_gpu: str | None = None  # profile used when detection finds no GPU (plan only)
+
+    def validate(self) -> None:
+        """Reject impossible values up front (exit 2), before any work."""
+        if not 0 < self.port < 65536:
+            raise UsageError(
+                f"--port {self.port} is not a TCP port", fix="use 1-65535", id="bad_port"
+            )
+        if self.tp is not None and (self.tp < 1 or self.tp & (self.tp - 1)):
+            raise UsageError(
+                f"--tp {self.tp} is not a power of two", fix="use 1, 2, 4 or 8", id="bad_tp"
+            )
+        util = self.gpu_memory_utilization
+        if util is not None and not 0 < util <= 1:
+            raise UsageError(
+                f"--gpu-memory-utilization {util} is outside (0, 1]",
+                fix="use a fraction such as 0.9",
+                id="bad_gpu_memory_utilization",
+            )
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise UsageError("--max-model-len must be positive", id="bad_max_model_len")
+        if self.engine not in ("docker", "native"):
+            raise UsageError(
+                f"unknown engine {self.engine!r}", fix="use docker or native", id="bad_engine"
+            )
+        if self.gpus is not None and (not self.gpus or any(i < 0 for i in self.gpus)):
+            raise UsageError("--gpus needs device indices such as 0,1", id="bad_gpus")
+        if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
+            raise UsageError("--gpus lists a device twice", id="bad_gpus")
+
+
+@dataclass
+class VariantChoice:
+    key: str | None
+    model_id: str
+    precision: str | None
+    reason: str
+    vram_minimum_gb: float | None = None  # the recipe's stated total VRAM need
+
+
+@dataclass
+class PlanInputs:
+    """What ``assemble`` gathered; ``build_plan`` turns it into a plan without I/O."""
+
+    options: PlanOptions
+    inventory: GpuInventory
+    match: Match
+    amd: AmdConfig
+    variant: VariantChoice
+    docker_flags: list[tuple[str, str]]  # (flag as one string, reason)
+    image: str
+    image_reason: str
+    hf_mount: Mount | None = None
+    hf_mount_reason: str = ""
+    fit: FitReport | None = None
+    fit_problem: str | None = None  # why there is no fit report
+    is_moe: bool = False
+    recipe_tp: int | None = None
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    image_problem: str | None = None  # the image is older than the recipe needs
+    warnings: list[str] = field(default_factory=list)
+    tool_version: str = ""
+    cross_check: dict[str, Any] | None = None
+    env_reasons: dict[str, str] = field(default_factory=dict)  # our data's reason per variable
+
+
+# ----------------------------------------------------------------- argument helpers
+
+
+def _unit_value(tokens: list[str]) -> str:
+    if len(tokens) > 1:
+        return tokens[1]
+    return tokens[0].partition("=")[2]
+
+
+@dataclass
+class ArgMerge:
+    """Merge argv from sources in precedence order; remember who set what."""
+
+    units: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # name → (tokens, src)
+    order: list[str] = field(default_factory=list)
+    positional: list[str] = field(default_factory=list)
+    history: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # name → (src, val)
+
+    def add(self, args: Iterable[str], source: str) -> None:
+        for name, tokens in arg_units(list(args)):
+            if name is None:
+                self.positional.extend(tokens)
+                continue
+            self.history.setdefault(name, []).append((source, _unit_value(tokens)))
+            if name not in self.units:
+                self.order.append(name)
+            self.units[name] = (tokens, source)
+
+    def remove(self, name: str) -> None:
+        if name in self.units:
+            del self.units[name]
+            self.order.remove(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.units
+
+    def value(self, name: str) -> str | None:
+        return _unit_value(self.units[name][0]) if name in self.units else None
+
+    def source(self, name: str) -> str | None:
+        return self.units[name][1] if name in self.units else None
+
+    def argv(self) -> list[str]:
+        out = list(self.positional)
+        for name in self.order:
+            out.extend(self.units[name][0])
+        return out
+
+    def conflicts(self) -> list[dict[str, Any]]:
+        found = []
+        for name, seen in self.history.items():
+            if len({value for _src, value in seen}) > 1 and name in self.units:
+                found.append(
+                    {
+                        "flag": name,
+                        "values": [{"source": src, "value": val} for src, val in seen],
+                        "winner": {"source": self.units[name][1], "value": self.value(name)},
+                    }
+                )
+        return found
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+def container_name(model_id: str, port: int) -> str:
+    """``vllm-<model-slug>`` (plus the port when not the default, so two can coexist)."""
+    base = model_id.rsplit("/", 1)[-1].lower()
+    slug = re.sub(r"[^a-z0-9]+", "-", base).strip("-")[:48] or "model"
+    return f"vllm-{slug}" if port == DEFAULT_PORT else f"vllm-{slug}-{port}"
+
+
+def _choice(var: Any, reason: str) -> VariantChoice:
+    return VariantChoice(var.key, var.model_id, var.precision, reason, var.vram_minimum_gb)
+
+
+def choose_variant(
+    match: Match,
+    precision_status: Callable[[str | None], str],
+    fits: Callable[[str], str | None],
+    forced: str | None,
+) -> VariantChoice:
+    """Pick the recipe variant to serve.
+
+    ``precision_status(p)`` says native/emulated/unsupported/unknown on this gfx;
+    ``fits(model_id)`` gives a fit verdict (or None when unknown), computed lazily.
+    Order: an explicit checkpoint the user named; ``--precision``; the default variant when
+    it fits; else the variant that fits with a native precision, then an emulated one.
+    """
+    recipe = match.recipe
+    if recipe is None or not recipe.variants:
+        precision = match.legacy.precision if match.legacy is not None else None
+        return VariantChoice(None, match.model_id, precision, "the model has no variants")
+    variants = list(recipe.variants.values())
+    default = recipe.default_variant
+
+    if forced:
+        want = forced.strip().lower()
+        chosen = [v for v in variants if (v.precision or "").lower() == want]
+        if not chosen:
+            have = sorted({(v.precision or "?") for v in variants})
+            raise UsageError(
+                f"{recipe.model_id} has no {forced} variant",
+                fix="available precisions: " + ", ".join(have),
+                id="unknown_precision",
+            )
+        var = chosen[0]
+        if precision_status(var.precision) == "unsupported":
+            raise UsageError(
+                f"{var.precision} weights do not run on this GPU ({var.model_id})",
+                fix="pick another --precision (NVFP4 is an NVIDIA-only format)",
+                id="unsupported_precision",
+            )
+        return _choice(var, f"--precision {forced} selects variant {var.key!r}")
+
+    if match.kind == "variant" and match.variant is not None:
+        var = match.variant
+        return _choice(var, f"you asked for the {var.precision or var.key} checkpoint")
+
+    def status(v: Any) -> str:
+        return precision_status(v.precision)
+
+    default_status = status(default)
+    if default_status != "unsupported":
+        verdict = fits(default.model_id)
+        if verdict is None or verdict in FIT_OK:
+            how = "fits" if verdict else "is the recipe default (its fit could not be checked)"
+            return _choice(
+                default,
+                f"default variant ({default.precision or 'default precision'}, "
+                f"{default_status} here) {how}",
+            )
+    ranked = sorted(
+        (v for v in variants if v is not default and status(v) in ("native", "emulated")),
+        key=lambda v: 0 if status(v) == "native" else 1,
+    )
+    for var in ranked:
+        if fits(var.model_id) in FIT_OK:
+            why = (
+                f"the default {default.precision or 'variant'} does not fit here; "
+                f"{var.precision} is {status(var)} on this GPU and fits"
+            )
+            if default_status == "unsupported":
+                why = f"the default {default.precision} does not run on ROCm; {var.precision} fits"
+            return _choice(var, why)
+    return _choice(
+        default, "no variant fits; keeping the recipe default (see the fit and alternatives)"
+    )
+
+
+def choose_tp(
+    options: PlanOptions,
+    fit: FitReport | None,
+    recipe_tp: int | None,
+    gpu_count: int,
+    vram_bytes_per_gpu: int | None = None,
+    vram_minimum_gb: float | None = None,
+) -> tuple[int, str]:
+    """Tensor parallelism: the user's; else the larger of what fits and what the recipe
+    validated (when enough GPUs are present); without a fit, the recipe's stated VRAM
+    minimum spread over whole GPUs; else 1."""
+    if options.tp is not None:
+        if options.tp > gpu_count:
+            raise UsageError(
+                f"--tp {options.tp} needs {options.tp} GPUs, but {gpu_count} are available",
+                fix=f"use --tp {1 << (gpu_count.bit_length() - 1)} or more GPUs",
+                id="tp_exceeds_gpus",
+            )
+        return options.tp, "--tp given"
+    need = fit.min_tp_required if fit is not None else None
+    if need is not None:
+        why = f"the smallest power of two whose share of the weights fits ({need})"
+    elif fit is None and vram_minimum_gb and vram_bytes_per_gpu:
+        need = 1
+        while need * vram_bytes_per_gpu < vram_minimum_gb * 1e9 and need * 2 <= gpu_count:
+            need *= 2
+        why = (
+            f"the model could not be sized; the recipe states {vram_minimum_gb:g} GB of VRAM, "
+            f"which takes {need} GPU(s)"
+        )
+    else:
+        need = 1
+        why = (
+            "the model could not be sized: one GPU (pass --tp to choose)"
+            if fit is None
+            else "one GPU"
+        )
+    if recipe_tp and recipe_tp > need and recipe_tp <= gpu_count:
+        return recipe_tp, f"the recipe's validated TP {recipe_tp} (the fit needs {need})"
+    return need, why
+
+
+def _env_with_conflicts(
+    amd: AmdConfig,
+    reasons: list[Reason],
+    conflicts: list[dict[str, Any]],
+    why: dict[str, str],
+) -> dict[str, str]:
+    """The AMD env, with a reason per variable and every overridden value reported."""
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for layer in amd.layers:
+        for key, value in layer.env.items():
+            seen.setdefault(key, []).append((layer.name, value))
+    env: dict[str, str] = {}
+    for key, value in amd.env.items():
+        source = amd.env_sources.get(key, "recipe")
+        if key in DEVICE_ENV and value.strip() == "":
+            reasons.append(Reason(key, source, "dropped: an empty value hides every GPU"))
+            continue
+        env[key] = value
+        explained = why.get(key) if source.startswith("gpu ") else None
+        reasons.append(Reason(f"{key}={value}", source, explained or f"set by the {source}"))
+        values = seen.get(key, [])
+        if len({v for _s, v in values}) > 1:
+            conflicts.append(
+                {
+                    "env": key,
+                    "values": [{"source": s, "value": v} for s, v in values],
+                    "winner": {"source": source, "value": value},
+                }
+            )
+    return env
+
+
+def build_plan(inp: PlanInputs) -> LaunchPlan:
+    """Decide every flag. Raises ``InstinctError`` for plans that must not launch."""
+    opts, amd, fit = inp.options, inp.amd, inp.fit
+    reasons: list[Reason] = []
+    warnings = list(inp.warnings)
+    conflicts: list[dict[str, Any]] = []
+    gpu_count = inp.inventory.gpu_count
+
+    tp, tp_why = choose_tp(
+        opts,
+        fit,
+        inp.recipe_tp,
+        gpu_count,
+        inp.inventory.vram_bytes,
+        inp.variant.vram_minimum_gb,
+    )
+    _guard_fit(inp)
+
+    # --- hardware and docker flags
+    reasons.append(Reason("model", inp.match.kind, inp.match.explanation))
+    reasons.append(Reason("variant", "planner", inp.variant.reason))
+    docker_flags: list[str] = []
+    for flag, why in inp.docker_flags:
+        docker_flags.append(flag)
+        reasons.append(Reason(flag, "gpu_overrides.docker_flags", why))
+
+    # --- environment
+    env = _env_with_conflicts(amd, reasons, conflicts, inp.env_reasons)
+    for key, value in opts.extra_env.items():
+        if key in SECRET_ENV:
+            raise UsageError(
+                f"{key} must not be given a value on the command line",
+                fix=f"export {key} in your environment; the plan passes it by name",
+                id="secret_in_args",
+            )
+        if key in env and env[key] != value:
+            conflicts.append(
+                {
+                    "env": key,
+                    "values": [
+                        {"source": amd.env_sources.get(key, "recipe"), "value": env[key]},
+                        {"source": "--env", "value": value},
+                    ],
+                    "winner": {"source": "--env", "value": value},
+                }
+            )
+        env[key] = value
+        reasons.append(Reason(f"{key}={value}", "--env", "given by you"))
+    gpu_indices = None
+    if opts.gpus is not None:
+        gpu_indices = list(opts.gpus)
+        env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
+        reasons.append(
+            Reason(
+                f"HIP_VISIBLE_DEVICES={env['HIP_VISIBLE_DEVICES']}",
+                "--gpus",
+                "restricts vLLM to these GPUs (HIP_VISIBLE_DEVICES only: vLLM is deprecating "
+                "CUDA_VISIBLE_DEVICES on ROCm)",
+            )
+        )
+        for other in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+            if other in env:
+                env.pop(other)
+                reasons.append(Reason(other, "--gpus", "dropped: HIP_VISIBLE_DEVICES decides"))
+    secrets = list(SECRET_ENV)
+    reasons.append(
+        Reason(
+            "--env HF_TOKEN",
+            "planner",
+            "passed by name: docker copies it from your environment, so the "
+            "token never appears in the command line or in this output",
+        )
+    )
+
+    # --- vLLM arguments
+    merge = ArgMerge()
+    for layer in amd.layers:
+        if layer.args:
+            merge.add(layer.args, layer.name)
+    # our gfx model overrides may remove args: honour the merged result
+    final_amd = {name for name, _t in arg_units(list(amd.args)) if name}
+    for name in list(merge.units):
+        if name not in final_amd:
+            merge.remove(name)
+    for name in merge.order:
+        reasons.append(
+            Reason(
+                " ".join(merge.units[name][0]),
+                merge.units[name][1],
+                "from the recipe / AMD configuration",
+            )
+        )
+    if merge.has("--tool-call-parser") and not merge.has("--enable-auto-tool-choice"):
+        merge.add(["--enable-auto-tool-choice"], "planner")
+        reasons.append(
+            Reason(
+                "--enable-auto-tool-choice",
+                "planner",
+                "a tool-call parser is set; let the model decide when to call "
+                "tools (OpenAI tool_choice=auto)",
+            )
+        )
+
+    if tp > 1 or merge.has("--tensor-parallel-size"):
+        merge.add(["--tensor-parallel-size", str(tp)], "planner (fit)")
+        reasons.append(Reason(f"--tensor-parallel-size {tp}", "fit", tp_why))
+    if tp > 1 and inp.is_moe and not merge.has("--distributed-executor-backend"):
+        merge.add(["--distributed-executor-backend", "mp"], "planner")
+        reasons.append(
+            Reason(
+                "--distributed-executor-backend mp",
+                "planner",
+                "MoE across several GPUs: multiprocessing workers (no Ray needed on one node)",
+            )
+        )
+
+    max_len: int | None = None
+    context_limited = False
+    if opts.max_model_len is not None:
+        max_len = opts.max_model_len
+        merge.add(["--max-model-len", str(max_len)], "--max-model-len")
+        reasons.append(Reason(f"--max-model-len {max_len}", "--max-model-len", "given by you"))
+    elif fit is not None and fit.context_limited:
+        max_len = fit.recommended_max_model_len
+        context_limited = True
+        merge.add(["--max-model-len", str(max_len)], "planner (fit)")
+        gain = ""
+        fp8_len = fit.max_seq_len_fp8_kv
+        if fp8_len > max_len and not merge.has("--kv-cache-dtype") and not opts.kv_cache_dtype:
+            gain = (
+                "; --kv-cache-dtype fp8 would fit the full context"
+                if fp8_len >= fit.native_max_model_len
+                else f"; --kv-cache-dtype fp8 would hold {fp8_len} ({fp8_len / max_len:.1f}x)"
+            )
+        warnings.append(
+            f"context limited to {max_len} of {fit.native_max_model_len} tokens by the KV "
+            f"cache room{gain}"
+        )
+        reasons.append(
+            Reason(
+                f"--max-model-len {max_len}",
+                "fit",
+                f"the KV cache room holds {max_len} tokens, less than the "
+                f"model's {fit.native_max_model_len}{gain}",
+            )
+        )
+        if not merge.has("--gpu-memory-utilization") and opts.gpu_memory_utilization is None:
+            util = f"{fit.gpu_memory_utilization:g}"
+            merge.add(["--gpu-memory-utilization", util], "planner (fit)")
+            reasons.append(
+                Reason(
+                    f"--gpu-memory-utilization {util}",
+                    "fit",
+                    "the context limit was sized at this utilization; pinning it keeps vLLM "
+                    "and the estimate in agreement whatever the image's default",
+                )
+            )
+    elif merge.has("--max-model-len"):
+        recipe_len = merge.value("--max-model-len") or ""
+        max_len = int(recipe_len) if recipe_len.isdigit() else None
+    if opts.kv_cache_dtype:
+        merge.add(["--kv-cache-dtype", opts.kv_cache_dtype], "--kv-cache-dtype")
+        reasons.append(
+            Reason(f"--kv-cache-dtype {opts.kv_cache_dtype}", "--kv-cache-dtype", "given by you")
+        )
+    if opts.gpu_memory_utilization is not None:
+        merge.add(
+            ["--gpu-memory-utilization", f"{opts.gpu_memory_utilization:g}"],
+            "--gpu-memory-utilization",
+        )
+        reasons.append(
+            Reason(
+                f"--gpu-memory-utilization {opts.gpu_memory_utilization:g}",
+                "--gpu-memory-utilization",
+                "given by you",
+            )
+        )
+    merge.add(["--port", str(opts.port)], "planner")
+    reasons.append(
+        Reason(
+            f"--port {opts.port}",
+            "planner",
+            "the server's port inside the container, published as the same port on the host",
+        )
+    )
+    if opts.extra_args:
+        merge.add(opts.extra_args, "arguments after --")
+        reasons.append(Reason(" ".join(opts.extra_args), "arguments after --", "given by you"))
+    conflicts.extend(merge.conflicts())
+    for conflict in merge.conflicts():
+        warnings.append(
+            f"{conflict['flag']} set to different values; {conflict['winner']['source']} wins "
+            f"({conflict['winner']['value']})"
+        )
+
+    # --- image, mounts, names
+    reasons.append(Reason(inp.image, "image", inp.image_reason))
+    if inp.image_problem:
+        warnings.append(
+            f"{inp.image_problem} (the symptom is 'Engine core initialization failed' at startup)"
+        )
+    mounts = [inp.hf_mount] if inp.hf_mount is not None else []
+    if inp.hf_mount is not None:
+        reasons.append(Reason(f"-v {inp.hf_mount.docker_arg()}", "hf cache", inp.hf_mount_reason))
+    for key in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        if env.get(key, None) == "":
+            env.pop(key)
+    if fit is None and inp.fit_problem:
+        warnings.append(f"could not size the model: {inp.fit_problem}")
+    if fit is not None and fit.verdict == "tight":
+        warnings.append(
+            "memory is tight: if graph capture runs out of memory, serve relaunches once with "
+            "--enforce-eager"
+        )
+    warnings.extend(amd.warnings)
+
+    name = opts.name or container_name(inp.variant.model_id, opts.port)
+    first = inp.inventory.gpus[0] if inp.inventory.gpus else None
+    plan = LaunchPlan(
+        model=inp.variant.model_id,
+        requested_model=opts.model,
+        image=inp.image,
+        container_name=name,
+        port=opts.port,
+        engine=opts.engine,
+        docker_flags=docker_flags,
+        mounts=mounts,
+        env=env,
+        secret_env=secrets,
+        vllm_args=merge.argv(),
+        tensor_parallel_size=tp,
+        max_model_len=max_len,
+        precision=inp.variant.precision,
+        variant=inp.variant.key,
+        gpu_indices=gpu_indices,
+        gpu_count=gpu_count,
+        match_kind=inp.match.kind,
+        match_explanation=inp.match.explanation,
+        gfx_version=inp.inventory.gfx_version,
+        gpu_name=(first.market_name or first.name) if first else "",
+        vram_gb_per_gpu=round(inp.inventory.vram_bytes / 1e9, 2)
+        if inp.inventory.vram_bytes
+        else None,
+        weight_memory_gb=round(fit.weights.loaded_bytes / 1e9, 2) if fit else None,
+        native_max_model_len=fit.native_max_model_len if fit else amd.context_length,
+        context_limited=context_limited,
+        verdict=fit.verdict if fit else None,
+        reasons=reasons,
+        warnings=_unique(warnings),
+        conflicts=conflicts,
+        fit=_fit_summary(fit) if fit else None,
+        recipe_cross_check=inp.cross_check,
+    )
+    plan.labels = managed_labels(plan, inp.tool_version)
+    return plan
+
+
+def managed_labels(plan: LaunchPlan, version: str) -> dict[str, str]:
+    """The labels that let ``ps``/``stop`` act on this container and nothing else."""
+    from instinct_serve.runtime.docker import managed_labels as labels
+
+    out = labels(model=plan.model, port=plan.port, plan_hash=plan.plan_hash)
+    if version:
+        out.setdefault("instinct-serve.version", version)
+    return out
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _fit_summary(fit: FitReport) -> dict[str, Any]:
+    full = fit.to_dict()
+    return {
+        "verdict": full["verdict"],
+        "verdict_reason": full["verdict_reason"],
+        "weight_memory_gb": full["weight_memory_gb"],
+        "weight_memory_per_gpu_gib": full["weight_memory_per_gpu_gib"],
+        "kv_cache_bytes_per_token": full["kv_cache_bytes_per_token"],
+        "remaining_for_kv_gb": full["remaining_for_kv_gb"],
+        "attention_kind": full["attention_kind"],
+        "kv_cache_tokens": full["kv_cache"]["tokens"],
+        "fit": full["fit"],
+    }
+
+
+def _guard_fit(inp: PlanInputs) -> None:
+    """Refuse what will not start: does not fit, too tight (unless --force)."""
+    fit, opts = inp.fit, inp.options
+    if fit is None:
+        return
+    details = {"fit": _fit_summary(fit), "alternatives": inp.alternatives}
+    alt_text = ", ".join(a["model"] for a in inp.alternatives[:3]) if inp.alternatives else ""
+    if fit.requested_fits is False and fit.recommended_max_model_len > 0:
+        if opts.force:
+            return
+        raise InstinctError(
+            f"--max-model-len {fit.requested_max_model_len} does not fit in the KV cache room "
+            f"(about {fit.recommended_max_model_len} tokens fit)",
+            fix=f"use --max-model-len {fit.recommended_max_model_len} or less, "
+            "--kv-cache-dtype fp8, or more GPUs",
+            id="max_model_len_too_large",
+            details=details,
+        )
+    if fit.verdict in ("does_not_fit", "needs_tp"):
+        if fit.verdict == "needs_tp" and opts.tp is not None:
+            fix = f"drop --tp {opts.tp}: the weights need TP {fit.min_tp_required}"
+        elif fit.min_tp_unbounded:
+            fix = f"use a host with {fit.min_tp_unbounded} such GPUs" + (
+                f", or a smaller checkpoint: {alt_text}"
+                if alt_text
+                else ", or a quantized checkpoint (--precision)"
+            )
+        else:
+            fix = f"try {alt_text}" if alt_text else "use a quantized checkpoint or more GPUs"
+        raise InstinctError(
+            f"{fit.model_id} does not fit on {inp.inventory.gpu_count}x "
+            f"{_gpu_label(inp.inventory)}: {fit.verdict_reason}",
+            fix=fix,
+            id="does_not_fit",
+            details=details,
+        )
+    if fit.verdict == "too_tight" and not opts.force:
+        raise InstinctError(
+            f"{fit.model_id} leaves almost no room for the KV cache: {fit.verdict_reason}",
+            fix="pass --max-model-len with a smaller value, --kv-cache-dtype fp8, more GPUs "
+            "(--tp), or --force to launch anyway" + (f"; or try {alt_text}" if alt_text else ""),
+            id="too_tight",
+            details=details,
+        )
+
+
+def _gpu_label(inventory: GpuInventory) -> str:
+    if not inventory.gpus:
+        return "GPU"
+    gpu = inventory.gpus[0]
+    return str(gpu.market_name or gpu.name)
