@@ -9,6 +9,10 @@ model id or a path with spaces, quotes or ``;`` cannot inject a command.
 Environment variables given to ``run``/``spawn`` travel over stdin on SSH (read by a tiny
 ``sh`` prologue), so a value such as ``HF_TOKEN`` never appears in a process argument on
 either machine.
+
+Over SSH, commands share one connection (``ControlMaster``, sockets in a private per-user
+directory, see ``SshHost.command_argv``): serve makes dozens of docker calls, and each
+would otherwise pay a full handshake.
 """
 
 from __future__ import annotations
@@ -87,6 +91,49 @@ class Host(Protocol):
     def exists(self, path: str) -> bool: ...
 
     def which(self, name: str) -> str | None: ...
+
+
+# --------------------------------------------------------------------------- ssh multiplexing
+
+MULTIPLEX_ENV = "INSTINCT_SSH_MULTIPLEX"  # "0" turns connection sharing off
+CONTROL_PERSIST_S = 60
+_MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
+
+
+def control_dir() -> str | None:
+    """A private directory for ssh control sockets, or None when none can be trusted.
+
+    ``$XDG_RUNTIME_DIR`` (per-user, mode 0700 by definition) when set, else a per-uid
+    directory under the temp dir. It must be a real directory (not a symlink) owned by us
+    and closed to everyone else: whoever can reach a control socket can run commands on
+    the remote host as us.
+    """
+    import stat
+    import tempfile
+
+    uid = os.getuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "").strip()
+    if runtime and os.path.isabs(runtime):
+        candidate = os.path.join(runtime, "instinct-serve-ssh")
+    else:
+        candidate = os.path.join(tempfile.gettempdir(), f"instinct-serve-ssh-{uid}")
+    try:
+        os.mkdir(candidate, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(candidate)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+        return None
+    return candidate
+
+
+def _multiplex_enabled() -> bool:
+    return os.environ.get(MULTIPLEX_ENV, "1").strip().lower() not in ("0", "no", "false", "off")
 
 
 def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:
@@ -293,6 +340,7 @@ class SshHost:
     ssh_config: str | None = None
     connect_timeout: int = SSH_CONNECT_TIMEOUT_S
     extra_options: tuple[str, ...] = field(default_factory=tuple)
+    multiplex: bool = True  # share one connection between commands (``ControlMaster``)
 
     @property
     def name(self) -> str:
@@ -336,6 +384,55 @@ class SshHost:
         argv.append(self.target)
         return argv
 
+    def control_path(self) -> str | None:
+        """The control socket shared by this host's commands, or None (no multiplexing).
+
+        The name hashes everything that decides *which* login the connection is (config
+        file and its version, target, port, extra options) on top of ssh's own ``%C``, so a
+        different key or config never rides on another configuration's connection.
+        """
+        if not self.multiplex or not _multiplex_enabled():
+            return None
+        directory = control_dir()
+        if directory is None or "%" in directory:  # ssh would expand it as a token
+            return None
+        import hashlib
+
+        config = self.ssh_config or os.path.expanduser("~/.ssh/config")
+        try:
+            st = os.stat(config)
+            version = f"{st.st_size}:{st.st_mtime_ns}"
+        except OSError:
+            version = "-"
+        key = "\0".join([config, version, self.target, str(self.port or ""), *self.extra_options])
+        digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        path = os.path.join(directory, f"{digest}-%C")
+        return path if len(path) - 2 + 40 <= _MAX_SOCKET_PATH else None  # %C: 40 hex digits
+
+    def command_argv(self) -> list[str]:
+        """``ssh_argv()`` plus connection sharing, for the short commands of ``run``.
+
+        The first command opens a master connection that lingers ``CONTROL_PERSIST_S``
+        seconds after the last one (in its own session: killing a command's process group
+        on a timeout leaves it alone); the next commands skip the key exchange and
+        authentication (~0.4 s each here, more over a WAN). Streams (``spawn``) and port
+        forwards (``runtime.tunnel``) keep their own connection (``ssh_argv()``): through a
+        master, a stream or a forward would outlive its client.
+        """
+        argv = self.ssh_argv()
+        path = self.control_path()
+        if path is None:
+            return argv
+        mux = [
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={path}",
+            "-o",
+            f"ControlPersist={CONTROL_PERSIST_S}",
+        ]
+        return [*argv[:-2], *mux, *argv[-2:]]
+
     def remote_command(self, argv: Sequence[str], env: Mapping[str, str] | None) -> str:
         """The one string the remote login shell parses back into ``argv``."""
         args = _check_argv(argv)
@@ -363,7 +460,7 @@ class SshHost:
         A command missing on the remote side gives 127, as locally (the remote shell says so).
         """
         args = _check_argv(argv)
-        full = [*self.ssh_argv(), "--", self.remote_command(args, env)]
+        full = [*self.command_argv(), "--", self.remote_command(args, env)]
         try:
             result = _run_captured(
                 full, args, timeout=timeout, env=None, input=self._env_stdin(env, input)
@@ -383,6 +480,8 @@ class SshHost:
     def spawn(
         self, argv: Sequence[str], env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[str]:
+        # Not multiplexed: a master would hold our pipe's write end (fds are passed to it)
+        # until the remote command ends, so killing the client would not end the stream.
         full = [*self.ssh_argv(), "--", self.remote_command(argv, env)]
         try:
             proc = subprocess.Popen(

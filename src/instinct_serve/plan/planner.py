@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-SECRET_ENV = ("HF_TOKEN",)
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 FIT_OK = ("safe", "tight")
 
 
@@ -415,7 +415,7 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
             if other in env:
                 env.pop(other)
                 reasons.append(Reason(other, "--gpus", "dropped: HIP_VISIBLE_DEVICES decides"))
-    secrets = list(SECRET_ENV)
+    secrets = ["HF_TOKEN"]  # vLLM and huggingface_hub read it; the value stays outside
     reasons.append(
         Reason(
             "--env HF_TOKEN",

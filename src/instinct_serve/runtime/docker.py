@@ -747,7 +747,8 @@ class Docker:
             args += ["--tail", str(tail)]
         return self.host.spawn([*args, name])
 
-    def _require_managed(self, name: str, action: str) -> ContainerInfo:
+    def require_managed(self, name: str, action: str) -> ContainerInfo:
+        """The container, if this tool started it; ``container_not_found``/``not_managed``."""
         info = self.get(name)
         if info is None:
             raise InstinctError(
@@ -759,7 +760,7 @@ class Docker:
             raise InstinctError(
                 f"refusing to {action} container {info.name}: instinct-serve did not create it "
                 f"(no {LABEL_MANAGED}={MANAGED_VALUE} label)",
-                fix=f"it is not ours to touch; if you are sure, use `docker {action} {info.name}`",
+                fix="it is not ours to touch; if you are sure, use docker on it yourself",
                 id="not_managed",
                 details={"container": info.name, "image": info.image},
             )
@@ -767,7 +768,7 @@ class Docker:
 
     def stop(self, name: str, *, remove: bool = True, grace_s: int = 10) -> ContainerInfo:
         """Stop (and by default remove) a container this tool started; refuse any other."""
-        info = self._require_managed(name, "stop")
+        info = self.require_managed(name, "stop")
         if info.state.running or info.state.status in ("restarting", "paused"):
             result = self._run(["stop", "-t", str(grace_s), info.id], timeout=grace_s + 60)
             if not result.ok and "no such container" not in result.stderr.lower():

@@ -1,0 +1,179 @@
+"""``instinct ps``, ``instinct logs``, ``instinct stop``: the endpoints this tool started.
+
+Views over ``runtime.endpoints`` (managed containers by label, native processes by the
+launcher's state directory; nothing else is ever listed as ours or stopped).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from instinct_serve.cli.common import emit, get_host, host_option, json_option
+from instinct_serve.errors import UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from instinct_serve.hosts import Host
+
+
+def _uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+@click.command("ps")
+@click.option("--no-health", is_flag=True, help="Do not probe /health of each endpoint.")
+@host_option
+@json_option
+def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
+    """List the endpoints instinct-serve started on the host: model, port, status, uptime
+    and health (/health probed, through an ssh tunnel for --host)."""
+    from instinct_serve.runtime.endpoints import list_endpoints
+
+    host = get_host(host_spec)
+    listing = list_endpoints(host, health=not no_health)
+    rows, docker_problem = listing.rows, listing.docker_problem
+
+    def human(con: Console) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        if docker_problem and not rows:
+            con.print(f"[yellow]Docker:[/] {escape(docker_problem)}")
+        if not rows:
+            con.print(f"No instinct-serve endpoints on {escape(host.name)}.")
+            return
+        table = Table(title=f"Endpoints on {escape(host.name)}", title_justify="left")
+        for column in ("NAME", "ENGINE", "MODEL", "PORT", "STATUS", "UPTIME", "HEALTH"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            colour = {"healthy": "green", "loading": "yellow"}.get(row.health or "", "red")
+            table.add_row(
+                escape(row.name),
+                row.engine,
+                escape(row.model or "-"),
+                str(row.port or "-"),
+                escape(row.status),
+                _uptime(row.uptime_s),
+                f"[{colour}]{escape(row.health)}[/]" if row.health else "-",
+            )
+        con.print(table)
+
+    emit(listing.to_dict(), as_json, human)
+    return 0
+
+
+# --------------------------------------------------------------------------- logs
+
+
+@click.command("logs")
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming new lines (Ctrl-C to stop).")
+@click.option(
+    "--tail",
+    type=click.IntRange(min=0),
+    default=200,
+    show_default=True,
+    help="Lines from the end to show first.",
+)
+@host_option
+@json_option
+def logs(name: str, follow: bool, tail: int, host_spec: str | None, as_json: bool) -> int:
+    """Show an endpoint's log (a container's, or a native process's log file).
+
+    With --json: {"name", "engine", "lines": [...]}; with -f --json, one
+    {"event": "log", "line": ...} object per line.
+    """
+    from instinct_serve.runtime.endpoints import find, read_log
+
+    host = get_host(host_spec)
+    if follow:
+        engine, found = find(host, name)
+        return _follow(host, engine, found, tail, as_json)
+    engine, text = read_log(host, name, tail)
+    if as_json:
+        emit({"name": name, "engine": engine, "lines": text.splitlines()}, True)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+def _follow(host: Host, engine: str, found: Any, tail: int, as_json: bool) -> int:
+    import json
+
+    from instinct_serve.runtime.serve import LogFollower
+
+    if engine == "docker":
+        from instinct_serve.runtime.docker import Docker
+
+        proc = Docker(host).follow(found.name, tail=tail)
+    else:
+        proc = host.spawn(["tail", "-n", str(tail), "-F", found.log_path])
+    follower = LogFollower(proc)
+    try:
+        while not follower.ended:
+            line = follower.get(1.0)
+            if line is None:
+                continue
+            if as_json:
+                sys.stdout.write(json.dumps({"event": "log", "line": line}) + "\n")
+            else:
+                sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        follower.close()
+    return 0
+
+
+# --------------------------------------------------------------------------- stop
+
+
+@click.command("stop")
+@click.argument("names", nargs=-1)
+@click.option("--all", "stop_all", is_flag=True, help="Stop every endpoint this tool started.")
+@host_option
+@json_option
+def stop(names: tuple[str, ...], stop_all: bool, host_spec: str | None, as_json: bool) -> int:
+    """Stop (and remove) endpoints instinct-serve started. Containers it did not start
+    are refused, whatever their name."""
+    if not names and not stop_all:
+        raise UsageError(
+            "name an endpoint to stop, or pass --all",
+            fix="list them with `instinct ps`",
+            id="bad_input",
+        )
+    if names and stop_all:
+        raise UsageError("give names or --all, not both", id="bad_input")
+    from instinct_serve.runtime import endpoints
+
+    host = get_host(host_spec)
+    stopped = endpoints.stop_all(host) if stop_all else [endpoints.stop_one(host, n) for n in names]
+    doc = {"host": host.name, "stopped": stopped}
+
+    def human(con: Console) -> None:
+        from rich.markup import escape
+
+        if not stopped:
+            con.print(f"Nothing to stop on {escape(host.name)}.")
+        for item in stopped:
+            what = "stopped and removed" if item["removed"] else "stopped"
+            model = f" ({escape(str(item['model']))})" if item.get("model") else ""
+            con.print(f"[green]✓[/] {what} {escape(item['name'])}{model}")
+
+    emit(doc, as_json, human)
+    return 0

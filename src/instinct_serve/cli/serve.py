@@ -1,0 +1,480 @@
+"""``instinct serve``: detect, check, plan, confirm, launch, wait, warm up, connect.
+
+The work lives in ``runtime.prepare`` (check, plan, backend; shared with the MCP tool)
+and ``runtime.serve`` (``Deployer``); this module parses the options, asks for
+confirmation, handles signals, and renders the progress events: a rich status line on a
+terminal, one line per phase otherwise, or JSON Lines with ``--json`` (see the command
+help for the stream format).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from instinct_serve.cli.common import console, get_host
+from instinct_serve.cli.plan import plan_options, plan_options_from_kwargs, print_summary
+from instinct_serve.errors import ExitCode, InstinctError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
+
+    from instinct_serve.plan.assemble import PlanResult
+    from instinct_serve.runtime.serve import Backend, Deployer, ServeOutcome
+
+# Phases that come with a figure worth a line of its own even off a terminal.
+_KEY_MESSAGES = ("KV cache:", "weights loaded", "graphs captured", "engine initialised")
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: clean up what this run launched, then exit 143."""
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+class ServeView:
+    """Renders serve's events: JSON Lines on stdout, or human lines / a status on stderr."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.tty = sys.stderr.isatty()
+        self.err: Console | None = None if as_json else console(stderr=True)
+        self._status: Status | None = None
+        self._last_phase: str | None = None
+
+    # -- JSON Lines
+
+    def _line(self, doc: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+        sys.stdout.flush()
+
+    # -- events
+
+    def event(self, doc: dict[str, Any]) -> None:
+        if self.as_json:
+            self._line(doc)
+            return
+        assert self.err is not None
+        from rich.markup import escape
+
+        kind = doc.get("event")
+        if kind == "phase":
+            self._phase(str(doc.get("phase")), str(doc.get("message") or ""), doc)
+            return
+        text = escape(str(doc.get("message") or ""))
+        lines = {
+            "launched": f"[green]→[/] launched {escape(str(doc.get('container')))}",
+            "healthy": f"[green]✓[/] /health answers 200 after {doc.get('elapsed_s')} s",
+            "warmup": f"[green]✓[/] first request answered in {doc.get('latency_s')} s",
+            "coherence": f"[green]✓[/] coherence probe: {escape(str(doc.get('verdict')))}"
+            if doc.get("verdict") != "incoherent_output"
+            else f"[red]✗[/] coherence probe: incoherent output {escape(repr(doc.get('text')))}",
+            "relaunch": f"[yellow]↻[/] {text}",
+            "stalled": f"[yellow]![/] {text}",
+            "replaced": f"[yellow]↻[/] {text}",
+            "reused": f"[green]✓[/] {text}",
+            "attached": f"[cyan]·[/] {text}",
+            "note": f"[cyan]·[/] {text}",
+            "warning": f"[yellow]warning:[/] {text}",
+        }
+        self.print(lines.get(str(kind), f"· {text}"))
+
+    def _phase(self, phase: str, message: str, doc: dict[str, Any]) -> None:
+        from rich.markup import escape
+
+        progress = doc.get("progress")
+        pct = f" {progress * 100:.0f}%" if isinstance(progress, float) and progress < 1 else ""
+        text = f"[bold]{escape(phase)}[/] {escape(message)}{pct}"
+        if self.tty:
+            assert self.err is not None
+            if self._status is None:
+                self._status = self.err.status(text)
+                self._status.start()
+            else:
+                self._status.update(text)
+            if phase != self._last_phase:
+                self.err.print(f"[dim]·[/] {text}")
+        elif phase != self._last_phase or any(k in message for k in _KEY_MESSAGES):
+            self.print(f"· {text}")
+        self._last_phase = phase
+
+    def print(self, text: str) -> None:
+        if self.err is not None:
+            self.err.print(text)
+
+    def pause(self) -> None:
+        """Stop the status line (before a prompt or the final output)."""
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    # -- prompts
+
+    def confirm_plan(self, result: PlanResult) -> None:
+        """Show the plan and ask; refuse (exit 2) when nobody can answer."""
+        self.pause()
+        if not sys.stdin.isatty():
+            raise UsageError(
+                "serve needs a confirmation, and standard input is not a terminal",
+                fix="review the plan with `instinct plan ...`, then rerun serve with --yes",
+                id="confirmation_required",
+            )
+        con = console(stderr=True)
+        print_summary(con, result)
+        if not click.confirm("Launch it?", default=True, err=True):
+            raise click.exceptions.Abort()
+
+    def confirm_fn(self) -> Callable[[str], bool] | None:
+        if not sys.stdin.isatty():
+            return None
+
+        def ask(question: str) -> bool:
+            self.pause()
+            return bool(click.confirm(question, default=False, err=True))
+
+        return ask
+
+    # -- the end
+
+    def result(self, outcome: ServeOutcome) -> None:
+        self.pause()
+        if self.as_json:
+            self._line(outcome.to_dict())
+            return
+        if outcome.endpoint is not None and outcome.status in ("ready", "reused"):
+            self._ready(outcome)
+        elif outcome.status == "loading":
+            self._loading(outcome)
+        else:
+            self._failure(outcome)
+
+    def _notes(self, con: Console, outcome: ServeOutcome) -> None:
+        from rich.markup import escape
+
+        for relaunch in outcome.relaunches:
+            con.print(
+                f"[yellow]↻[/] relaunched with {escape(', '.join(relaunch.changes))} "
+                f"({escape(relaunch.finding)}: {escape(relaunch.title)})"
+            )
+
+    def _ready(self, outcome: ServeOutcome) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        endpoint = outcome.endpoint
+        assert endpoint is not None
+        con = console()
+        title = "Endpoint ready" if outcome.status == "ready" else "Endpoint already running"
+        table = Table(title=title, show_header=False, title_justify="left")
+        table.add_column(style="bold")
+        table.add_column(overflow="fold")
+        context = f"{endpoint.max_model_len:,} tokens" if endpoint.max_model_len else "default"
+        if outcome.plan.context_limited and outcome.plan.native_max_model_len:
+            context += f" (limited; the model allows {outcome.plan.native_max_model_len:,})"
+        rows = [
+            ("Model", endpoint.model),
+            ("Base URL", endpoint.base_url),
+            ("Container" if endpoint.engine == "docker" else "Process", endpoint.container),
+            ("Host", endpoint.host),
+            ("Tensor parallel", str(endpoint.tensor_parallel_size)),
+            ("Max context", context),
+        ]
+        if endpoint.image:
+            rows.append(("Image", endpoint.image))
+        if endpoint.warmup_latency_s is not None:
+            rows.append(("First request", f"{endpoint.warmup_latency_s:.2f} s (warm-up)"))
+        if endpoint.coherence is not None:
+            rows.append(("Coherence", str(endpoint.coherence.get("verdict"))))
+        for key, value in rows:
+            table.add_row(key, escape(value))
+        con.print(table)
+        self._notes(con, outcome)
+        con.print("\n[bold]Try it:[/]")
+        con.print(endpoint.curl, markup=False, highlight=False, soft_wrap=True)
+
+    def _loading(self, outcome: ServeOutcome) -> None:
+        from rich.markup import escape
+
+        con = console()
+        endpoint = outcome.endpoint
+        name = endpoint.container if endpoint else outcome.plan.container_name
+        con.print(f"[cyan]·[/] {escape(name)} is loading (phase {escape(str(outcome.phase))})")
+        for note in outcome.notes[-1:]:
+            con.print(f"  {escape(note)}")
+        if endpoint is not None:
+            con.print(f"  it will serve at {escape(endpoint.base_url)}")
+
+    def _failure(self, outcome: ServeOutcome) -> None:
+        from rich.markup import escape
+
+        con = console(stderr=True)
+        failure = outcome.failure
+        if outcome.status == "interrupted":
+            con.print("[yellow]Interrupted.[/] " + escape(" ".join(outcome.notes[-1:])))
+            return
+        if failure is None:
+            con.print(f"[red]✗[/] serve ended with status {outcome.status}")
+            return
+        self._notes(con, outcome)
+        con.print(f"[red]✗ {escape(failure.id)}[/]  [bold]{escape(failure.title)}[/]")
+        if failure.line:
+            con.print(f"  [dim]line:[/] {escape(failure.line.strip()[:300])}")
+        con.print(f"  [bold]cause:[/] {escape(failure.cause)}")
+        con.print(f"  [bold]fix:[/]   {escape(failure.fix)}")
+        if failure.left:
+            con.print(f"  [dim]{escape(failure.container or '')}: {escape(failure.left)}[/]")
+        for command in failure.commands:
+            con.print(f"  [dim]$[/] [cyan]{escape(command)}[/]")
+        if failure.log_tail:
+            con.print("  [dim]log tail:[/]")
+            for line in failure.log_tail[-15:]:
+                con.print(f"    [dim]{escape(line[:240])}[/]")
+
+    def error(self, exc: InstinctError) -> None:
+        """An error before or outside the deployment, as the stream's final line."""
+        self.pause()
+        self._line({"event": "result", "ok": False, "status": "error", "error": exc.to_dict()})
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _settings(**kwargs: Any) -> Any:
+    from instinct_serve.runtime.serve import ServeSettings
+
+    return ServeSettings(**{k: v for k, v in kwargs.items() if v is not None})
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (an agent or a supervisor ending us) cleans up like Ctrl-C."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (embedded use): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """No second Ctrl-C in the middle of the cleanup of the first."""
+    try:
+        old = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signal.SIGINT, signal.SIGTERM)]
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in old:
+            signal.signal(sig, handler)
+
+
+def _run(deployer: Deployer, result: PlanResult, yes: bool, view: ServeView) -> ServeOutcome:
+    try:
+        with _sigterm_as_interrupt():
+            outcome = deployer.reuse()
+            if outcome is None:
+                deployer.preflight()
+                if not yes:
+                    view.confirm_plan(result)
+                outcome = deployer.deploy()
+            return outcome
+    except KeyboardInterrupt as exc:
+        signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+        view.pause()
+        with _signals_ignored():
+            raise deployer.interrupted(signum) from None
+    except Exception as exc:
+        with _signals_ignored():
+            removed = deployer.abandon()
+        if removed and isinstance(exc, InstinctError):
+            exc.details["removed"] = removed
+            exc.message += f" (stopped and removed {removed}, which this run had launched)"
+        raise
+    finally:
+        deployer.close()
+
+
+# --------------------------------------------------------------------------- command
+
+
+@click.command("serve")
+@plan_options
+@click.option("--yes", "-y", is_flag=True, help="Launch without showing the plan for approval.")
+@click.option(
+    "--detach/--wait",
+    default=None,
+    help="Return once loading is confirmed (default for models of 100 GB or more), or wait "
+    "until the endpoint is warmed up (default otherwise).",
+)
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Stop and remove an instinct-serve endpoint that holds the port or name.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    help="Seconds to wait for /health (default: scaled to the weight size).",
+)
+@click.option(
+    "--stall-timeout",
+    "stall_timeout_s",
+    type=click.FloatRange(min=1),
+    help="Seconds without a log line while capturing graphs that count as a hang (default 300).",
+)
+@click.option(
+    "--warmup-timeout",
+    "warmup_timeout_s",
+    type=click.FloatRange(min=1),
+    help="Seconds the first request may take (kernel compilation; default 900).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["docker", "native"]),
+    default="docker",
+    show_default=True,
+    help="docker: the vLLM ROCm image; native: a vLLM installed on the host "
+    "(`instinct engine detect`).",
+)
+@click.option(
+    "--no-coherence",
+    "skip_coherence",
+    is_flag=True,
+    help="Skip the known-answer coherence probe after the warm-up.",
+)
+@click.option("--root", "check_root", default="", hidden=True, help="Check prefix (tests).")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines: events, then the result.")
+def serve(
+    yes: bool,
+    detach: bool | None,
+    replace: bool,
+    timeout_s: float | None,
+    stall_timeout_s: float | None,
+    warmup_timeout_s: float | None,
+    engine: str,
+    skip_coherence: bool,
+    check_root: str,
+    as_json: bool,
+    **kwargs: Any,
+) -> int:
+    """Launch MODEL as an OpenAI-compatible endpoint, wait until it is healthy, warm it
+    up, check that it answers sensibly, and print how to connect.
+
+    \b
+    Idempotent: an endpoint of the same plan that already runs is reused (or followed
+    while it loads). An instinct-serve endpoint holding the port is replaced only with
+    --replace (or your yes, for the same model); anything else on the port or name is
+    never touched: serve stops with an error naming it.
+    \b
+    Known failures are handled once, automatically: out of memory while capturing
+    graphs and a graph-capture hang relaunch with --enforce-eager, garbage output
+    relaunches with the kernel override that fixes it; other failures are diagnosed
+    (cause and fix) from the log. Ctrl-C stops and removes what this run launched.
+    \b
+    Examples:
+      instinct serve meta-llama/Llama-3.1-8B-Instruct
+      instinct serve Qwen/Qwen3.5-9B --host user@gpu-box --port 8001 --yes
+      instinct serve MODEL --engine native --gpus 0,1 --yes -- --max-num-seqs 64
+    \b
+    --json prints JSON Lines on stdout, one object per line:
+      {"event": "phase", "phase": "loading_weights", "message": ..., "progress": 0.5,
+       "figures": {...}, "ts": ...}   startup phases (checking, planning, pulling_image,
+                                      launching, downloading_weights, loading_weights,
+                                      compiling, profiling, capturing_graphs,
+                                      starting_server, ready, warming_up,
+                                      coherence_probe, failed)
+      {"event": "launched" | "healthy" | "warmup" | "coherence" | "relaunch" |
+       "stalled" | "replaced" | "reused" | "attached" | "note" | "warning", ...}
+      {"event": "result", "ok": true|false, "status": "ready" | "reused" | "loading" |
+       "failed" | "timeout" | "interrupted" | "error", "endpoint": {base_url, model,
+       container, tp, max_model_len, image, warmup_latency_s, coherence, curl},
+       "failure": {id, title, cause, fix, line, exit_code, log_tail, ...},
+       "error": {id, message, fix}, ...}   always the last line
+    Exit codes: 0 ready (or reused, or loading with --detach), 1 failed, 2 bad usage,
+    3 host not ready, 130 interrupted.
+    """
+    view = ServeView(as_json)
+    try:
+        return _serve(
+            view,
+            yes=yes,
+            engine=engine,
+            check_root=check_root,
+            settings=_settings(
+                replace=replace,
+                detach=detach,
+                timeout_s=timeout_s,
+                stall_timeout_s=stall_timeout_s,
+                warmup_timeout_s=warmup_timeout_s,
+                coherence=not skip_coherence,
+            ),
+            kwargs=kwargs,
+        )
+    except InstinctError as exc:
+        if not as_json:
+            raise
+        view.error(exc)
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        view.pause()
+        view.print("Not launched.")
+        return int(ExitCode.FAILED)
+
+
+def _serve(
+    view: ServeView,
+    *,
+    yes: bool,
+    engine: str,
+    check_root: str,
+    settings: Any,
+    kwargs: dict[str, Any],
+) -> int:
+    from instinct_serve.runtime.prepare import prepare
+    from instinct_serve.runtime.serve import Interrupted
+
+    host = get_host(kwargs.get("host_spec"))
+    opts = plan_options_from_kwargs(kwargs, engine=engine)
+    opts.validate()
+    prepared = prepare(host, opts, engine=engine, sink=view.event, root=check_root)
+    deployer = prepared.deployer(settings, view.event, view.confirm_fn())
+    try:
+        outcome = _run(deployer, prepared.result, yes, view)
+    except Interrupted as stop:
+        outcome = stop.outcome
+        view.result(outcome)
+        return 128 + int(stop.signum)
+    if engine == "native" and outcome.failure is not None and outcome.failure.container:
+        _native_oom_hint(prepared.backend, outcome, prepared.result)
+    view.result(outcome)
+    return outcome.exit_code
+
+
+def _native_oom_hint(backend: Backend, outcome: ServeOutcome, result: PlanResult) -> None:
+    from instinct_serve.engine.gpus import oom_hint
+
+    assert outcome.failure is not None and outcome.failure.container is not None
+    hint = oom_hint(backend.log_text(outcome.failure.container, 2000), None, result.inventory)
+    if hint:
+        outcome.notes.append(hint)
+        outcome.failure.fix += " " + hint

@@ -1,0 +1,259 @@
+"""The endpoints this tool started on a host: list, probe, find, read the log of, stop.
+
+Docker containers are found by the ``instinct-serve.managed`` label, native processes by
+the launcher's state directory; nothing else is ever listed as ours or stopped. A host
+without Docker (the native route) lists and stops its native processes only. The CLI
+(``ps``/``logs``/``stop``) and the MCP tools are both views over these functions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from instinct_serve.errors import InstinctError, NotReadyError, UsageError
+
+if TYPE_CHECKING:
+    from instinct_serve.hosts import Host
+
+HEALTH_TIMEOUT_S = 2.0
+
+
+@dataclass
+class Row:
+    """One endpoint as ``ps`` shows it."""
+
+    name: str
+    engine: str
+    model: str | None
+    port: int | None
+    status: str
+    running: bool
+    uptime_s: float | None
+    health: str | None
+    image: str | None = None
+    plan_hash: str | None = None
+    id: str | None = None
+    fixes: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "engine": self.engine,
+            "model": self.model,
+            "port": self.port,
+            "status": self.status,
+            "running": self.running,
+            "uptime_s": None if self.uptime_s is None else round(self.uptime_s, 1),
+            "health": self.health,
+            "image": self.image,
+            "plan_hash": self.plan_hash,
+            "id": self.id,
+            "fixes": self.fixes.split(",") if self.fixes else [],
+        }
+
+
+def docker_rows(host: Host) -> tuple[list[Row], str | None]:
+    """Managed containers, or (no rows, why) when Docker is not usable on the host."""
+    from instinct_serve.runtime.docker import Docker
+    from instinct_serve.runtime.serve import LABEL_FIXES
+
+    try:
+        found = Docker(host).list_managed()
+    except NotReadyError as exc:
+        return [], exc.message
+    rows = [
+        Row(
+            name=c.name,
+            engine="docker",
+            model=c.model,
+            port=c.port,
+            status=c.state.status,
+            running=c.state.running,
+            uptime_s=c.uptime_s,
+            health=None,
+            image=c.image,
+            plan_hash=c.plan_hash,
+            id=c.short_id,
+            fixes=c.labels.get(LABEL_FIXES),
+        )
+        for c in found
+    ]
+    return rows, None
+
+
+def native_rows(host: Host) -> list[Row]:
+    """Native vLLM processes ``serve --engine native`` launched (not other launches)."""
+    from instinct_serve.engine import launcher
+
+    try:
+        found = launcher.list_processes(host)
+    except InstinctError:
+        return []
+    rows = []
+    now = dt.datetime.now(dt.UTC)
+    for status in found:
+        meta = status.process.meta
+        if meta.get("engine") != "instinct-serve":
+            continue  # a launch of another command (e.g. `engine acceptance`)
+        uptime = None
+        if status.running:
+            try:
+                started = dt.datetime.fromisoformat(status.process.started_at)
+                uptime = max(0.0, (now - started).total_seconds())
+            except ValueError:
+                uptime = None
+        port = meta.get("port")
+        rows.append(
+            Row(
+                name=status.process.name,
+                engine="native",
+                model=str(meta.get("model") or "") or None,
+                port=port if isinstance(port, int) else None,
+                status="running" if status.running else f"exited ({status.exit_code})",
+                running=status.running,
+                uptime_s=uptime,
+                health=None,
+                plan_hash=str(meta.get("plan_hash") or "") or None,
+                id=str(status.process.pid),
+                fixes=",".join(meta.get("fixes") or []) or None,
+            )
+        )
+    return rows
+
+
+def probe(host: Host, port: int) -> str:
+    """``/health`` of one endpoint: healthy, loading, an HTTP status, or why no answer."""
+    from instinct_serve.runtime.health import probe_health
+    from instinct_serve.runtime.tunnel import tunnel
+
+    try:
+        with tunnel(host, port) as base_url:
+            sample = probe_health(base_url, timeout=HEALTH_TIMEOUT_S)
+    except InstinctError as exc:
+        return f"unknown ({exc.message})"
+    if sample.ok:
+        return "healthy"
+    if sample.status_code == 503:
+        return "loading"
+    return sample.describe()
+
+
+@dataclass
+class Listing:
+    """``ps``: the endpoints (at most ``limit``), how many there were, and Docker's state."""
+
+    host: str
+    rows: list[Row]
+    total: int
+    docker_problem: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "host": self.host,
+            "endpoints": [r.to_dict() for r in self.rows],
+            "docker": None
+            if self.docker_problem is None
+            else {"available": False, "why": self.docker_problem},
+        }
+        if self.total > len(self.rows):
+            doc["truncated"] = {"shown": len(self.rows), "total": self.total}
+        return doc
+
+
+def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None) -> Listing:
+    """Every managed container and native process; ``/health`` probed for running ones."""
+    rows, docker_problem = docker_rows(host)
+    rows += native_rows(host)
+    shown = rows if limit is None else rows[:limit]
+    if health:
+        for row in shown:
+            if row.running and row.port:
+                row.health = probe(host, row.port)
+    return Listing(host.name, shown, len(rows), docker_problem)
+
+
+def find(host: Host, name: str) -> tuple[str, Any]:
+    """("docker", ContainerInfo) or ("native", NativeProcess); a clear error otherwise.
+
+    A container is returned whatever its labels: the caller decides what it may do with
+    one it did not start (``Docker.require_managed``).
+    """
+    from instinct_serve.engine import launcher
+    from instinct_serve.runtime.docker import Docker
+
+    problem = None
+    try:
+        info = Docker(host).get(name)
+    except NotReadyError as exc:
+        info, problem = None, exc.message
+    if info is not None:
+        return "docker", info
+    try:
+        proc = launcher.load(host, name)
+    except UsageError:
+        proc = None
+    if proc is not None:
+        return "native", proc
+    raise InstinctError(
+        f"no container or native endpoint named {name} on {host.name}"
+        + (f" (Docker: {problem})" if problem else ""),
+        fix="list the endpoints with `instinct ps`",
+        id="not_found",
+    )
+
+
+def read_log(host: Host, name: str, tail: int, *, managed_only: bool = False) -> tuple[str, str]:
+    """(engine, the last ``tail`` lines of the endpoint's log)."""
+    from instinct_serve.runtime.docker import Docker
+
+    engine, found = find(host, name)
+    if engine == "docker":
+        docker = Docker(host)
+        if managed_only:
+            docker.require_managed(found.name, "read the log of")
+        return engine, docker.logs(found.name, tail=tail)
+    return engine, host.run(["tail", "-n", str(tail), found.log_path], timeout=60).stdout
+
+
+def stop_one(host: Host, name: str) -> dict[str, Any]:
+    """Stop one endpoint: a managed container is removed, a native process stopped."""
+    engine, found = find(host, name)
+    if engine == "docker":
+        from instinct_serve.runtime.docker import Docker
+
+        info = Docker(host).stop(found.name)  # refuses (not_managed) what is not ours
+        return {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
+    from instinct_serve.engine import launcher
+
+    result = launcher.stop(host, found.name)
+    return {
+        "name": found.name,
+        "engine": "native",
+        "model": found.meta.get("model"),
+        "was_running": result.was_running,
+        "removed": False,
+    }
+
+
+def stop_all(host: Host) -> list[dict[str, Any]]:
+    """Stop every endpoint this tool started on the host; what was stopped."""
+    from instinct_serve.engine import launcher
+    from instinct_serve.runtime.docker import Docker
+
+    stopped: list[dict[str, Any]] = []
+    try:
+        for info in Docker(host).stop_all_managed():
+            stopped.append(
+                {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
+            )
+    except NotReadyError:
+        pass  # no Docker here: native endpoints only
+    for row in native_rows(host):
+        if row.running:
+            launcher.stop(host, row.name)
+            stopped.append(
+                {"name": row.name, "engine": "native", "model": row.model, "removed": False}
+            )
+    return stopped

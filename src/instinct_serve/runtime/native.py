@@ -1,0 +1,178 @@
+"""The native engine as a serve ``Backend``: a supervised ``vllm serve`` without Docker.
+
+``engine.launcher`` starts the process detached on the host (log file, pid file, exit
+file) and recognises it again only by what it recorded; this adapter gives serve the same
+operations it has for containers: find by name or plan, launch, follow the log (``tail -F``
+through the host, so over ssh too), tell whether it still runs and how it ended, stop.
+The plan's GPU choice is pinned with ``HIP_VISIBLE_DEVICES`` (``plan.render.native_env``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from instinct_serve.engine import launcher
+from instinct_serve.errors import InstinctError, NotReadyError
+from instinct_serve.hosts import Host
+from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.runtime.docker import LABEL_PLAN_HASH, Docker
+from instinct_serve.runtime.serve import ExitInfo, Occupant, Target, launch_labels
+
+META_ENGINE = "instinct-serve"
+
+
+def target_of(status: launcher.ProcessStatus) -> Target:
+    meta = status.process.meta
+    port = meta.get("port")
+    return Target(
+        name=status.process.name,
+        engine="native",
+        managed=True,  # only what the launcher recorded is listed: it is ours
+        running=status.running,
+        status="running" if status.running else "exited",
+        model=str(meta["model"]) if meta.get("model") else None,
+        port=int(port) if isinstance(port, int) else None,
+        plan_hash=str(meta["plan_hash"]) if meta.get("plan_hash") else None,
+        image=None,
+    )
+
+
+def native_argv(vllm_command: str, plan: LaunchPlan) -> list[str]:
+    """``plan.render.native_argv`` with the discovered executable instead of bare ``vllm``."""
+    from instinct_serve.plan.render import native_argv as rendered
+
+    argv = rendered(plan)
+    return [vllm_command, *argv[1:]]
+
+
+class NativeBackend:
+    """Native ``vllm serve`` processes on the host, started by ``engine.launcher``."""
+
+    engine = "native"
+
+    def __init__(self, host: Host, vllm_command: str) -> None:
+        self.host = host
+        self.vllm_command = vllm_command
+
+    def target(self, name: str) -> Target | None:
+        try:
+            status = launcher.status(self.host, name)
+        except InstinctError:  # not a valid process name: cannot be one of ours
+            return None
+        return target_of(status) if status is not None else None
+
+    def same_plan(self, plan: LaunchPlan) -> Target | None:
+        wanted = plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)
+        for status in launcher.list_processes(self.host):
+            if status.running and status.process.meta.get("plan_hash") == wanted:
+                return target_of(status)
+        return None
+
+    def occupants(self, plan: LaunchPlan) -> list[Occupant]:
+        out: list[Occupant] = []
+        named = self.target(plan.container_name)
+        if named is not None:
+            out.append(Occupant(named.describe(), True, named))
+        ours = [
+            target_of(s)
+            for s in launcher.list_processes(self.host)
+            if s.running and s.process.meta.get("port") == plan.port
+        ]
+        try:
+            holders = Docker(self.host).port_holders(plan.port)
+        except NotReadyError:
+            holders = []
+        for holder in holders:
+            if holder.kind == "process" and ours:
+                owner = ours[0]
+                if named is None or owner.name != named.name:
+                    out.append(Occupant(owner.describe(), True, owner))
+                continue
+            if holder.managed and holder.container_name:
+                docker_target = Target(
+                    name=holder.container_name,
+                    engine="docker",
+                    managed=True,
+                    running=True,
+                    status="running",
+                    model=holder.model,
+                    port=plan.port,
+                )
+                out.append(Occupant(docker_target.describe(), True, docker_target))
+                continue
+            out.append(Occupant(holder.describe(), False))
+        return out
+
+    def prepare(self, plan: LaunchPlan, on_line: Callable[[str], None]) -> None:
+        """Nothing to pull: the engine was discovered (and checked) before the launch."""
+
+    def launch(self, plan: LaunchPlan, secrets: Mapping[str, str], fixes: Sequence[str]) -> str:
+        from instinct_serve.plan.render import native_env
+
+        labels = launch_labels(plan, fixes)
+        env = {**native_env(plan), **secrets}
+        meta = {
+            "engine": META_ENGINE,
+            "model": plan.model,
+            "served_model_name": plan.served_model_name,
+            "port": plan.port,
+            "plan_hash": labels[LABEL_PLAN_HASH],
+            "fixes": list(fixes),
+            "tensor_parallel_size": plan.tensor_parallel_size,
+            "max_model_len": plan.max_model_len,
+            "gpu_indices": plan.gpu_indices,
+            "secret_env": sorted(secrets),
+        }
+        launcher.launch(
+            self.host, plan.container_name, native_argv(self.vllm_command, plan), env=env, meta=meta
+        )
+        return plan.container_name
+
+    def _log_path(self, name: str) -> str:
+        proc = launcher.load(self.host, name)
+        if proc is None:
+            raise InstinctError(
+                f"no native process named {name} on {self.host.name}",
+                fix="list them with `instinct ps`",
+                id="container_not_found",
+            )
+        return proc.log_path
+
+    def follow(self, name: str, since: float | None = None) -> subprocess.Popen[str]:
+        # -F: follow by name (survives a relaunch rewriting the file); since: new lines only
+        start = "0" if since is not None else "+1"
+        return self.host.spawn(["tail", "-n", start, "-F", self._log_path(name)])
+
+    def exit_info(self, name: str) -> ExitInfo | None:
+        status = launcher.status(self.host, name)
+        if status is None:
+            return ExitInfo(None, status="removed")
+        if status.running:
+            return None
+        code = status.exit_code
+        for _ in range(5):  # the wrapper writes the exit file just after the process ends
+            if code is not None:
+                break
+            time.sleep(0.1)
+            again = launcher.status(self.host, name)
+            code = again.exit_code if again is not None else None
+        return ExitInfo(code, status="exited")
+
+    def log_text(self, name: str, tail: int) -> str:
+        try:
+            path = self._log_path(name)
+        except InstinctError:
+            return ""
+        result = self.host.run(["tail", "-n", str(tail), path], timeout=60)
+        return result.stdout if result.ok else ""
+
+    def discard(self, name: str, *, keep: bool) -> bool:
+        """Stop the process group. Its state directory (log) is kept either way: a
+        relaunch under the same name appends to the same log."""
+        try:
+            result = launcher.stop(self.host, name)
+        except NotReadyError:
+            return False
+        return result.was_running

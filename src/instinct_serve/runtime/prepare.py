@@ -1,0 +1,174 @@
+"""What ``serve`` does before it launches: check the host, make the plan, pick the backend.
+
+One path for the CLI (``instinct serve``) and the MCP ``serve`` tool: both hand in an
+event sink and get back a ``Deployer`` ready to run. Progress goes to the sink as the
+same events the ``Deployer`` emits (``phase`` checking/planning, ``warning``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from instinct_serve.errors import InstinctError, NotReadyError
+
+if TYPE_CHECKING:
+    from instinct_serve.checks import CheckReport
+    from instinct_serve.hosts import Host
+    from instinct_serve.plan.assemble import PlanResult
+    from instinct_serve.plan.planner import PlanOptions
+    from instinct_serve.runtime.serve import Backend, Deployer, ServeSettings
+
+EventSink = Callable[[dict[str, Any]], None]
+
+DOCKER_CHECKS = frozenset({"docker_installed", "docker_daemon"})
+
+
+def event(kind: str, **fields: Any) -> dict[str, Any]:
+    """One progress event, shaped as the ``Deployer``'s own."""
+    return {"event": kind, "ts": round(time.time(), 3), **fields}
+
+
+def require_ready(
+    host: Host, model: str, port: int, hf_cache: str | None, root: str, engine: str
+) -> CheckReport:
+    """``instinct check`` for this launch; ``NotReadyError`` naming the first blocker.
+
+    The port check is left to the deployer (it knows which holders it may replace), and
+    Docker does not matter on the native route.
+    """
+    from instinct_serve.checks import CheckOptions, run_checks
+    from instinct_serve.checks.hub import model_is_gated
+
+    gated = model_is_gated(model) if model else None
+    options = CheckOptions(model=model, model_gated=gated, port=port, hf_cache=hf_cache, root=root)
+    report = run_checks(host, options)
+    ignored = {"port_free"} | (DOCKER_CHECKS if engine == "native" else set())
+    errors = [c for c in report.errors if c.id not in ignored]
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise NotReadyError(
+            f"{host.name} is not ready to serve: {first.message}{more}",
+            fix=(first.fix or "") + "; `instinct check` lists everything"
+            if first.fix
+            else "run `instinct check` for the details and fixes",
+            id="not_ready",
+            details={"errors": [c.brief() for c in errors], "check": first.id},
+        )
+    return report
+
+
+def native_backend(host: Host, result: PlanResult, warn: Callable[[str], None]) -> Backend:
+    """Discover the vLLM to run, pin the GPUs (most free first), and wrap the launcher."""
+    from instinct_serve.engine.discovery import discover, require_usable
+    from instinct_serve.runtime.native import NativeBackend
+
+    engine = require_usable(discover(host))
+    for message in engine.warnings:
+        warn(message)
+    plan = result.plan
+    if plan.gpu_indices is None and result.hardware_source == "detect":
+        from instinct_serve.engine.gpus import rank, select, telemetry_trusted
+
+        if plan.tensor_parallel_size == 1:
+            util = plan.fit.get("gpu_memory_utilization") if plan.fit else None
+            selection = select(
+                result.inventory, utilization=util if isinstance(util, float) else None
+            )
+            plan.gpu_indices = list(selection.indexes)
+            for note in [*selection.notes, *selection.low_free]:
+                warn(note)
+        elif telemetry_trusted(result.inventory):
+            ranked = rank(result.inventory)[: plan.tensor_parallel_size]
+            plan.gpu_indices = sorted(g.index for g in ranked)
+    return NativeBackend(host, engine.vllm_command)
+
+
+def plan_changed(approved: str, result: PlanResult) -> InstinctError:
+    """The user approved another plan than the one made at launch."""
+    return InstinctError(
+        f"the plan changed since the summary was approved (plan_hash {approved} -> "
+        f"{result.plan.plan_hash}): the host's GPUs, the catalog or the arguments differ",
+        fix="plan again, and show the new summary to the user",
+        id="plan_changed",
+        details={"approved": approved, "now": result.plan.plan_hash},
+    )
+
+
+@dataclass
+class Prepared:
+    """A checked host, its plan, and the backend that will run it."""
+
+    host: Host
+    result: PlanResult
+    backend: Backend
+    engine: str
+
+    @property
+    def gfx(self) -> str | None:
+        gfx = self.result.inventory.gfx_version
+        return gfx if gfx not in ("unknown", "mixed") else None
+
+    def deployer(
+        self,
+        settings: ServeSettings,
+        sink: EventSink,
+        confirm: Callable[[str], bool] | None,
+    ) -> Deployer:
+        from instinct_serve.runtime.serve import Deployer
+
+        return Deployer(
+            self.host,
+            self.result.plan,
+            self.backend,
+            settings,
+            sink=sink,
+            confirm=confirm,
+            gfx=self.gfx,
+        )
+
+
+def prepare(
+    host: Host,
+    opts: PlanOptions,
+    *,
+    engine: str,
+    sink: EventSink,
+    root: str = "",
+    approved_hash: str | None = None,
+) -> Prepared:
+    """Check the host, plan, and choose the backend; progress and warnings to ``sink``.
+
+    ``approved_hash``: the ``plan_hash`` a user approved; a different plan now (GPUs,
+    catalog or arguments changed) raises ``plan_changed`` before anything is launched.
+    """
+    from instinct_serve.plan.assemble import make_plan
+    from instinct_serve.runtime.serve import DockerBackend
+
+    def warn(message: str) -> None:
+        sink(event("warning", message=message))
+
+    sink(
+        event("phase", phase="checking", message=f"checking {host.name}", progress=None, figures={})
+    )
+    report = require_ready(host, opts.model, opts.port, opts.hf_cache, root, engine)
+    for warning in report.warnings:
+        if engine == "docker" or warning.id not in DOCKER_CHECKS:
+            warn(f"{warning.id}: {warning.message}")
+    sink(
+        event(
+            "phase", phase="planning", message=f"planning {opts.model}", progress=None, figures={}
+        )
+    )
+    result = make_plan(opts, host)
+    if approved_hash is not None and result.plan.plan_hash != approved_hash:
+        raise plan_changed(approved_hash, result)
+    for message in result.warnings:
+        warn(message)
+    backend: Backend = (
+        native_backend(host, result, warn) if engine == "native" else DockerBackend(host)
+    )
+    return Prepared(host, result, backend, engine)

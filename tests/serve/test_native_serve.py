@@ -1,0 +1,118 @@
+"""``instinct serve --engine native``: the supervised ``vllm serve`` without Docker, with the
+fake ``vllm`` executable (the test double) found through ``INSTINCT_VLLM_COMMAND``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from instinct_serve.engine import launcher
+from instinct_serve.hosts import LocalHost
+from tests.infra.docker import free_port
+from tests.infra.vllm_double import install_fake_vllm
+from tests.serve.conftest import MODEL, processes_mentioning, run_cli
+
+
+@pytest.fixture
+def native_env(tmp_path: Path) -> dict[str, str]:
+    exe = install_fake_vllm(tmp_path / "bin")
+    env = dict(os.environ)
+    env.update({"INSTINCT_VLLM_COMMAND": str(exe), "VLLM_DOUBLE_LOAD_S": "0.5"})
+    return env
+
+
+def native_args(root: Path, port: int, name: str, *extra: str) -> list[str]:
+    return [
+        "serve",
+        MODEL,
+        "--engine",
+        "native",
+        "--gpu",
+        "mi300x",
+        "--gpus",
+        "1",
+        "--port",
+        str(port),
+        "--name",
+        name,
+        "--root",
+        str(root),
+        "--timeout",
+        "60",
+        "--yes",
+        "--json",
+        *extra,
+    ]
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+
+
+def test_native_serve_pins_the_gpu_and_relaunches(
+    native_env: dict[str, str], gpu_root: Path
+) -> None:
+    port = free_port()
+    name = f"native-{port}"
+    host = LocalHost()
+    try:
+        run = run_cli(
+            native_args(gpu_root, port, name, "--env", "VLLM_DOUBLE_MODE=oom_graph_capture"),
+            env=native_env,
+        )
+        assert run.returncode == 0, run.explain()
+        result = run.result
+        assert result["engine"] == "native" and result["status"] == "ready"
+        assert result["endpoint"]["base_url"] == f"http://localhost:{port}/v1"
+        assert result["endpoint"]["image"] is None
+        assert [r["finding"] for r in result["relaunches"]] == ["oom_graph_capture"]
+        for phase in ("loading_weights", "capturing_graphs", "ready", "warming_up"):
+            assert phase in run.phases
+
+        status = launcher.status(host, name)
+        assert status is not None and status.running
+        assert "--enforce-eager" in status.process.argv
+        assert status.process.argv[0] == native_env["INSTINCT_VLLM_COMMAND"]
+        pids = launcher.group_pids(host, status.process)
+        double = [p for p in pids if "vllm_double" in Path(f"/proc/{p}/cmdline").read_text()]
+        assert double and _environ(double[0])["HIP_VISIBLE_DEVICES"] == "1"
+
+        mode = ("--env", "VLLM_DOUBLE_MODE=oom_graph_capture")
+        again = run_cli(native_args(gpu_root, port, name, *mode), env=native_env)
+        assert again.returncode == 0, again.explain()
+        assert again.result["status"] == "reused"
+        other = run_cli(native_args(gpu_root, port, name), env=native_env)  # another plan
+        assert other.returncode == 1 and other.result["error"]["id"] == "endpoint_exists"
+
+        ps = run_cli(["ps", "--json"], env=native_env)
+        rows = {r["name"]: r for r in json.loads(ps.stdout)["endpoints"]}
+        assert rows[name]["engine"] == "native" and rows[name]["health"] == "healthy"
+        logs = run_cli(["logs", name, "--tail", "30"], env=native_env)
+        assert logs.returncode == 0 and "Application startup complete" in logs.stdout
+        stop = run_cli(["stop", name, "--json"], env=native_env)
+        assert stop.returncode == 0, stop.explain()
+        status = launcher.status(host, name)
+        assert status is not None and not status.running
+        # launcher.stop returns once the wrapper is gone; vLLM itself follows shortly
+        deadline = time.monotonic() + 10
+        while processes_mentioning(f"--port {port}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_mentioning(f"--port {port}") == []
+    finally:
+        if launcher.load(host, name) is not None:
+            launcher.stop(host, name)
+
+
+def test_native_without_vllm_is_not_ready(tmp_path: Path, gpu_root: Path) -> None:
+    env = dict(os.environ)
+    env["PATH"] = f"{tmp_path}:/usr/bin:/bin"
+    env.pop("INSTINCT_VLLM_COMMAND", None)
+    env.pop("VIRTUAL_ENV", None)
+    run = run_cli(native_args(gpu_root, free_port(), "native-none"), env=env)
+    assert run.returncode == 3, run.explain()
+    assert run.result["error"]["id"] == "vllm_not_found"
