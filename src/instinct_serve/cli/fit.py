@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from instinct_serve.fit.estimate import Alternative, FitReport, HardwareSpec
 
 
-def _hardware(
+def hardware_spec(
     gpu: str | None,
     vram_gb: float | None,
     vram_gib: float | None,
@@ -30,6 +30,8 @@ def _hardware(
     host_spec: str | None,
     sysfs_root: str = "/",
 ) -> HardwareSpec:
+    """The GPUs to fit on: a named profile, manual VRAM and count, or detection on the host
+    (shared with the MCP ``fit`` tool)."""
     from instinct_serve.fit.estimate import HardwareSpec
 
     if vram_gb is not None and vram_gib is not None:
@@ -145,28 +147,18 @@ def fit(
     common models), never from downloading them; the KV cache follows vLLM's own specs
     per attention kind. Exit status 1 when it does not fit.
     """
-    from pathlib import Path
-
-    from instinct_serve.fit.catalog_link import (
-        close_matches,
-        find_alternatives,
-        fit_options,
-        launch_context,
-    )
-    from instinct_serve.fit.estimate import estimate
-    from instinct_serve.fit.sources import load_model_meta
+    from instinct_serve.fit.catalog_link import fit_model
 
     if tp is not None and tp & (tp - 1):
         raise UsageError("--tp must be a power of two", id="bad_tp")
-    hw = _hardware(gpu, vram_gb, vram_gib, gpu_count, host_spec, sysfs_root)
-    is_dir = Path(model).expanduser().is_dir()
-    gfx_or_profile = gpu or hw.gfx_version
-    ctx = launch_context(model, gfx_or_profile) if not is_dir else None
-    from instinct_serve.fit.catalog_link import LaunchContext
-
-    ctx = ctx or LaunchContext()
-    opts, option_notes = fit_options(
-        ctx,
+    hw = hardware_spec(gpu, vram_gb, vram_gib, gpu_count, host_spec, sysfs_root)
+    answer = fit_model(
+        model,
+        hw,
+        gpu=gpu,
+        revision=revision,
+        alternatives=not no_alternatives,
+        stage=lambda text: progress(text, enabled=not as_json),
         tp=tp,
         max_model_len=max_model_len,
         kv_cache_dtype=kv_cache_dtype,
@@ -180,24 +172,8 @@ def fit(
         speculative_mtp=speculative_mtp,
         enable_prefix_caching=enable_prefix_caching,
     )
-    with progress(f"Reading metadata of {model}", enabled=not as_json):
-        meta = load_model_meta(model, revision=revision, suggest=close_matches)
-    report = estimate(meta, hw, opts)
-    report.notes = option_notes + ctx.notes + report.notes
-    alts: list[Alternative] = []
-    skipped: list[str] = []
-    if not report.fits and report.verdict != "needs_tp" and not no_alternatives and not is_dir:
-        with progress("Looking for checkpoints that fit", enabled=not as_json):
-            alts, skipped = find_alternatives(model, ctx, hw, opts, meta.notes)
-    doc = report.to_dict()
-    doc["catalog"] = ctx.to_dict()
-    doc["alternatives"] = [a.to_dict() for a in alts]
-    doc["alternatives_skipped"] = skipped
-    emit(doc, as_json, lambda con: render(con, report, alts))
-    failed = report.verdict in ("does_not_fit", "too_tight") or (
-        report.verdict == "needs_tp" and (tp is not None or report.min_tp_required is None)
-    )
-    return int(ExitCode.FAILED if failed else ExitCode.OK)
+    emit(answer.to_dict(), as_json, lambda con: render(con, answer.report, answer.alternatives))
+    return int(ExitCode.FAILED if answer.failed else ExitCode.OK)
 
 
 # -- human view --------------------------------------------------------------------------

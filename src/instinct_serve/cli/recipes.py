@@ -24,7 +24,8 @@ GPU_HELP = (
 )
 
 
-def _catalog(as_json: bool) -> Catalog:
+def checked_catalog(as_json: bool) -> Catalog:
+    """The catalog, overrides and blacklist validated; load and staleness warnings shown."""
     from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
     from instinct_serve.catalog.store import load_catalog, staleness_warning
 
@@ -63,7 +64,7 @@ def list_cmd(task: str | None, as_json: bool) -> int:
     """List the recipes in the catalog (and our legacy models)."""
     from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
 
-    catalog = _catalog(as_json)
+    catalog = checked_catalog(as_json)
     blacklist = load_blacklist()
     legacy = load_gpu_overrides().legacy_models
     rows: list[dict[str, Any]] = []
@@ -157,42 +158,6 @@ def list_cmd(task: str | None, as_json: bool) -> int:
 # ------------------------------------------------------------------------------- show
 
 
-def _recipe_doc(catalog: Catalog, recipe: Any) -> dict[str, Any]:
-    amd = recipe.amd
-    return {
-        "model_id": recipe.model_id,
-        "title": recipe.title,
-        "provider": recipe.provider,
-        "description": recipe.description,
-        "tasks": recipe.tasks,
-        "architecture": recipe.architecture,
-        "parameter_count": recipe.parameter_count,
-        "active_parameters": recipe.active_parameters,
-        "context_length": recipe.context_length,
-        "min_vllm_version": recipe.min_vllm_version,
-        "nightly_required": recipe.nightly_required,
-        "base_args": recipe.base_args,
-        "base_env": recipe.base_env,
-        "features": {
-            name: {**f.to_dict(), "opt_in": name in recipe.opt_in_features}
-            for name, f in recipe.features.items()
-        },
-        "opt_in_features": recipe.opt_in_features,
-        "variants": {k: v.to_dict() for k, v in recipe.variants.items()},
-        "hardware_overrides_amd": amd.to_dict() if amd else None,
-        "amd_hardware": {
-            hw: recipe.hardware_status(hw)
-            for hw in ("mi300x", "mi325x", "mi355x")
-            if recipe.hardware_status(hw)
-        },
-        "amd_image": recipe.amd_image(),
-        "compatible_strategies": recipe.compatible_strategies,
-        "source_path": recipe.source_path,
-        "url": catalog.site_url(recipe.model_id),
-        "recipe_json": recipe.to_dict(),
-    }
-
-
 @recipes.command("show")
 @click.argument("model")
 @click.option("--gpu", metavar="GPU", help=f"Also show the merged AMD view for {GPU_HELP}.")
@@ -202,33 +167,9 @@ def _recipe_doc(catalog: Catalog, recipe: Any) -> dict[str, Any]:
 @json_option
 def show_cmd(model: str, gpu: str | None, variant: str | None, as_json: bool) -> int:
     """Show how MODEL resolves: the recipe, the match kind and (with --gpu) the AMD view."""
-    from instinct_serve.catalog.config import amd_config, compare_with_rendered
-    from instinct_serve.catalog.matching import GENERIC_ARGS, GENERIC_FEATURES, lookup
+    from instinct_serve.catalog.documents import show_document
 
-    catalog = _catalog(as_json)
-    match = lookup(model, catalog)
-    amd = amd_config(match, gpu, variant=variant) if gpu else None
-    rendered = cross = None
-    if amd is not None and amd.hardware_id and match.recipe is not None:
-        found = catalog.rendered(match.recipe.model_id, amd.hardware_id)
-        if found is not None:
-            rendered = found.to_dict()
-            cross = compare_with_rendered(amd.args, amd.env, found.argv, found.env)
-    doc: dict[str, Any] = {
-        "requested": model,
-        "match": match.to_dict(),
-        "catalog": catalog.summary(),
-        "recipe": _recipe_doc(catalog, match.recipe) if match.recipe else None,
-        "legacy": match.legacy.to_dict() if match.legacy else None,
-        "generic": {"args": list(GENERIC_ARGS), "features": GENERIC_FEATURES}
-        if match.kind == "generic"
-        else None,
-        "amd": amd.to_dict() if amd else None,
-        "upstream_rendered": rendered,
-        "cross_check": cross,
-        "default_image": catalog.docker_image,
-        "warnings": catalog.warnings,
-    }
+    doc = show_document(checked_catalog(as_json), model, gpu, variant)
 
     def human(con: Console) -> None:
         _show_human(con, doc)

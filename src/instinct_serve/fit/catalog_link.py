@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from instinct_serve.fit.estimate import Alternative, FitOptions, HardwareSpec
+    from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport, HardwareSpec
 
 MAX_ALTERNATIVES = 8
 
@@ -270,3 +272,70 @@ def find_alternatives(
         unsupported_precisions=ctx.unsupported_precisions,
     )
     return ranked, skipped
+
+
+@dataclass
+class FitAnswer:
+    """``instinct fit``'s answer: the report with its catalog context and alternatives."""
+
+    report: FitReport
+    context: LaunchContext
+    alternatives: list[Alternative]
+    skipped: list[str]
+    tp_asked: bool
+
+    @property
+    def failed(self) -> bool:
+        """Does not fit as asked: no room, too tight, or more GPUs than asked or present."""
+        verdict = self.report.verdict
+        return verdict in ("does_not_fit", "too_tight") or (
+            verdict == "needs_tp" and (self.tp_asked or self.report.min_tp_required is None)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = self.report.to_dict()
+        doc["catalog"] = self.context.to_dict()
+        doc["alternatives"] = [a.to_dict() for a in self.alternatives]
+        doc["alternatives_skipped"] = self.skipped
+        return doc
+
+
+def fit_model(
+    model: str,
+    hw: HardwareSpec,
+    *,
+    gpu: str | None = None,
+    revision: str | None = None,
+    alternatives: bool = True,
+    stage: Callable[[str], AbstractContextManager[Any]] | None = None,
+    **options: Any,
+) -> FitAnswer:
+    """Fit MODEL (a Hub id or a local directory) on ``hw``: the one path of the CLI and MCP.
+
+    ``gpu`` names the profile for the catalog lookup (else the detected gfx); ``options``
+    are ``fit_options``'s; ``stage`` wraps the slow steps (a spinner in the CLI).
+    """
+    from contextlib import nullcontext
+    from pathlib import Path
+
+    from instinct_serve.fit.estimate import estimate
+    from instinct_serve.fit.sources import load_model_meta
+
+    def step(text: str) -> AbstractContextManager[Any]:
+        return stage(text) if stage is not None else nullcontext()
+
+    is_dir = Path(model).expanduser().is_dir()
+    ctx = (launch_context(model, gpu or hw.gfx_version) if not is_dir else None) or (
+        LaunchContext()
+    )
+    opts, option_notes = fit_options(ctx, **options)
+    with step(f"Reading metadata of {model}"):
+        meta = load_model_meta(model, revision=revision, suggest=close_matches)
+    report = estimate(meta, hw, opts)
+    report.notes = option_notes + ctx.notes + report.notes
+    alts: list[Alternative] = []
+    skipped: list[str] = []
+    if not report.fits and report.verdict != "needs_tp" and alternatives and not is_dir:
+        with step("Looking for checkpoints that fit"):
+            alts, skipped = find_alternatives(model, ctx, hw, opts, meta.notes)
+    return FitAnswer(report, ctx, alts, skipped, tp_asked=options.get("tp") is not None)

@@ -1,0 +1,101 @@
+"""What every MCP result goes through before it leaves: secret redaction and size bounds.
+
+The core never puts a token in a document on purpose (plans name secrets, never carry
+them), but an agent can paste anything into ``diagnose``, a log line can echo an
+environment, and an error message can quote an argument. So the server redacts, in every
+string of every result, the values of this process's secret environment variables (and of
+the token file ``huggingface-cli login`` writes) plus anything shaped like a Hugging Face
+token, and bounds every string and the whole document, so one call cannot flood the
+agent's context.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+REDACTED = "[redacted]"
+MAX_STRING = 64 * 1024  # characters of one string value
+MAX_LIST = 2000  # items of one list (tool-specific bounds are much lower)
+MAX_DOCUMENT = 1024 * 1024  # characters of one serialized result
+
+# A credential word as a whole part of the name: HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_...;
+# not TOKENIZERS_PARALLELISM or MAX_TOKENS.
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)"
+    r"(?:_|$)",
+    re.I,
+)
+_MIN_SECRET = 8  # shorter values ("1", "true") are not worth redacting and would mangle text
+# Hugging Face user/org access tokens: "hf_" and 30+ letters (34 today).
+_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
+
+
+def is_secret_name(name: str) -> bool:
+    """An environment variable whose value is a credential (``HF_TOKEN``, ``*_API_KEY``...)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def _token_file() -> str:
+    explicit = os.environ.get("HF_TOKEN_PATH")
+    if explicit:
+        return os.path.expanduser(explicit)
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return os.path.join(os.path.expanduser(home), "token")
+
+
+def secret_values(environ: dict[str, str] | None = None) -> list[str]:
+    """Values to redact: secret-looking variables of the environment and the token file.
+
+    Longest first, so a secret containing another is replaced whole.
+    """
+    env = dict(os.environ) if environ is None else environ
+    found = {v.strip() for k, v in env.items() if is_secret_name(k)}
+    try:
+        with open(_token_file(), encoding="utf-8") as fh:
+            found.add(fh.read(4096).strip())
+    except OSError:
+        pass
+    return sorted((v for v in found if len(v) >= _MIN_SECRET), key=len, reverse=True)
+
+
+class Redactor:
+    """Replaces known secret values and token-shaped text in strings."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = [s for s in secrets if s]
+
+    def text(self, value: str) -> str:
+        for secret in self.secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return _HF_TOKEN.sub(REDACTED, value)
+
+    def __call__(self, doc: Any) -> Any:
+        """``doc`` (plain JSON types) with every string, keys included, redacted."""
+        if isinstance(doc, str):
+            return self.text(doc)
+        if isinstance(doc, dict):
+            return {self.text(str(k)): self(v) for k, v in doc.items()}
+        if isinstance(doc, list | tuple):
+            return [self(v) for v in doc]
+        return doc
+
+
+def bound(doc: Any) -> Any:
+    """``doc`` with over-long strings cut (their end kept: logs fail at the end) and lists
+    cut to ``MAX_LIST`` items. The tools bound their own outputs far below this; this is the
+    last guard."""
+    if isinstance(doc, str):
+        if len(doc) > MAX_STRING:
+            return f"[{len(doc) - MAX_STRING} characters cut]" + doc[-MAX_STRING:]
+        return doc
+    if isinstance(doc, dict):
+        return {k: bound(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [bound(v) for v in doc[:MAX_LIST]]
+    return doc

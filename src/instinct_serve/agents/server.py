@@ -1,0 +1,338 @@
+"""``instinct mcp``: the Model Context Protocol server (stdio) over the CLI's core.
+
+Built on the official SDK's low-level ``Server`` (mcp 2.x) rather than its decorator
+layer, because the tools' contracts are ours to keep: the input schema is the pydantic
+model of ``agents.inputs`` (flat, ``additionalProperties: false``), a validation failure is
+a tool result with a structured ``{"error": {id, message, fix, details}}`` document (not a
+protocol error an agent cannot read), and the output is exactly the ``--json`` document,
+both as text and as ``structuredContent``. The CLI's exit code for that document travels
+in the result's ``_meta`` (``instinct-serve/exit_code``).
+
+Every core call is blocking (subprocesses, ssh, HTTP), so it runs in a worker thread and
+the event loop keeps answering; ``serve`` forwards its startup events as MCP progress
+notifications and stops (removing what it launched) when the request is cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from instinct_serve import __version__
+from instinct_serve.agents import core, inputs
+from instinct_serve.agents.safety import MAX_DOCUMENT, Redactor, bound, secret_values
+from instinct_serve.errors import ExitCode, InstinctError
+
+log = logging.getLogger("instinct_serve.mcp")
+
+SERVER_NAME = "instinct-serve"
+EXIT_CODE_META = "instinct-serve/exit_code"
+INSTRUCTIONS = (
+    "Serve Hugging Face models as OpenAI-compatible vLLM endpoints on AMD Instinct GPUs. "
+    "Sequence: detect -> check -> fit -> plan -> serve (show the summary to the user, then "
+    "call again with confirm=true) -> use the endpoint's base_url. On a failure, diagnose. "
+    "status/logs/stop act only on endpoints instinct-serve started. Errors come back as "
+    '{"error": {"id", "message", "fix"}}: act on the id, tell the user the fix. The full '
+    "guide is the output of `instinct skill`."
+)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One MCP tool: its contract and the core function behind it."""
+
+    name: str
+    title: str
+    description: str
+    input_model: type[inputs.ToolInput]
+    run: Callable[..., core.Outcome]
+    read_only: bool = True
+    destructive: bool = False
+    streams_events: bool = False  # run(inp, sink, cancelled) instead of run(inp)
+
+    def describe(self) -> types.Tool:
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            input_schema=self.input_model.model_json_schema(),
+            annotations=types.ToolAnnotations(
+                title=self.title,
+                read_only_hint=self.read_only,
+                destructive_hint=self.destructive,
+                idempotent_hint=self.read_only,
+                open_world_hint=True,
+            ),
+        )
+
+
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (
+        Tool(
+            "detect",
+            "Detect AMD GPUs",
+            "The host's AMD GPUs: gfx target, VRAM, count, ROCm version (`instinct detect "
+            "--json`). exit_code 3 in _meta when no GPU is found.",
+            inputs.DetectInput,
+            core.detect,
+        ),
+        Tool(
+            "check",
+            "Check the host",
+            "Can the host serve? Docker, GPU devices, groups, HF token, disk, port "
+            "(`instinct check --json`): ready, errors, warnings, fixes. auto_fix applies "
+            "safe fixes; yes (root fixes) only after the user agreed.",
+            inputs.CheckInput,
+            core.check,
+            read_only=False,
+        ),
+        Tool(
+            "recipes_show",
+            "Show a model's recipe",
+            "How a model resolves in the vLLM recipes catalog, and with gpu the merged AMD "
+            "view: args, env, image (`instinct recipes show --json`).",
+            inputs.RecipesShowInput,
+            core.recipes_show,
+        ),
+        Tool(
+            "fit",
+            "Will the model fit?",
+            "Weights, KV cache per token, max context, minimum TP and a verdict: safe, "
+            "tight, too_tight, needs_tp, does_not_fit (`instinct fit --json`).",
+            inputs.FitInput,
+            core.fit,
+        ),
+        Tool(
+            "plan",
+            "Plan a launch",
+            "The exact launch (image, docker flags, env, vLLM args, port, container name) "
+            "and why (`instinct plan --json`). Launches nothing.",
+            inputs.PlanInput,
+            core.plan,
+        ),
+        Tool(
+            "serve",
+            "Serve a model",
+            "Without confirm: the confirmation summary only (nothing is run on the host). "
+            "With confirm=true (after the user approved the summary): check, launch, follow "
+            "startup (progress notifications), health, warm-up, coherence; the result has "
+            "the endpoint's base_url or the diagnosed failure (`instinct serve --json`).",
+            inputs.ServeInput,
+            core.serve,
+            read_only=False,
+            streams_events=True,
+        ),
+        Tool(
+            "status",
+            "List endpoints",
+            "The endpoints (containers) instinct-serve started on the host (`instinct ps "
+            "--json`), at most 100.",
+            inputs.StatusInput,
+            core.status,
+        ),
+        Tool(
+            "logs",
+            "Endpoint log tail",
+            f"The last lines (at most {inputs.MAX_LOG_LINES}, 64 KB) of an endpoint "
+            "instinct-serve started.",
+            inputs.LogsInput,
+            core.logs,
+        ),
+        Tool(
+            "stop",
+            "Stop endpoints",
+            "Stop (and remove) an endpoint instinct-serve started, or all of them; any "
+            "other container is refused (error id not_managed). Ask the user first.",
+            inputs.StopInput,
+            core.stop,
+            read_only=False,
+            destructive=True,
+        ),
+        Tool(
+            "diagnose",
+            "Diagnose a failure",
+            "Why a vLLM launch failed and the fix, from log text, an instinct-serve "
+            "container's log, or a one-line symptom (`instinct diagnose --json`): findings "
+            "with stable ids, most specific first.",
+            inputs.DiagnoseInput,
+            core.diagnose,
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _error_doc(exc: BaseException) -> tuple[dict[str, Any], int]:
+    if isinstance(exc, InstinctError):
+        return exc.to_dict(), int(exc.exit_code)
+    if isinstance(exc, ValidationError):
+        problems = [
+            {"field": ".".join(str(p) for p in err["loc"]) or "(arguments)", "problem": err["msg"]}
+            for err in exc.errors()
+        ]
+        first = problems[0] if problems else {"field": "(arguments)", "problem": "invalid"}
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        doc = {
+            "id": "bad_input",
+            "message": f"invalid argument {first['field']}: {first['problem']}{more}",
+            "fix": "correct the arguments (see the tool's input schema) and call again",
+            "details": {"errors": problems},
+        }
+        return doc, int(ExitCode.USAGE)
+    doc = {
+        "id": "internal_error",
+        "message": f"{type(exc).__name__}: {exc}",
+        "fix": "this is a bug in instinct-serve; the server's stderr has the traceback",
+    }
+    return doc, int(ExitCode.FAILED)
+
+
+def _result(doc: dict[str, Any], exit_code: int, *, is_error: bool) -> types.CallToolResult:
+    """The same document as text and as structured content, redacted and bounded."""
+    safe = bound(Redactor(secret_values())(doc))
+    text = json.dumps(safe, indent=2, ensure_ascii=False)
+    if len(text) > MAX_DOCUMENT:
+        return _result(
+            {
+                "error": {
+                    "id": "output_too_large",
+                    "message": f"the result has {len(text):,} characters, over the "
+                    f"{MAX_DOCUMENT:,} an MCP result may carry",
+                    "fix": "narrow the request (fewer log lines, a symptom instead of a log)",
+                }
+            },
+            int(ExitCode.FAILED),
+            is_error=True,
+        )
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=safe,
+        is_error=is_error,
+        _meta={EXIT_CODE_META: exit_code},
+    )
+
+
+def error_result(exc: BaseException) -> types.CallToolResult:
+    """``{"error": {...}}``, as the CLI prints with ``--json``, marked as an error."""
+    doc, code = _error_doc(exc)
+    return _result({"error": doc}, code, is_error=True)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """Forwards serve's event dicts (from a worker thread) as MCP progress notifications.
+
+    The progress value counts events (it must only grow); the message is the phase and its
+    text, e.g. ``loading_weights: Loading safetensors 40%``.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], token: Any) -> None:
+        self.ctx = ctx
+        self.token = token
+        self.count = 0
+        self.cancelled = threading.Event()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self.count += 1
+        kind = str(event.get("event") or "event")
+        label = str(event.get("phase") or kind) if kind == "phase" else kind
+        text = str(event.get("message") or "") or ", ".join(
+            f"{key}={value}"
+            for key, value in event.items()
+            if key not in ("event", "ts") and isinstance(value, str | int | float)
+        )
+        message = Redactor(secret_values()).text(f"{label}: {text}" if text else label)[:500]
+        try:
+            anyio.from_thread.run(
+                partial(self.ctx.session.report_progress, float(self.count), None, message),
+                token=self.token,
+            )
+        except Exception as exc:  # a closed stream must not kill the deployment
+            log.debug("progress notification not sent: %s", exc)
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+async def list_tools(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=[tool.describe() for tool in TOOLS.values()])
+
+
+async def call_tool(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> types.CallToolResult:
+    tool = TOOLS.get(params.name)
+    if tool is None:
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f"unknown tool {params.name!r}; the tools are: {', '.join(TOOLS)}",
+        )
+    try:
+        inp = tool.input_model.model_validate(params.arguments or {})
+    except ValidationError as exc:
+        return error_result(exc)
+    progress: Progress | None = None
+    if tool.streams_events:
+        progress = Progress(ctx, anyio.lowlevel.current_token())
+        run = partial(tool.run, inp, progress, progress.cancelled.is_set)
+    else:
+        run = partial(tool.run, inp)
+    try:
+        outcome = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        if progress is not None:
+            progress.cancelled.set()  # the thread goes on to clean up what it launched
+        raise
+    except (InstinctError, ValidationError) as exc:
+        return error_result(exc)
+    except Exception as exc:
+        log.exception("tool %s failed", tool.name)
+        return error_result(exc)
+    return _result(outcome.doc, outcome.exit_code, is_error=outcome.failed)
+
+
+def build_server() -> Server[Any]:
+    """The low-level server with the tools registered."""
+    return Server(
+        SERVER_NAME,
+        version=__version__,
+        title="instinct-serve",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve_stdio() -> None:
+    """Serve one client over this process's stdin/stdout until it disconnects."""
+    server = build_server()
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def main() -> None:
+    """Entry point of ``instinct mcp``."""
+    logging.basicConfig(level=logging.WARNING, format="instinct mcp: %(levelname)s %(message)s")
+    anyio.run(serve_stdio)

@@ -1,0 +1,112 @@
+"""``serve`` with ``confirm`` through MCP, against the real dockerd and the vLLM test double.
+
+The same setup as ``tests/serve`` (the registry-free test image, a check root where the GPU
+checks pass, the session's /dev/kfd stand-ins): one session serves, sees the startup
+phases as progress notifications, lists, tails and stops the endpoint; another cancels a
+serve mid-start and the container it launched is removed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.agents.conftest import Call, Client, run_session
+from tests.infra.docker import free_port
+from tests.serve.conftest import MODEL, Serve, inspect
+
+pytestmark = pytest.mark.docker
+
+
+def serve_args(serve: Serve, name: str, port: int, image: str) -> dict[str, Any]:
+    """The MCP twin of ``Serve.args`` (the same options as the CLI tests)."""
+    return {
+        "model": MODEL,
+        "gpu": "mi300x",
+        "image": image,
+        "hf_cache": str(serve.hf_cache),
+        "port": port,
+        "name": name,
+        "root": str(serve.root),
+        "warmup_timeout_s": 30,
+        "timeout_s": 60,
+        "confirm": True,
+    }
+
+
+def test_confirmed_serve_reports_progress_then_status_logs_and_stop(serve: Serve) -> None:
+    name, port = serve.name("mcp"), free_port()
+    args = serve_args(serve, name, port, serve.double())
+
+    async def scenario(client: Client) -> list[Call]:
+        stale = await client.call("serve", {**args, "plan_hash": "0123456789abcdef"})
+        assert stale.error["id"] == "plan_changed" and inspect(name) is None, stale.text
+        summary = await client.call("serve", {**args, "confirm": False})
+        args["plan_hash"] = summary.doc["plan_hash"]
+        return [
+            await client.call("serve", args),
+            await client.call("status", {}),
+            await client.call("logs", {"name": name, "tail": 50}),
+            await client.call("serve", args),
+            await client.call("stop", {"names": [name]}),
+            await client.call("status", {"no_health": True}),
+        ]
+
+    served, status, logs, again, stop, after = run_session(scenario, timeout=240)
+
+    assert not served.is_error, served.text[-3000:]
+    doc = served.doc
+    assert doc["ok"] is True and doc["status"] == "ready" and served.exit_code == 0
+    endpoint = doc["endpoint"]
+    assert endpoint["base_url"] == f"http://localhost:{port}/v1"
+    assert endpoint["model"] == MODEL and endpoint["container"] == name
+    assert endpoint["coherence"]["verdict"] == "coherent" and endpoint["curl"]
+    values = [value for value, _total, _message in served.progress]
+    assert values == sorted(values) and len(set(values)) == len(values)  # only grows
+    messages = [message or "" for _v, _t, message in served.progress]
+    for phase in ("checking", "planning", "launching", "loading_weights", "ready"):
+        assert any(m.startswith(f"{phase}:") for m in messages), (phase, messages)
+
+    rows = {row["name"]: row for row in status.doc["endpoints"]}
+    assert rows[name]["health"] == "healthy" and rows[name]["port"] == port
+    assert any("Application startup complete" in line for line in logs.doc["lines"])
+    assert again.doc["status"] == "reused"  # idempotent: the same plan is not relaunched
+    assert stop.doc["stopped"] == [
+        {"name": name, "engine": "docker", "model": MODEL, "removed": True}
+    ]
+    assert name not in {row["name"] for row in after.doc["endpoints"]}
+    assert inspect(name) is None
+
+
+def test_cancelling_a_serve_removes_what_it_launched(serve: Serve) -> None:
+    name, port = serve.name("mcp-cancel"), free_port()
+    args = serve_args(serve, name, port, serve.double(load_s=4))
+
+    async def scenario(client: Client) -> tuple[bool, float]:
+        launched = anyio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if (message or "").startswith("launched"):
+                launched.set()
+
+        async with anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                await client.session.call_tool("serve", args, progress_callback=on_progress)
+
+            tg.start_soon(call)
+            with anyio.fail_after(60):
+                await launched.wait()
+            existed = inspect(name) is not None
+            tg.cancel_scope.cancel()  # the client gives up: notifications/cancelled
+        start = time.monotonic()
+        while inspect(name) is not None and time.monotonic() - start < 60:
+            await anyio.sleep(0.5)  # keep the session (and the server) alive meanwhile
+        return existed, time.monotonic() - start
+
+    existed, waited = run_session(scenario, timeout=180)
+    assert existed, "the container was running when the request was cancelled"
+    assert inspect(name) is None, f"still there after {waited:.0f} s"
