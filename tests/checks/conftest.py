@@ -21,6 +21,7 @@ import pytest
 from instinct_serve.checks import CHECKS, Check, CheckOptions
 from instinct_serve.checks.probe import Probe
 from instinct_serve.hosts import DEFAULT_TIMEOUT_S, Host, LocalHost, Result
+from tests.infra.fakeroot import FakeRoot, build_gpu_root
 
 CLEARED = (
     "HF_TOKEN",
@@ -34,45 +35,6 @@ CLEARED = (
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
 )
-
-
-@dataclass
-class FakeRoot:
-    """A directory tree standing in for /, built file by file."""
-
-    path: Path
-
-    def write(self, rel: str, text: str = "", mode: int | None = None) -> Path:
-        target = self.path / rel.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        if mode is not None:
-            target.chmod(mode)
-        return target
-
-    def remove(self, rel: str) -> None:
-        target = self.path / rel.lstrip("/")
-        if target.is_dir():
-            shutil.rmtree(target)
-        else:
-            target.unlink()
-
-    def __str__(self) -> str:
-        return str(self.path)
-
-
-def build_gpu_root(path: Path) -> FakeRoot:
-    """A root where every GPU check passes (device nodes are plain files here)."""
-    root = FakeRoot(path)
-    root.write("/dev/kfd", mode=0o666)
-    root.write("/dev/dri/card0", mode=0o666)
-    root.write("/dev/dri/renderD128", mode=0o666)
-    root.write("/dev/dri/renderD129", mode=0o666)
-    root.write("/sys/module/amdgpu/initstate", "live\n")
-    root.write("/sys/module/amdgpu/version", "6.10.5\n")
-    root.write("/proc/sys/kernel/numa_balancing", "0\n")
-    root.write("/opt/rocm/.info/version", "6.4.0-47\n")
-    return root
 
 
 @pytest.fixture

@@ -126,6 +126,34 @@ def test_a_command_that_ends_records_its_exit_status() -> None:
     assert not alive(proc.pid)
 
 
+def group_members(pgid: int) -> list[int]:
+    found = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = parse_stat(stat_file.read_text())
+        except OSError:
+            continue
+        if stat is not None and stat.pgid == pgid and stat.state not in ("Z", "X"):
+            found.append(stat.pid)
+    return found
+
+
+def test_stop_waits_for_the_whole_group_not_only_its_leader() -> None:
+    """A worker that ignores SIGTERM outlives the leader (as a wedged vLLM worker holding
+    GPU memory does): stop escalates to SIGKILL and returns once the group is gone."""
+    host = LocalHost()
+    worker = "trap '' TERM; while :; do sleep 0.05; done"
+    proc = launcher.launch(host, "group", ["sh", "-c", f"sh -c {worker!r} & wait"])
+    try:
+        assert wait_for(lambda: len(group_members(proc.pid)) >= 3)
+        result = launcher.stop(host, "group", timeout=1.0)
+        assert result.was_running and result.stopped and result.signal == "KILL"
+        assert group_members(proc.pid) == []
+    finally:
+        for pid in group_members(proc.pid):
+            os.kill(pid, 9)
+
+
 def test_stop_never_touches_a_process_it_did_not_start(tmp_path: Path) -> None:
     host = LocalHost()
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)

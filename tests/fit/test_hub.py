@@ -17,7 +17,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
-from instinct_serve.fit.sources import load_model_meta, quantized_siblings
+from instinct_serve.fit.sources import HUB_DOWN_TTL_S, load_model_meta, quantized_siblings
 from instinct_serve.paths import cache_dir
 from tests.fit.hubserver import LLAMA, SHA, serve_model
 
@@ -97,6 +97,48 @@ def test_timeout_falls_back_to_shipped_metadata(hub: HTTPServer) -> None:
     meta = load_model_meta("Qwen/Qwen3.5-9B", timeout=0.2)
     assert meta.source == "shipped"
     assert any("Hub unreachable" in n for n in meta.notes)
+
+
+def test_an_unreachable_hub_is_not_asked_again_for_a_while(hub: HTTPServer) -> None:
+    """On a firewalled host each command would wait on the network again: the failure is
+    remembered when another source has the model, and forgotten after HUB_DOWN_TTL_S."""
+    asked: list[str] = []
+
+    def slow(request: Request) -> Response:
+        asked.append(request.path)
+        threading.Event().wait(0.4)  # past the client's 0.2 s: unreachable
+        return Response("{}", content_type="application/json")
+
+    def seen(path: str) -> bool:
+        for _ in range(30):  # the test server answers one request at a time
+            if path in asked:
+                return True
+            time.sleep(0.1)
+        return False
+
+    hub.expect_request("/api/models/Qwen/Qwen3.5-9B").respond_with_handler(slow)
+    assert load_model_meta("Qwen/Qwen3.5-9B", timeout=0.2).source == "shipped"
+    assert seen("/api/models/Qwen/Qwen3.5-9B") and len(asked) == 1
+    start = time.monotonic()
+    again = load_model_meta("Qwen/Qwen3.5-9B", timeout=0.2)
+    assert time.monotonic() - start < 0.2 and len(asked) == 1  # not asked
+    assert again.source == "shipped"
+    assert any(n.startswith("Hub unreachable") and "not asked again" in n for n in again.notes)
+
+    # a model that only the Hub can describe is still asked
+    hub.expect_request("/api/models/acme/slow").respond_with_handler(slow)
+    with pytest.raises(NotReadyError):
+        load_model_meta("acme/slow", timeout=0.2)
+    assert seen("/api/models/acme/slow")
+
+    # once the memory is old the Hub is asked again; an answer clears it
+    marker = cache_dir() / "hub_unreachable.json"
+    doc = json.loads(marker.read_text())
+    doc["at"] -= HUB_DOWN_TTL_S + 1
+    marker.write_text(json.dumps(doc))
+    serve_model(hub, "acme/Back", LLAMA, {"BF16": 8_030_261_248})
+    assert load_model_meta("acme/Back").source == "hub"
+    assert not marker.exists()
 
 
 def test_offline_unknown_model_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,8 +17,10 @@ environment, because the argv is produced by the real planner and must stay unch
     capture, exit 1, unless ``--enforce-eager`` is on the command line: then it skips graph
     capture and comes up healthy, which is how serve's relaunch is tested),
     ``hang_in_graph_capture`` (stops logging in the middle of graph capture and never turns
-    healthy), ``die`` (replays a failure log and exits with ``VLLM_DOUBLE_EXIT_CODE``,
-    default 1), ``incoherent`` (healthy, but answers with word salad).
+    healthy; with ``--enforce-eager`` there is no capture and it comes up healthy, unless
+    ``VLLM_DOUBLE_HANG_EAGER=1`` makes it hang all the same), ``die`` (replays a failure
+    log and exits with ``VLLM_DOUBLE_EXIT_CODE``, default 1), ``incoherent`` (healthy, but
+    answers with word salad).
 ``VLLM_DOUBLE_LOAD_S``
     Seconds spent "loading" (printing the startup lines) before turning healthy
     (default 1.5). ``/health`` answers 503 meanwhile.
@@ -549,6 +551,7 @@ def main(argv: list[str]) -> int:
         serve(server)
 
     lines = healthy_startup()
+    hang_eager = os.environ.get("VLLM_DOUBLE_HANG_EAGER") == "1"
     if mode == "die":
         name = os.environ.get("VLLM_DOUBLE_REPLAY", DEFAULT_REPLAY)
         replay(lines[: _index(lines, "Starting to load model")], load_s / 2)
@@ -558,7 +561,7 @@ def main(argv: list[str]) -> int:
         replay(lines[: _index(lines, "Capturing CUDA graph shapes:  11%")], load_s)
         replay(real_lines(OOM_LOG), 0.1)
         return 1
-    if mode == "hang_in_graph_capture":
+    if mode == "hang_in_graph_capture" and (not args.enforce_eager or hang_eager):
         replay(lines[: _index(lines, "Capturing CUDA graph shapes:  40%") + 1], load_s)
         while True:  # silent, never healthy: the stall serve must detect
             time.sleep(3600)

@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 
-from tests.checks.conftest import build_gpu_root
 from tests.infra.docker import (
     DeviceStandins,
     DockerDaemon,
@@ -34,6 +33,7 @@ from tests.infra.docker import (
     derived_test_image,
     free_port,
 )
+from tests.infra.fakeroot import build_gpu_root
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # shipped metadata: planning needs no network
 CLI = [sys.executable, "-m", "instinct_serve"]

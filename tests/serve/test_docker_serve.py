@@ -144,19 +144,31 @@ def test_oom_in_graph_capture_relaunches_with_enforce_eager(serve: Serve) -> Non
     assert len(run.of("launched")) == 2
 
 
-def test_graph_capture_stall_is_detected_and_relaunched(serve: Serve) -> None:
+def test_graph_capture_stall_is_detected_and_relaunched_eager(serve: Serve) -> None:
     name = serve.name()
     start = time.monotonic()
     run = serve("--stall-timeout", "2", image=serve.double("hang_in_graph_capture"), name=name)
     assert time.monotonic() - start < 60
-    [stalled, *_] = run.of("stalled")
+    [stalled] = run.of("stalled")
     assert stalled["phase"] == "capturing_graphs"
     [relaunch] = run.of("relaunch")
     assert relaunch["finding"] == "graph_capture_hang" and relaunch["changes"] == [
         "--enforce-eager"
     ]
-    # The double hangs in graph capture even with --enforce-eager: the second hang is
-    # reported, not retried again, and the hung container is stopped and kept.
+    assert run.returncode == 0, run.explain()
+    assert run.result["status"] == "ready"
+    assert [r["finding"] for r in run.result["relaunches"]] == ["graph_capture_hang"]
+    info = inspect(name)
+    assert info is not None and info["State"]["Running"] and "--enforce-eager" in info["Args"]
+
+
+def test_a_second_graph_capture_stall_is_reported_not_retried(serve: Serve) -> None:
+    name = serve.name()
+    image = serve.double("hang_in_graph_capture", VLLM_DOUBLE_HANG_EAGER="1")
+    run = serve("--stall-timeout", "2", image=image, name=name)
+    assert len(run.of("relaunch")) == 1
+    # Hanging even with --enforce-eager: the second hang is reported, not retried again,
+    # and the hung container is stopped and kept for its logs.
     assert run.returncode == 1, run.explain()
     failure = run.result["failure"]
     assert failure["id"] == "graph_capture_hang" and "did not help" in failure["title"]

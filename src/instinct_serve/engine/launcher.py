@@ -286,17 +286,29 @@ def list_processes(host: Host) -> list[ProcessStatus]:
     return found
 
 
-def group_pids(host: Host, proc: NativeProcess) -> list[int]:
-    """The pids of the launched process group (the wrapper, vLLM, its workers)."""
-    if not _is_ours(host, proc):
-        return []
+def _members(host: Host, proc: NativeProcess) -> list[int]:
+    """Live processes of the launched group, the leader gone or not: same process group,
+    started no earlier than the leader (so a recycled group id cannot match)."""
     result = host.run(["sh", "-c", _ALL_STATS], timeout=60)
     pids = []
     for line in result.stdout.splitlines():
         stat = parse_stat(line)
-        if stat and stat.pgid == proc.pid and stat.state not in ("Z", "X"):
+        if (
+            stat
+            and stat.pgid == proc.pid
+            and stat.state not in ("Z", "X")
+            and proc.start_ticks is not None
+            and stat.start_ticks >= proc.start_ticks
+        ):
             pids.append(stat.pid)
     return sorted(pids)
+
+
+def group_pids(host: Host, proc: NativeProcess) -> list[int]:
+    """The pids of the launched process group (the wrapper, vLLM, its workers)."""
+    if not _is_ours(host, proc):
+        return []
+    return _members(host, proc)
 
 
 def read_log(host: Host, name: str) -> str:
@@ -332,6 +344,8 @@ def stop(host: Host, name: str, *, timeout: float = 30.0, poll_s: float = 0.2) -
     if not _is_ours(host, proc):
         return StopResult(name, False, True, None)
     sent = "TERM"
+    # Done when the whole group is gone, not only its leader: a vLLM worker that outlives
+    # the API server still holds its GPU memory.
     for sig, wait in (("TERM", timeout), ("KILL", 10.0)):
         sent = sig
         # the group first (setsid made pid the group id); the pid alone if setsid was absent
@@ -339,12 +353,12 @@ def stop(host: Host, name: str, *, timeout: float = 30.0, poll_s: float = 0.2) -
             host.run(["kill", f"-{sig}", str(proc.pid)], timeout=30)
         deadline = time.monotonic() + wait
         for _ in range(int(wait / poll_s) + 1):
-            if not _is_ours(host, proc):
+            if not _is_ours(host, proc) and not _members(host, proc):
                 return StopResult(name, True, True, sent)
             if time.monotonic() > deadline:
                 break
             time.sleep(poll_s)
-    return StopResult(name, True, not _is_ours(host, proc), sent)
+    return StopResult(name, True, not _is_ours(host, proc) and not _members(host, proc), sent)
 
 
 def vllm_serve_argv(

@@ -200,6 +200,47 @@ def _store_cached_meta(meta: ModelMeta) -> None:
         pass  # a cache that cannot be written only costs a later Hub call
 
 
+# A Hub that could not be reached is not asked again for this long when another source
+# has the model: on a firewalled host every command would otherwise wait on the network.
+HUB_DOWN_TTL_S = 600.0
+
+
+def _hub_down_path() -> Path:
+    from instinct_serve.paths import cache_dir
+
+    return cache_dir() / "hub_unreachable.json"
+
+
+def hub_down_recently() -> str | None:
+    """Why the Hub at ``HF_ENDPOINT`` was unreachable less than ``HUB_DOWN_TTL_S`` ago."""
+    path = _hub_down_path()
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        age = time.time() - float(doc["at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if doc.get("endpoint") != hub_endpoint() or not 0 <= age < HUB_DOWN_TTL_S:
+        return None
+    why = doc.get("why") or "no answer"
+    return f"{why}; {age:.0f} s ago, not asked again for {HUB_DOWN_TTL_S / 60:.0f} min"
+
+
+def _remember_hub_down(why: str | None) -> None:
+    """Record (why) or forget (None) that the Hub could not be reached."""
+    path = _hub_down_path()
+    try:
+        if why is None:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"endpoint": hub_endpoint(), "at": time.time(), "why": why}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # only costs another attempt
+
+
 # -- the Hub -----------------------------------------------------------------------------
 
 
@@ -448,7 +489,11 @@ def load_model_meta(
     if snap_meta is not None and snap_meta.checkpoint_bytes is not None and offline:
         return snap_meta
     shipped = load_shipped(repo_id)
-    if not offline:
+    down = hub_down_recently() if not offline else None
+    fallback = any(m is not None for m in (shipped, cached, snap_meta))
+    if down is not None and fallback:
+        notes.append(f"Hub unreachable ({down})")
+    elif not offline:
         from huggingface_hub.errors import (
             EntryNotFoundError,
             GatedRepoError,
@@ -501,7 +546,9 @@ def load_model_meta(
             notes.append(f"the Hub answered HTTP {status}; shipped metadata used")
         except HubUnreachable as exc:
             notes.append(f"Hub unreachable ({exc})")
+            _remember_hub_down(str(exc))
         else:
+            _remember_hub_down(None)
             _store_cached_meta(meta)
             return meta
     if cached is not None and notes:  # a stale Hub answer beats no answer
