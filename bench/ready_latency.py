@@ -34,8 +34,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.checks.conftest import build_gpu_root  # noqa: E402
-from tests.infra.docker import DEVICE_STANDINS, build_test_image, free_port  # noqa: E402
+from tests.infra.docker import (  # noqa: E402
+    DEVICE_STANDINS,
+    _docker_version,
+    build_test_image,
+    free_port,
+)
+from tests.infra.fakeroot import build_gpu_root  # noqa: E402
 from tests.infra.vllm_double import install_fake_vllm  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -107,6 +112,11 @@ def main() -> None:
         made: list[str] = []
         common = ["--gpu", "mi300x", "--root", str(root), "--yes", "--json", "--timeout", "60"]
         if args.engine == "docker":
+            if _docker_version() is None:
+                sys.exit(
+                    "no Docker daemon answers: start one (as root: `dockerd >/tmp/dockerd.log "
+                    "2>&1 &`) or run with --engine native"
+                )
             made = standins()
             image = build_test_image().tag
             common += ["--image", image, "--hf-cache", f"{tmp}/hf"]
