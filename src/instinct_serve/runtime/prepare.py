@@ -151,18 +151,12 @@ def prepare(
     def warn(message: str) -> None:
         sink(event("warning", message=message))
 
-    sink(
-        event("phase", phase="checking", message=f"checking {host.name}", progress=None, figures={})
-    )
+    sink(event("phase", phase="checking", message=f"host {host.name}", progress=None, figures={}))
     report = require_ready(host, opts.model, opts.port, opts.hf_cache, root, engine)
     for warning in report.warnings:
         if engine == "docker" or warning.id not in DOCKER_CHECKS:
             warn(f"{warning.id}: {warning.message}")
-    sink(
-        event(
-            "phase", phase="planning", message=f"planning {opts.model}", progress=None, figures={}
-        )
-    )
+    sink(event("phase", phase="planning", message=opts.model, progress=None, figures={}))
     result = make_plan(opts, host)
     if approved_hash is not None and result.plan.plan_hash != approved_hash:
         raise plan_changed(approved_hash, result)
