@@ -7,7 +7,7 @@ and thread-safe, and the server runs them in worker threads. Nothing here prints
 
 Safety rules the server relies on: ``serve`` launches nothing without ``confirm``;
 ``stop``, ``logs`` and ``diagnose --container`` act only on containers carrying the
-managed label (``runtime.docker``), so a foreign container is a structured error; logs and
+managed label (``runtime.endpoints``), so a foreign container is a structured error; logs and
 lists are bounded here, and ``agents.safety`` redacts secrets from every document.
 """
 
