@@ -30,3 +30,16 @@ def data_dir() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir(APP))
+
+
+def hf_token_file() -> str:
+    """Where ``huggingface-cli login`` keeps the Hub token on this machine (huggingface_hub's
+    rule: ``HF_TOKEN_PATH``, else ``$HF_HOME/token``, ``HF_HOME`` defaulting under the XDG
+    cache). Read without importing huggingface_hub."""
+    explicit = os.environ.get("HF_TOKEN_PATH")
+    if explicit:
+        return os.path.expanduser(explicit)
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return os.path.join(os.path.expanduser(home), "token")

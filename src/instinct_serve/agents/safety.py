@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from instinct_serve.paths import hf_token_file
+
 REDACTED = "[redacted]"
 MAX_STRING = 64 * 1024  # characters of one string value
 MAX_LIST = 2000  # items of one list (tool-specific bounds are much lower)
@@ -38,16 +40,6 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
-def _token_file() -> str:
-    explicit = os.environ.get("HF_TOKEN_PATH")
-    if explicit:
-        return os.path.expanduser(explicit)
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
-    )
-    return os.path.join(os.path.expanduser(home), "token")
-
-
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """Values to redact: secret-looking variables of the environment and the token file.
 
@@ -56,7 +48,7 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     env = dict(os.environ) if environ is None else environ
     found = {v.strip() for k, v in env.items() if is_secret_name(k)}
     try:
-        with open(_token_file(), encoding="utf-8") as fh:
+        with open(hf_token_file(), encoding="utf-8") as fh:
             found.add(fh.read(4096).strip())
     except OSError:
         pass

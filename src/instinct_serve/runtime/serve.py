@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 from instinct_serve.diagnose import DiagnoseContext, Diagnosis, Finding, RetryHint, diagnose
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host, SshHost
+from instinct_serve.paths import hf_token_file
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import health
 from instinct_serve.runtime.docker import (
@@ -191,16 +192,6 @@ def _arg_value(args: Sequence[str], flag: str) -> str | None:
 TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
-def _token_file() -> str:
-    explicit = os.environ.get("HF_TOKEN_PATH")
-    if explicit:
-        return os.path.expanduser(explicit)
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
-    )
-    return os.path.join(os.path.expanduser(home), "token")
-
-
 def local_secrets(names: Sequence[str]) -> dict[str, str]:
     """Values for the plan's secret names: this process's environment, else (for the Hub
     token) the file ``huggingface-cli login`` writes. Never printed, never in an argv."""
@@ -209,7 +200,7 @@ def local_secrets(names: Sequence[str]) -> dict[str, str]:
         value = os.environ.get(name, "").strip()
         if not value and name in TOKEN_NAMES:
             try:
-                with open(_token_file(), encoding="utf-8") as fh:
+                with open(hf_token_file(), encoding="utf-8") as fh:
                     value = fh.read().strip()
             except OSError:
                 value = ""
