@@ -10,9 +10,10 @@ Fixtures
     (``daemon.label_args()``), and at the start those of test sessions that are gone.
 ``vllm_test_image`` (session)
     A local image built without any registry: the host's own CPython (preferably Debian's
-    ``/usr/bin/python3``) with the shared libraries ``ldd`` lists and its stdlib (minus
-    tests, tkinter, idle, ...), ``/etc/passwd`` and ``/etc/group`` with ``video`` and
-    ``render`` (named ``--group-add`` needs them), busybox when installed, the vLLM test
+    ``/usr/bin/python3``) with the shared libraries ``ldd`` lists (and ``libgcc_s``, which
+    glibc loads itself) and its stdlib (minus tests, tkinter, idle, ...), ``/etc/passwd``
+    and ``/etc/group`` with ``video`` and ``render`` (named ``--group-add`` needs them),
+    busybox when installed, the vLLM test
     double (``vllm_double.py``) and the real logs it replays, imported with
     ``docker import`` and ``ENTRYPOINT ["vllm", "serve"]``: the entrypoint of the real
     ``vllm/vllm-openai-rocm`` image (vLLM ``docker/Dockerfile.rocm``, stage ``vllm-openai``),
@@ -68,7 +69,7 @@ DOUBLE = Path(__file__).resolve().parent / "vllm_double.py"
 TEST_LABEL = "instinct-serve.test"
 TEST_PID_LABEL = "instinct-serve.test-pid"
 IMAGE_REPO = "instinct-serve-test/vllm-double"
-IMAGE_RECIPE = "3"  # bump to force a rebuild when the recipe below changes
+IMAGE_RECIPE = "4"  # bump to force a rebuild when the recipe below changes
 IMAGE_ENTRYPOINT = ["vllm", "serve"]  # vllm/vllm-openai-rocm: docker/Dockerfile.rocm
 DAEMON_START_TIMEOUT_S = 30.0
 DEVICE_STANDINS = ("/dev/kfd", "/dev/dri/renderD128")
@@ -323,6 +324,22 @@ def _ldd(paths: Sequence[str]) -> tuple[set[str], set[str]]:
     return libs, broken
 
 
+def _dlopened_by_libc(libs: set[str]) -> set[str]:
+    """Libraries glibc loads at run time, which ``ldd`` cannot list.
+
+    ``pthread_exit`` (CPython ends daemon threads with it at interpreter exit) unwinds through
+    ``libgcc_s.so.1``; without it in the image a dying server exits 139 instead of its own
+    code, as every real base image ships it.
+    """
+    extra: set[str] = set()
+    for lib in libs:
+        if os.path.basename(lib) == "libc.so.6":
+            candidate = os.path.join(os.path.dirname(lib), "libgcc_s.so.1")
+            if os.path.exists(candidate):
+                extra.add(candidate)
+    return extra
+
+
 class _Rootfs:
     """A tar stream of a root filesystem assembled from host files (symlinks preserved)."""
 
@@ -452,6 +469,7 @@ def build_test_image() -> TestImage:
     files = list(_stdlib_files(stdlib))
     elves = [python] + [f for f in files if f.endswith(".so")]
     libs, broken = _ldd(elves)
+    libs |= _dlopened_by_libc(libs)
     if python in broken:
         raise RuntimeError(f"{python} needs libraries ldd cannot find")
     with tempfile.TemporaryDirectory(prefix="instinct-test-image-") as tmp:

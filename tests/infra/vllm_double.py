@@ -47,6 +47,7 @@ healthy, which follow the format of vLLM's ``api_server.py``/``launcher.py``/uvi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -601,8 +602,23 @@ def _sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
+def _exit_now(code: int) -> None:
+    """Flush and leave without interpreter finalization.
+
+    The HTTP server's daemon threads may be mid-request when ``die``/``oom`` modes return;
+    finalizing CPython under them ends them with ``pthread_exit``, which on a stripped image
+    without ``libgcc_s`` turned exit 3 into 139. A crashed engine process exits at once.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     try:
-        sys.exit(main(sys.argv[1:]))
+        _exit_now(main(sys.argv[1:]))
     except KeyboardInterrupt:
-        sys.exit(130)
+        _exit_now(130)
+    except SystemExit as stop:
+        _exit_now(0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1)

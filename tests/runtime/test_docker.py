@@ -254,6 +254,41 @@ def test_a_dying_container_ends_the_wait_with_its_exit_code(
     assert "Engine core initialization failed" in docker.logs(c.name, tail=50)
 
 
+# A daemon thread wakes while the interpreter finalizes (a slow __del__ holds it there):
+# CPython ends the thread with pthread_exit, which glibc unwinds through libgcc_s.
+DAEMON_THREAD_AT_EXIT = """
+import sys, threading, time
+class Slow:
+    def __del__(self):
+        time.sleep(0.3)
+def nap():
+    while True:
+        time.sleep(0.01)
+threading.Thread(target=nap, daemon=True).start()
+slow = Slow()
+time.sleep(0.05)
+sys.exit(3)
+"""
+
+
+def test_the_test_image_keeps_the_exit_code_of_a_threaded_server(
+    docker_daemon: DockerDaemon, launcher: Launcher
+) -> None:
+    """The image is a faithful base: a process with live daemon threads exits with its code.
+
+    Without ``libgcc_s.so.1`` (loaded by glibc, invisible to ``ldd``) this exits 139 and
+    dying-server tests flake.
+    """
+    argv = ["docker", "run", "--rm", *docker_daemon.label_args(), "--entrypoint", "python3"]
+    out = subprocess.run(
+        [*argv, launcher.image.tag, "-c", DAEMON_THREAD_AT_EXIT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 3, out.stderr
+
+
 def test_oom_in_graph_capture_then_relaunch_with_enforce_eager(
     docker: Docker, launcher: Launcher
 ) -> None:
