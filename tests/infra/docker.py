@@ -62,7 +62,7 @@ from typing import NoReturn
 import pytest
 
 from instinct_serve.hosts import LocalHost
-from instinct_serve.runtime.docker import label_args
+from instinct_serve.plan.labels import label_args
 from tests.infra.paths import LOGS
 
 DOUBLE = Path(__file__).resolve().parent / "vllm_double.py"

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from instinct_serve.runtime.docker import Docker, managed_labels
+from instinct_serve.plan.labels import managed_labels
+from instinct_serve.runtime.docker import Docker
 from tests.infra.docker import DeviceStandins, DockerDaemon, TestImage, amd_run_argv, free_port
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import LocalHost
-from instinct_serve.runtime.docker import LABEL_MODEL, Docker
+from instinct_serve.plan.labels import LABEL_MODEL
+from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.health import (
     WaitOutcome,
     coherence_probe,

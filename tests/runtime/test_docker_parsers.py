@@ -6,17 +6,19 @@ from datetime import UTC, datetime
 
 import pytest
 
-from instinct_serve.runtime.docker import (
+from instinct_serve.plan.labels import (
     LABEL_MANAGED,
     LABEL_MODEL,
     LABEL_PLAN_HASH,
     LABEL_PORT,
     LABEL_VERSION,
+    label_args,
+    managed_labels,
+)
+from instinct_serve.runtime.docker import (
     Listener,
     PortHolder,
     container_id_from_cgroup,
-    label_args,
-    managed_labels,
     merge_timestamped,
     parse_docker_time,
     parse_inspect,

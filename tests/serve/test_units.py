@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime.docker import LABEL_PLAN_HASH
 from instinct_serve.runtime.serve import (
     LABEL_FIXES,
     Endpoint,

@@ -12,7 +12,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-LABEL_PREFIX = "instinct-serve"
 DEFAULT_PORT = 8000
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 

@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve import __version__
 from instinct_serve.catalog.recipe import arg_units
 from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.plan.labels import managed_labels
 from instinct_serve.plan.model import DEFAULT_PORT, LaunchPlan, Mount, Reason
 
 if TYPE_CHECKING:
@@ -604,18 +606,13 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         fit=_fit_summary(fit) if fit else None,
         recipe_cross_check=inp.cross_check,
     )
-    plan.labels = managed_labels(plan, inp.tool_version)
+    plan.labels = managed_labels(
+        model=plan.model,
+        port=plan.port,
+        plan_hash=plan.plan_hash,
+        version=inp.tool_version or __version__,
+    )
     return plan
-
-
-def managed_labels(plan: LaunchPlan, version: str) -> dict[str, str]:
-    """The labels that let ``ps``/``stop`` act on this container and nothing else."""
-    from instinct_serve.runtime.docker import managed_labels as labels
-
-    out = labels(model=plan.model, port=plan.port, plan_hash=plan.plan_hash)
-    if version:
-        out.setdefault("instinct-serve.version", version)
-    return out
 
 
 def _unique(items: Iterable[str]) -> list[str]:

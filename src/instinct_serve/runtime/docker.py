@@ -2,9 +2,9 @@
 
 Every call goes through ``Host.run``/``Host.spawn`` with the ``docker`` CLI, so the local
 machine and a remote one are one code path and no Docker SDK or socket forwarding is
-needed. The tool only ever destroys what it created: containers carry the labels below
-(``LABEL_MANAGED`` et al.), ``list_managed`` filters on them, and ``stop``/``remove``
-refuse (error id ``not_managed``) any container without them.
+needed. The tool only ever destroys what it created: containers carry the labels of
+``plan.labels`` (``LABEL_MANAGED`` et al.), ``list_managed`` filters on them, and
+``stop``/``remove`` refuse (error id ``not_managed``) any container without them.
 """
 
 from __future__ import annotations
@@ -17,40 +17,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from instinct_serve import __version__
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host, Result
-
-# --------------------------------------------------------------------------- labels
-
-LABEL_MANAGED = "instinct-serve.managed"
-LABEL_MODEL = "instinct-serve.model"
-LABEL_PORT = "instinct-serve.port"
-LABEL_PLAN_HASH = "instinct-serve.plan-hash"
-LABEL_VERSION = "instinct-serve.version"
-MANAGED_VALUE = "true"
-
-
-def managed_labels(
-    *, model: str, port: int, plan_hash: str, version: str = __version__
-) -> dict[str, str]:
-    """The labels every container the tool starts carries (DESIGN.md contract)."""
-    return {
-        LABEL_MANAGED: MANAGED_VALUE,
-        LABEL_MODEL: model,
-        LABEL_PORT: str(port),
-        LABEL_PLAN_HASH: plan_hash,
-        LABEL_VERSION: version,
-    }
-
-
-def label_args(labels: Mapping[str, str]) -> list[str]:
-    """``--label k=v`` pairs for a ``docker run`` argv, in a stable order."""
-    out: list[str] = []
-    for key in sorted(labels):
-        out += ["--label", f"{key}={labels[key]}"]
-    return out
-
+from instinct_serve.plan.labels import (
+    LABEL_MANAGED,
+    LABEL_MODEL,
+    LABEL_PLAN_HASH,
+    LABEL_PORT,
+    LABEL_VERSION,
+    MANAGED_VALUE,
+)
 
 # --------------------------------------------------------------------------- data
 

@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from instinct_serve.engine import launcher
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host
+from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime.docker import LABEL_PLAN_HASH, Docker
+from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.serve import ExitInfo, Occupant, Target, launch_labels
 
 META_ENGINE = "instinct-serve"

@@ -34,18 +34,17 @@ from instinct_serve.diagnose import DiagnoseContext, Diagnosis, Finding, RetryHi
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host, SshHost
 from instinct_serve.paths import hf_token_file
-from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime import health
-from instinct_serve.runtime.docker import (
+from instinct_serve.plan.labels import (
     LABEL_MANAGED,
     LABEL_MODEL,
     LABEL_PLAN_HASH,
     LABEL_PORT,
     MANAGED_VALUE,
-    Docker,
-    PortHolder,
     managed_labels,
 )
+from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.runtime import health
+from instinct_serve.runtime.docker import Docker, PortHolder
 from instinct_serve.runtime.phases import PHASE_ORDER, PhaseEvent, PhaseTracker
 
 LARGE_MODEL_GB = 100.0  # from here on, serve returns once loading is confirmed
