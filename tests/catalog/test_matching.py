@@ -8,6 +8,7 @@ from instinct_serve.catalog.matching import (
     close_matches,
     ensure_servable,
     lookup,
+    name_matches,
     strip_suffixes,
     unknown_model_error,
     vllm_gate,
@@ -179,6 +180,25 @@ def test_invalid_ids_are_usage_errors(catalog: Catalog, bad: str) -> None:
     with pytest.raises(UsageError) as info:
         lookup(bad, catalog)
     assert info.value.exit_code == ExitCode.USAGE and info.value.id == "bad_model_id"
+
+
+@pytest.mark.parametrize(
+    ("bare", "meant"),
+    [
+        ("qwen3.5-9b", "Qwen/Qwen3.5-9B"),
+        (" Qwen3.5-9B ", "Qwen/Qwen3.5-9B"),
+        ("gpt-oss", "openai/gpt-oss-20b"),
+    ],
+)
+def test_a_bare_name_is_answered_with_the_ids_it_means(
+    catalog: Catalog, bare: str, meant: str
+) -> None:
+    with pytest.raises(UsageError) as info:
+        lookup(bare, catalog)
+    assert f"did you mean {meant}?" in str(info.value)
+    assert info.value.fix is not None and meant in info.value.fix
+    assert name_matches("gpt-oss", catalog) == ["openai/gpt-oss-20b", "openai/gpt-oss-120b"]
+    assert name_matches("zzzzqqq", catalog) == [] and name_matches("a/b/c", catalog) == []
 
 
 # ------------------------------------------------------------------------------ blacklist

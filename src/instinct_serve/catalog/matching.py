@@ -143,16 +143,33 @@ class Match:
         }
 
 
-def check_model_id(model_id: str) -> str:
-    """A Hugging Face id (``org/name``) or a UsageError that says what is wrong."""
+def check_model_id(model_id: str, catalog: Catalog | None = None) -> str:
+    """A Hugging Face id (``org/name``) or a UsageError that says what is wrong.
+
+    With ``catalog``, a bare name (``qwen3.5-9b``, ``gpt-oss``) is answered with the catalog
+    ids it most likely means, since that is what people type first.
+    """
     text = (model_id or "").strip()
     if not _re(_ID).match(text):
+        hits = name_matches(text, catalog) if catalog is not None else []
+        fix = "use the org/name form, e.g. " + (" or ".join(hits) if hits else "Qwen/Qwen3.5-9B")
         raise UsageError(
-            f"{model_id!r} is not a Hugging Face model id",
-            fix="use the org/name form, e.g. Qwen/Qwen3.5-9B",
+            f"{model_id!r} is not a Hugging Face model id"
+            + (f"; did you mean {hits[0]}?" if hits else ""),
+            fix=fix,
             id="bad_model_id",
         )
     return text
+
+
+def name_matches(text: str, catalog: Catalog, n: int = 3) -> list[str]:
+    """Catalog ids whose name contains ``text`` (shortest first), else close ones."""
+    query = text.strip().lower()
+    if not query or "/" in query.strip("/") or len(query) < 2:
+        return []
+    ids = sorted({r.model_id for r in catalog.recipes()}, key=lambda mid: (len(mid), mid))
+    contained = [mid for mid in ids if query in mid.split("/", 1)[-1].lower()]
+    return contained[:n] or close_matches(query, n=n, catalog=catalog)
 
 
 def _split(model_id: str) -> tuple[str, str]:
@@ -281,8 +298,8 @@ def close_matches(model_id: str, n: int = 3, catalog: Catalog | None = None) -> 
 
 def lookup(model_id: str, catalog: Catalog | None = None) -> Match:
     """Resolve ``model_id`` (see the module doc for the order); never raises for a valid id."""
-    requested = check_model_id(model_id)
     catalog = catalog or load_catalog()
+    requested = check_model_id(model_id, catalog)
     blacklist = load_blacklist()
 
     def listed(*ids: str) -> BlacklistEntry | None:

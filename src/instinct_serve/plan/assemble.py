@@ -340,10 +340,10 @@ def make_plan(
 
     opts.validate()
     model = opts.model.strip()
-    if not os.path.isdir(model):
-        check_model_id(model)
-    inv, hw_source, warnings = resolve_inventory(opts, host, inventory)
     catalog = load_catalog()
+    if not os.path.isdir(model):
+        check_model_id(model, catalog)
+    inv, hw_source, warnings = resolve_inventory(opts, host, inventory)
     warnings.extend(catalog.warnings)
     stale = staleness_warning(catalog)
     if stale:
