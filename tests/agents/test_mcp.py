@@ -154,6 +154,8 @@ def test_detect_plan_fit_and_recipes_are_the_cli_json_documents(
     assert cli_json("fit", DEFAULT_MODEL, "--gpu", "mi300x", "--json") == (0, fit.doc)
 
     assert recipe.doc["match"]["match"] == "exact" and recipe.doc["amd"]["gpu"] == "mi300x"
+    # the shipped snapshot is old: an agent is told so in the document, not only on stderr
+    assert any("`instinct recipes sync`" in w for w in recipe.doc["warnings"])
     code, doc = cli_json("recipes", "show", DEFAULT_MODEL, "--gpu", "mi300x", "--json")
     assert (code, doc) == (0, recipe.doc)
 

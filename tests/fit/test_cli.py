@@ -13,7 +13,9 @@ from werkzeug import Request, Response
 from instinct_serve.cli.main import main
 from tests.fit.hubserver import serve_model
 from tests.fit.st_files import write_safetensors
+from tests.hardware import sysfs_tree
 from tests.hardware.conftest import METRIC, PARTITION, STATIC, VERSION, sample
+from tests.hardware.sysfs_tree import mi300x, mi355x
 from tests.infra.fakebin import FakeBin
 from tests.infra.paths import CONFIGS
 
@@ -173,6 +175,25 @@ def test_no_gpu_detected_is_not_ready(
     assert code == 3
     error = as_json(out)["error"]
     assert error["id"] == "no_gpu_to_fit" and "--gpu mi300x" in error["fix"]
+
+
+def test_mixed_gpus_are_fitted_on_the_smallest_with_a_warning(
+    tools: FakeBin, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from instinct_serve.agents.core import fit
+    from instinct_serve.agents.inputs import FitInput
+
+    sysfs_tree.build(tmp_path, [mi300x(0), mi355x(1)])
+    code, out, err = run(
+        ["fit", "Qwen/Qwen3.5-9B", "--json", "--sysfs-root", str(tmp_path)], capsys
+    )
+    hw = as_json(out)["hardware"]
+    assert code == 0 and hw["gpu_count"] == 2 and 190 < hw["vram_per_gpu_gib"] <= 192  # MI300X
+    assert "GPUs differ; fitting against the smallest" in err
+    # The MCP tool says it in its document: an agent reads no stderr.
+    doc = fit(FitInput(model="Qwen/Qwen3.5-9B", sysfs_root=str(tmp_path))).doc
+    assert doc["warnings"] == ["GPUs differ; fitting against the smallest"]
+    assert doc["hardware"] == hw
 
 
 def test_alternatives_found_on_the_hub_and_verified(

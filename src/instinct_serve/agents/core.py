@@ -103,17 +103,22 @@ def check(inp: CheckInput) -> Outcome:
 def recipes_show(inp: RecipesShowInput) -> Outcome:
     """``instinct recipes show MODEL [--gpu G] [--variant V] --json``."""
     from instinct_serve.catalog.documents import show_document
-    from instinct_serve.cli.recipes import checked_catalog
+    from instinct_serve.catalog.store import checked_catalog
 
-    return Outcome(_doc(show_document(checked_catalog(True), inp.model, inp.gpu, inp.variant)))
+    catalog, warnings = checked_catalog()
+    doc = show_document(catalog, inp.model, inp.gpu, inp.variant)
+    doc["warnings"] = warnings  # the catalog's and its staleness: an agent reads no stderr
+    return Outcome(_doc(doc))
 
 
 def fit(inp: FitInput) -> Outcome:
     """``instinct fit MODEL --json``: the report, the catalog context and alternatives."""
-    from instinct_serve.cli.fit import hardware_spec
     from instinct_serve.fit.catalog_link import fit_model
+    from instinct_serve.fit.hardware import fit_hardware
 
-    hw = hardware_spec(inp.gpu, inp.vram_gb, inp.vram_gib, inp.gpu_count, inp.host, inp.sysfs_root)
+    hw, notes = fit_hardware(
+        inp.gpu, inp.vram_gb, inp.vram_gib, inp.gpu_count, lambda: _host(inp.host), inp.sysfs_root
+    )
     answer = fit_model(
         inp.model,
         hw,
@@ -133,7 +138,10 @@ def fit(inp: FitInput) -> Outcome:
         speculative_mtp=inp.speculative_mtp,
         enable_prefix_caching=inp.enable_prefix_caching,
     )
-    return Outcome(_doc(answer), int(ExitCode.FAILED if answer.failed else ExitCode.OK))
+    doc = _doc(answer)
+    if notes:
+        doc["warnings"] = notes
+    return Outcome(doc, int(ExitCode.FAILED if answer.failed else ExitCode.OK))
 
 
 def _refuse_secrets(inp: PlanInput) -> None:

@@ -349,6 +349,22 @@ def load_catalog(*, refresh: bool = False) -> Catalog:
     return catalog
 
 
+def checked_catalog() -> tuple[Catalog, list[str]]:
+    """The catalog with the GPU overrides and blacklist validated (a broken data file is an
+    error here, not a surprise in a later plan), and what the user should be told: load
+    problems and staleness."""
+    from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
+
+    load_gpu_overrides(validate=True)
+    load_blacklist(validate=True)
+    catalog = load_catalog()
+    warnings = list(catalog.warnings)
+    stale = staleness_warning(catalog)
+    if stale:
+        warnings.append(stale)
+    return catalog, warnings
+
+
 def staleness_warning(
     catalog: Catalog, now: _dt.datetime | None = None, max_age_h: float = STALE_AFTER_H
 ) -> str | None:

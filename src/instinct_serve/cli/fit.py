@@ -14,63 +14,12 @@ from typing import TYPE_CHECKING
 import click
 
 from instinct_serve.cli.common import emit, get_host, host_option, json_option, progress, warn
-from instinct_serve.errors import ExitCode, NotReadyError, UsageError
+from instinct_serve.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from instinct_serve.fit.estimate import Alternative, FitReport, HardwareSpec
-
-
-def hardware_spec(
-    gpu: str | None,
-    vram_gb: float | None,
-    vram_gib: float | None,
-    gpu_count: int | None,
-    host_spec: str | None,
-    sysfs_root: str = "/",
-) -> HardwareSpec:
-    """The GPUs to fit on: a named profile, manual VRAM and count, or detection on the host
-    (shared with the MCP ``fit`` tool)."""
-    from instinct_serve.fit.estimate import HardwareSpec
-
-    if vram_gb is not None and vram_gib is not None:
-        raise UsageError("give --vram-gb or --vram-gib, not both", id="bad_vram")
-    manual = int(vram_gb * 10**9) if vram_gb is not None else None
-    if vram_gib is not None:
-        manual = int(vram_gib * 2**30)
-    if gpu is not None:
-        from instinct_serve.hardware.profiles import get_profile
-
-        profile = get_profile(gpu)
-        hw = HardwareSpec.from_inventory(profile.inventory(gpu_count), source="profile")
-        if manual is not None:
-            hw = HardwareSpec(manual, hw.gpu_count, hw.gfx_version, hw.name, "profile+manual")
-        return hw
-    if manual is not None and gpu_count is not None:
-        return HardwareSpec(manual, gpu_count, None, "GPU", "manual")
-    from instinct_serve.hardware.detect import detect
-
-    host = get_host(host_spec)
-    inventory = detect(host, sysfs_root=sysfs_root)
-    if inventory.gpus:
-        hw = HardwareSpec.from_inventory(inventory, source=f"detect ({inventory.source})")
-        if inventory.mixed:
-            warn("GPUs differ; fitting against the smallest")
-        return HardwareSpec(
-            manual or hw.vram_bytes,
-            gpu_count or hw.gpu_count,
-            hw.gfx_version,
-            hw.name,
-            hw.source + ("+manual" if manual or gpu_count else ""),
-        )
-    if manual is not None:
-        return HardwareSpec(manual, 1, None, "GPU", "manual")
-    raise NotReadyError(
-        f"no AMD GPU found on {host.name} to fit against",
-        fix="pass --gpu mi300x (or mi325x, mi355x, mi250x, ...) or --vram-gb with --gpu-count",
-        id="no_gpu_to_fit",
-    )
+    from instinct_serve.fit.estimate import Alternative, FitReport
 
 
 @click.command("fit")
@@ -148,10 +97,15 @@ def fit(
     per attention kind. Exit status 1 when it does not fit.
     """
     from instinct_serve.fit.catalog_link import fit_model
+    from instinct_serve.fit.hardware import fit_hardware
 
     if tp is not None and tp & (tp - 1):
         raise UsageError("--tp must be a power of two", id="bad_tp")
-    hw = hardware_spec(gpu, vram_gb, vram_gib, gpu_count, host_spec, sysfs_root)
+    hw, notes = fit_hardware(
+        gpu, vram_gb, vram_gib, gpu_count, lambda: get_host(host_spec), sysfs_root
+    )
+    for note in notes:
+        warn(note, as_json)
     answer = fit_model(
         model,
         hw,

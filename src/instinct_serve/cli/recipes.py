@@ -24,20 +24,14 @@ GPU_HELP = (
 )
 
 
-def checked_catalog(as_json: bool) -> Catalog:
-    """The catalog, overrides and blacklist validated; load and staleness warnings shown."""
-    from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
-    from instinct_serve.catalog.store import load_catalog, staleness_warning
+def _checked_catalog(as_json: bool) -> tuple[Catalog, list[str]]:
+    """``catalog.store.checked_catalog``, its warnings also shown on stderr."""
+    from instinct_serve.catalog.store import checked_catalog
 
-    load_gpu_overrides(validate=True)
-    load_blacklist(validate=True)
-    catalog = load_catalog()
-    for message in catalog.warnings:
+    catalog, warnings = checked_catalog()
+    for message in warnings:
         warn(message, as_json)
-    stale = staleness_warning(catalog)
-    if stale:
-        warn(stale, as_json)
-    return catalog
+    return catalog, warnings
 
 
 @click.group("recipes")
@@ -64,7 +58,7 @@ def list_cmd(task: str | None, as_json: bool) -> int:
     """List the recipes in the catalog (and our legacy models)."""
     from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
 
-    catalog = checked_catalog(as_json)
+    catalog, _ = _checked_catalog(as_json)
     blacklist = load_blacklist()
     legacy = load_gpu_overrides().legacy_models
     rows: list[dict[str, Any]] = []
@@ -169,7 +163,9 @@ def show_cmd(model: str, gpu: str | None, variant: str | None, as_json: bool) ->
     """Show how MODEL resolves: the recipe, the match kind and (with --gpu) the AMD view."""
     from instinct_serve.catalog.documents import show_document
 
-    doc = show_document(checked_catalog(as_json), model, gpu, variant)
+    catalog, warnings = _checked_catalog(as_json)
+    doc = show_document(catalog, model, gpu, variant)
+    doc["warnings"] = warnings  # the same document as the MCP tool's
 
     def human(con: Console) -> None:
         _show_human(con, doc)
