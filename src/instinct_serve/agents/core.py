@@ -57,9 +57,9 @@ class Outcome:
 
 
 def _host(spec: str | None) -> Host:
-    from instinct_serve.cli.common import get_host
+    from instinct_serve.hosts import resolve_host
 
-    return get_host(spec)
+    return resolve_host(spec)
 
 
 def _doc(obj: Any) -> dict[str, Any]:
