@@ -584,14 +584,16 @@ def main(argv: list[str]) -> int:
         server.shutdown()
 
 
-def install_fake_vllm(bin_dir: Path, python: str | None = None) -> Path:
-    """Write a ``vllm`` executable into ``bin_dir`` that runs this double (native route tests)."""
+def install_fake_vllm(bin_dir: Path, python: str | None = None, script: Path | None = None) -> Path:
+    """Write a ``vllm`` executable into ``bin_dir`` that runs this double (native route tests),
+    or ``script`` (``llama_vllm.py``, the real engine of the slow test) with the same argv."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     exe = bin_dir / "vllm"
     interpreter = python or sys.executable
+    target = (script or Path(__file__)).resolve()
     exe.write_text(
-        f"#!/bin/sh\n# TEST DOUBLE of vLLM\nexec {_sh_quote(interpreter)} "
-        f'{_sh_quote(str(Path(__file__).resolve()))} "$@"\n',
+        f"#!/bin/sh\n# TEST stand-in for vLLM: {target.name}\nexec {_sh_quote(interpreter)} "
+        f'{_sh_quote(str(target))} "$@"\n',
         encoding="utf-8",
     )
     exe.chmod(0o755)
