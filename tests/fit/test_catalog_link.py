@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from instinct_serve.fit.catalog_link import (
     LaunchContext,
     fit_options,
     launch_context,
     precision_from_name,
 )
+from instinct_serve.fit.vllm import token_count
 
 
 def test_recipe_context_and_amd_flags() -> None:
@@ -48,6 +51,22 @@ def test_a_plan_argv_becomes_fit_options() -> None:
     assert opts.native_max_model_len == 262144 and len(notes) == 5
     explicit, _ = fit_options(ctx, gpu_memory_utilization=0.7, tp=4)
     assert (explicit.gpu_memory_utilization, explicit.tp) == (0.7, 4)
+    human, _ = fit_options(LaunchContext(launch_args=["--max-model-len", "64K"]))
+    assert human.max_model_len == 65536  # vLLM's own reading of 64K
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [
+        *[("32768", 32768), (" 32k", 32000), ("25.6k", 25600), ("32K", 32768), ("32Ki", 32768)],
+        *[("1M", None), ("1G", None), ("auto", None), ("-1", None), ("1.5K", None), ("", None)],
+    ],
+)
+def test_context_lengths_read_as_every_vllm_release_reads_them(
+    text: str, count: int | None
+) -> None:
+    """M and G flipped from binary to decimal across releases: not guessed."""
+    assert token_count(text) == count
 
 
 def test_precision_from_checkpoint_names() -> None:

@@ -132,6 +132,17 @@ def test_local_directory_with_manual_vram(
     assert as_json(out)["hardware"]["vram_per_gpu_bytes"] == 24 * 2**30
 
 
+def test_a_context_length_in_vllms_notation(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        ["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--max-model-len", "32k", "--json"], capsys
+    )
+    assert code == 0 and as_json(out)["fit"]["requested_max_model_len"] == 32000
+    code, _, err = run(
+        ["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--max-model-len", "1M"], capsys
+    )
+    assert code == 2 and "'1M': use a number of tokens such as 32768, 32k or 32K" in err
+
+
 def test_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(
         ["fit", "Qwen/Qwen3.5-9B", "--vram-gb", "24", "--vram-gib", "24", "--gpu-count", "1"],

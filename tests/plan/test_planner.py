@@ -164,6 +164,40 @@ def test_user_args_win_conflicts_and_are_reported() -> None:
     assert {v["value"] for v in conflict["values"]} == {"qwen3_coder", "hermes"}
 
 
+@pytest.mark.parametrize("value", ["32768", "32K", "32Ki", "32.768k"])
+def test_a_context_length_after_dashes_is_the_plans_and_the_fits(value: str) -> None:
+    """What runs is the merged argv: the plan's figure and the fit follow it."""
+    doc = plan_doc(gpu="mi300x", gpu_count=1, extra_args=["--max-model-len", value])
+    assert flag(doc["vllm_args"], "--max-model-len") == value  # passed on as written
+    assert doc["max_model_len"] == 32768
+    assert doc["fit"]["fit"]["requested_max_model_len"] == 32768
+
+
+def test_a_context_length_too_large_after_dashes_is_refused_like_the_option() -> None:
+    for kw in ({"max_model_len": 10**7}, {"extra_args": ["--max-model-len", "10000k"]}):
+        with pytest.raises(InstinctError) as info:
+            plan_doc(gpu="mi300x", gpu_count=1, **kw)
+        assert info.value.id == "max_model_len_too_large"
+        assert "exceeds both the model's 262144 tokens and the KV cache room" in str(info.value)
+
+
+def test_a_context_length_beyond_the_models_warns_unless_allowed() -> None:
+    """vLLM refuses it at startup without VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: say so now."""
+    doc = plan_doc(gpu="mi300x", gpu_count=1, max_model_len=300000)
+    assert any(
+        "exceeds the model's 262144 tokens" in w and "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in w
+        for w in doc["warnings"]
+    )
+    allowed = plan_doc(
+        gpu="mi300x",
+        gpu_count=1,
+        max_model_len=300000,
+        extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+    )
+    assert not any("exceeds the model's" in w for w in allowed["warnings"])
+    assert allowed["env"]["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
+
+
 def test_opt_in_feature_only_when_asked() -> None:
     plain = plan_doc(gpu="mi300x", gpu_count=1)
     assert flag(plain["vllm_args"], "--speculative-config") is None

@@ -116,3 +116,22 @@ def test_native_without_vllm_is_not_ready(tmp_path: Path, gpu_root: Path) -> Non
     run = run_cli(native_args(gpu_root, free_port(), "native-none"), env=env)
     assert run.returncode == 3, run.explain()
     assert run.result["error"]["id"] == "vllm_not_found"
+
+
+def test_an_unknown_failure_quotes_the_servers_last_line(tmp_path: Path, gpu_root: Path) -> None:
+    """No rule matches: the failure still says what the server said last, and its exit code."""
+    exe = tmp_path / "vllm"
+    exe.write_text("#!/bin/sh\necho 'loading plugin table'\necho 'plugin table is empty'\nexit 2\n")
+    exe.chmod(0o755)
+    env = dict(os.environ, INSTINCT_VLLM_COMMAND=str(exe))
+    name = f"native-odd-{os.getpid()}"
+    try:
+        run = run_cli(native_args(gpu_root, free_port(), name), env=env)
+        assert run.returncode == 1, run.explain()
+        failure = run.result["failure"]
+        assert failure["id"] == "startup_failed"
+        assert "exited with code 2" in failure["cause"]
+        assert failure["cause"].endswith("no error line, the last line: plugin table is empty")
+    finally:
+        if launcher.load(LocalHost(), name) is not None:
+            launcher.stop(LocalHost(), name)

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, json_option, progress, warn
+from instinct_serve.cli.common import (
+    TokenCount,
+    emit,
+    get_host,
+    host_option,
+    json_option,
+    progress,
+    warn,
+)
 from instinct_serve.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -31,7 +39,9 @@ if TYPE_CHECKING:
 @click.option(
     "--tp", type=click.IntRange(min=1), help="Tensor-parallel size (default: smallest that fits)."
 )
-@click.option("--max-model-len", type=click.IntRange(min=1), help="Context to reserve per request.")
+@click.option(
+    "--max-model-len", type=TokenCount(), help="Context to reserve per request (32768, 32k)."
+)
 @click.option(
     "--kv-cache-dtype",
     type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]),

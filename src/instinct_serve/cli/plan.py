@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, warn
+from instinct_serve.cli.common import TokenCount, emit, get_host, host_option, warn
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,8 +90,8 @@ def plan_options(func: F) -> F:
         ),
         click.option(
             "--max-model-len",
-            type=click.IntRange(min=1),
-            help="Context length (default: the model's, capped by KV room).",
+            type=TokenCount(),
+            help="Context length, e.g. 32768 or 32k (default: the model's, capped by KV room).",
         ),
         click.option(
             "--kv-cache-dtype",

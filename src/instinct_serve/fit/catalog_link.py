@@ -145,7 +145,7 @@ def launch_context(model_id: str, gpu: str | None) -> LaunchContext:
     return ctx
 
 
-def _cast(value: str | None, kind: type) -> Any:
+def _cast(value: str | None, kind: Callable[[str], Any]) -> Any:
     if value is None:
         return None
     try:
@@ -175,10 +175,11 @@ def fit_options(
     then vLLM's defaults for the version. Returns the options and a note per flag taken
     from the launch args."""
     from instinct_serve.fit.estimate import FitOptions
+    from instinct_serve.fit.vllm import token_count
 
     notes: list[str] = []
 
-    def taken(flag: str, kind: type) -> Any:
+    def taken(flag: str, kind: Callable[[str], Any]) -> Any:
         value = _cast(ctx.flag(flag), kind)
         if value is not None:
             notes.append(f"{flag} {ctx.flag(flag)} from the launch flags")
@@ -190,7 +191,7 @@ def fit_options(
     kv_cache_dtype = kv_cache_dtype or taken("--kv-cache-dtype", str) or "auto"
     max_num_seqs = max_num_seqs or taken("--max-num-seqs", int)
     max_num_batched_tokens = max_num_batched_tokens or taken("--max-num-batched-tokens", int)
-    max_model_len = max_model_len or taken("--max-model-len", int)
+    max_model_len = max_model_len or taken("--max-model-len", token_count)
     tp = tp or taken("--tensor-parallel-size", int) or taken("-tp", int)
     language_model_only = language_model_only or ctx.has_flag("--language-model-only")
     enforce_eager = enforce_eager or ctx.has_flag("--enforce-eager")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from instinct_serve import __version__
 from instinct_serve.catalog.recipe import arg_units
 from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.fit.vllm import token_count
 from instinct_serve.plan.labels import managed_labels
 from instinct_serve.plan.model import DEFAULT_PORT, LaunchPlan, Mount, Reason
 
@@ -541,6 +542,18 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     if opts.extra_args:
         merge.add(opts.extra_args, "arguments after --")
         reasons.append(Reason(" ".join(opts.extra_args), "arguments after --", "given by you"))
+    # The plan's figure is what will run: a recipe's or an after-`--` --max-model-len counts.
+    merged_len = token_count(merge.value("--max-model-len") or "")
+    if merged_len is not None:
+        max_len = merged_len
+    native = fit.native_max_model_len if fit else None
+    if max_len and native and max_len > native and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1":
+        warnings.append(
+            f"--max-model-len {max_len} exceeds the model's {native} tokens "
+            f"({fit.native_source if fit else 'config'}): vLLM refuses to start unless "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (--env), and positions past it are untrained "
+            f"unless RoPE scaling is configured; use {native} or less"
+        )
     conflicts.extend(merge.conflicts())
     for conflict in merge.conflicts():
         warnings.append(
@@ -644,8 +657,12 @@ def _guard_fit(inp: PlanInputs) -> None:
     if fit.requested_fits is False and fit.recommended_max_model_len > 0:
         if opts.force:
             return
+        asked, native = fit.requested_max_model_len or 0, fit.native_max_model_len
         raise InstinctError(
-            f"--max-model-len {fit.requested_max_model_len} does not fit in the KV cache room "
+            f"--max-model-len {asked} exceeds both the model's {native} tokens and the KV "
+            "cache room"
+            if asked > native
+            else f"--max-model-len {asked} does not fit in the KV cache room "
             f"(about {fit.recommended_max_model_len} tokens fit)",
             fix=f"use --max-model-len {fit.recommended_max_model_len} or less, "
             "--kv-cache-dtype fp8, or more GPUs",

@@ -978,7 +978,7 @@ class Deployer:
     def _launch(self) -> None:
         attempt = len(self.relaunches) + 1
         self.tracker = PhaseTracker()
-        self.phase("launching", f"launching {self.plan.container_name}", attempt=attempt)
+        self.phase("launching", self.plan.container_name, attempt=attempt)
         name = self.plan.container_name
         self.launched = name  # before the call: a Ctrl-C inside it must still clean up
         self._launching = True
@@ -1314,10 +1314,17 @@ class Deployer:
         how = f"{name} {gone.describe()}" if gone is not None else f"{name} failed"
         commands = [f"instinct diagnose --container {name}{where}", f"instinct logs {name}{where}"]
         if finding is None:
+            last = [line for line in tail if line.strip() and not line.startswith("# instinct:")]
+            if diagnosis.last_error:
+                said = f"; the last error line: {diagnosis.last_error}"
+            elif last:
+                said = f"; no error line, the last line: {last[-1].strip()}"
+            else:
+                said = " without logging anything"
             return Failure(
                 id="startup_failed",
                 title="The server failed and no known failure pattern matched",
-                cause=f"{how}; the last error line: {diagnosis.last_error or 'none'}",
+                cause=how + said,
                 fix="read the log tail below; search upstream with the command shown",
                 log_tail=tail,
                 exit_code=gone.exit_code if gone else None,
