@@ -106,9 +106,8 @@ def recipes_show(inp: RecipesShowInput) -> Outcome:
     from instinct_serve.catalog.store import checked_catalog
 
     catalog, warnings = checked_catalog()
-    doc = show_document(catalog, inp.model, inp.gpu, inp.variant)
-    doc["warnings"] = warnings  # the catalog's and its staleness: an agent reads no stderr
-    return Outcome(_doc(doc))
+    # the catalog's warnings and its staleness in the document: an agent reads no stderr
+    return Outcome(_doc(show_document(catalog, inp.model, inp.gpu, inp.variant, warnings)))
 
 
 def fit(inp: FitInput) -> Outcome:

@@ -11,14 +11,12 @@ if TYPE_CHECKING:
     from instinct_serve.catalog.store import Catalog
 
 
-def recipe_document(catalog: Catalog, recipe: Any) -> dict[str, Any]:
-    """One recipe, every field a user or agent may ask about, and its upstream page."""
-    amd = recipe.amd
+def recipe_summary(recipe: Any) -> dict[str, Any]:
+    """The fields that identify a recipe: a ``recipes list`` row starts with them."""
     return {
         "model_id": recipe.model_id,
         "title": recipe.title,
         "provider": recipe.provider,
-        "description": recipe.description,
         "tasks": recipe.tasks,
         "architecture": recipe.architecture,
         "parameter_count": recipe.parameter_count,
@@ -26,6 +24,15 @@ def recipe_document(catalog: Catalog, recipe: Any) -> dict[str, Any]:
         "context_length": recipe.context_length,
         "min_vllm_version": recipe.min_vllm_version,
         "nightly_required": recipe.nightly_required,
+    }
+
+
+def recipe_document(catalog: Catalog, recipe: Any) -> dict[str, Any]:
+    """One recipe, every field a user or agent may ask about, and its upstream page."""
+    amd = recipe.amd
+    return {
+        **recipe_summary(recipe),
+        "description": recipe.description,
         "base_args": recipe.base_args,
         "base_env": recipe.base_env,
         "features": {
@@ -49,10 +56,15 @@ def recipe_document(catalog: Catalog, recipe: Any) -> dict[str, Any]:
 
 
 def show_document(
-    catalog: Catalog, model: str, gpu: str | None, variant: str | None
+    catalog: Catalog,
+    model: str,
+    gpu: str | None,
+    variant: str | None,
+    warnings: list[str] | None = None,
 ) -> dict[str, Any]:
     """How MODEL resolves: the match, the recipe, and with ``gpu`` the merged AMD view
-    cross-checked against upstream's rendered command."""
+    cross-checked against upstream's rendered command. ``warnings``: what the caller was
+    told about the catalog (``store.checked_catalog``), else the catalog's own."""
     from instinct_serve.catalog.config import amd_config, compare_with_rendered
     from instinct_serve.catalog.matching import GENERIC_ARGS, GENERIC_FEATURES, lookup
 
@@ -77,5 +89,5 @@ def show_document(
         "upstream_rendered": rendered,
         "cross_check": cross,
         "default_image": catalog.docker_image,
-        "warnings": catalog.warnings,
+        "warnings": catalog.warnings if warnings is None else warnings,
     }

@@ -56,6 +56,7 @@ def _amd_summary(recipe: Any) -> str:
 @json_option
 def list_cmd(task: str | None, as_json: bool) -> int:
     """List the recipes in the catalog (and our legacy models)."""
+    from instinct_serve.catalog.documents import recipe_summary
     from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
 
     catalog, _ = _checked_catalog(as_json)
@@ -68,16 +69,7 @@ def list_cmd(task: str | None, as_json: bool) -> int:
         listed = blacklist.get(recipe.model_id)
         rows.append(
             {
-                "model_id": recipe.model_id,
-                "title": recipe.title,
-                "provider": recipe.provider,
-                "tasks": recipe.tasks,
-                "architecture": recipe.architecture,
-                "parameter_count": recipe.parameter_count,
-                "active_parameters": recipe.active_parameters,
-                "context_length": recipe.context_length,
-                "min_vllm_version": recipe.min_vllm_version,
-                "nightly_required": recipe.nightly_required,
+                **recipe_summary(recipe),
                 "variants": {k: v.precision for k, v in recipe.variants.items()},
                 "amd": {
                     "hardware": {
@@ -164,8 +156,7 @@ def show_cmd(model: str, gpu: str | None, variant: str | None, as_json: bool) ->
     from instinct_serve.catalog.documents import show_document
 
     catalog, warnings = _checked_catalog(as_json)
-    doc = show_document(catalog, model, gpu, variant)
-    doc["warnings"] = warnings  # the same document as the MCP tool's
+    doc = show_document(catalog, model, gpu, variant, warnings)
 
     def human(con: Console) -> None:
         _show_human(con, doc)
