@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.infra.fakebin import write_fake  # noqa: E402
 
-from instinct_serve.hardware.detect import (  # noqa: E402
+from instinct_serve.gather.detect import (  # noqa: E402
     AMD_SMI_METRIC,
     AMD_SMI_PARTITION,
     AMD_SMI_STATIC,

@@ -135,7 +135,7 @@ def bench_loads(runs: int, tmp: str) -> None:
 
 
 def bench_sync(tmp: str) -> None:
-    from instinct_serve.catalog.sync import sync
+    from instinct_serve.gather.recipes_sync import sync
 
     repo = Path(tmp) / "recipes"
     shutil.copytree(CORPUS, repo)

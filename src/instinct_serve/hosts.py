@@ -25,7 +25,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Protocol, runtime_checkable
 
@@ -92,6 +92,11 @@ class Host(Protocol):
 
     def which(self, name: str) -> str | None: ...
 
+    def env(self, names: Iterable[str]) -> dict[str, str]:
+        """The values of ``names`` in the host's environment (set ones only, empty
+        included). Never ask for a secret: its value would travel back."""
+        ...
+
 
 # --------------------------------------------------------------------------- ssh multiplexing
 
@@ -156,6 +161,23 @@ def _check_env(env: Mapping[str, str]) -> None:
                 fix="remove the newline from the value",
                 id="bad_env",
             )
+
+
+# $@: variable names (validated: `eval` only ever sees a name, never a value). Prints
+# NAME=VALUE\0 for each one that is set, so values may hold newlines.
+_ENV_SCRIPT = (
+    'for n in "$@"; do eval "[ -n \\"\\${$n+x}\\" ]" && '
+    '{ eval "v=\\${$n}"; printf "%s=%s\\0" "$n" "$v"; }; done; exit 0'
+)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_names(names: Iterable[str]) -> list[str]:
+    wanted = list(dict.fromkeys(names))
+    bad = [n for n in wanted if not _ENV_NAME.fullmatch(n)]
+    if bad:
+        raise ValueError(f"not environment variable names: {bad}")
+    return wanted
 
 
 @dataclass
@@ -230,6 +252,10 @@ class LocalHost:
 
     def which(self, name: str) -> str | None:
         return shutil.which(name)
+
+    def env(self, names: Iterable[str]) -> dict[str, str]:
+        wanted = _env_names(names)
+        return {n: os.environ[n] for n in wanted if n in os.environ}
 
 
 def _text(data: bytes | str | None) -> str:
@@ -527,6 +553,16 @@ class SshHost:
         result = self.run(["sh", "-c", _WHICH_SCRIPT, "sh", name], timeout=30)
         found = result.stdout.strip().splitlines()
         return found[0] if result.ok and found else None
+
+    def env(self, names: Iterable[str]) -> dict[str, str]:
+        wanted = _env_names(names)
+        result = self.run(["sh", "-c", _ENV_SCRIPT, "sh", *wanted], timeout=30)
+        found: dict[str, str] = {}
+        for item in result.stdout.split("\0") if result.ok else []:
+            key, sep, value = item.partition("=")
+            if sep and key in wanted:
+                found[key] = value
+        return found
 
 
 def ssh_error(host: SshHost, stderr: str) -> HostError:

@@ -7,6 +7,10 @@ tests and shared installations can point them elsewhere.
 from __future__ import annotations
 
 import os
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 APP = "instinct-serve"
@@ -32,14 +36,81 @@ def data_dir() -> Path:
     return Path(user_data_dir(APP))
 
 
-def hf_token_file() -> str:
-    """Where ``huggingface-cli login`` keeps the Hub token on this machine (huggingface_hub's
-    rule: ``HF_TOKEN_PATH``, else ``$HF_HOME/token``, ``HF_HOME`` defaulting under the XDG
-    cache). Read without importing huggingface_hub."""
-    explicit = os.environ.get("HF_TOKEN_PATH")
-    if explicit:
-        return os.path.expanduser(explicit)
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+# What huggingface_hub reads to place its files (and vLLM, which uses huggingface_hub).
+HF_ENV_NAMES: tuple[str, ...] = (
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "HF_TOKEN_PATH",
+    "XDG_CACHE_HOME",
+    "HOME",
+)
+CONTAINER_HF_HOME = "/root/.cache/huggingface"  # where vLLM images keep the HF cache
+
+_VAR = re.compile(r"\$(\w+|\{\w+\})")
+
+
+@dataclass(frozen=True)
+class HfLocations:
+    """Where huggingface_hub keeps its files on one machine, and which variable decided."""
+
+    home: str  # HF_HOME
+    hub_cache: str  # model repositories (models--org--name)
+    token_file: str  # what `hf auth login` writes
+    home_from: str  # HF_HOME | XDG_CACHE_HOME | default
+    hub_cache_from: str  # HF_HUB_CACHE | HUGGINGFACE_HUB_CACHE | HF_HOME | XDG_CACHE_HOME | default
+
+
+def expand_path(path: str, env: Mapping[str, str]) -> str:
+    """``~`` and ``$VAR`` as huggingface_hub expands them (expanduser, then expandvars),
+    against ``env`` (another host's environment), leaving unknown variables as they are."""
+    home = env.get("HOME")
+    if home and (path == "~" or path.startswith("~/")):
+        path = home.rstrip("/") + path[1:]
+
+    def var(found: re.Match[str]) -> str:
+        name = found.group(1).strip("{}")
+        return env.get(name, found.group(0))
+
+    return _VAR.sub(var, path)
+
+
+def hf_locations(env: Mapping[str, str]) -> HfLocations:
+    """huggingface_hub's rules (``constants.py``), applied to ``env``: ``HF_HOME`` defaults to
+    ``$XDG_CACHE_HOME/huggingface``, else ``~/.cache/huggingface``; the hub cache is
+    ``HF_HUB_CACHE``, else the legacy ``HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``; the
+    token file is ``HF_TOKEN_PATH``, else ``$HF_HOME/token``. Empty values count as unset.
+    Pure: the adapters hand in ``Host.env(HF_ENV_NAMES)``."""
+    if env.get("HF_HOME"):
+        home, home_from = expand_path(env["HF_HOME"], env), "HF_HOME"
+    elif env.get("XDG_CACHE_HOME"):
+        home = posixpath.join(expand_path(env["XDG_CACHE_HOME"], env), "huggingface")
+        home_from = "XDG_CACHE_HOME"
+    else:
+        home, home_from = expand_path("~/.cache/huggingface", env), "default"
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if env.get(name):
+            hub, hub_from = expand_path(env[name], env), name
+            break
+    else:
+        hub, hub_from = posixpath.join(home, "hub"), home_from
+    token = expand_path(env["HF_TOKEN_PATH"], env) if env.get("HF_TOKEN_PATH") else None
+    return HfLocations(
+        home=home,
+        hub_cache=hub,
+        token_file=token or posixpath.join(home, "token"),
+        home_from=home_from,
+        hub_cache_from=hub_from,
     )
-    return os.path.join(os.path.expanduser(home), "token")
+
+
+def local_hf_locations() -> HfLocations:
+    """``hf_locations`` of this process's environment."""
+    env = {n: os.environ[n] for n in HF_ENV_NAMES if n in os.environ}
+    env.setdefault("HOME", os.path.expanduser("~"))
+    return hf_locations(env)
+
+
+def hf_token_file() -> str:
+    """Where ``hf auth login`` keeps the Hub token on this machine."""
+    return local_hf_locations().token_file

@@ -12,8 +12,8 @@ from pytest_httpserver import HTTPServer
 from instinct_serve.catalog.config import amd_config, compare_with_rendered
 from instinct_serve.catalog.matching import lookup
 from instinct_serve.catalog.store import cache_path, load_catalog, staleness_warning
-from instinct_serve.catalog.sync import SyncError, import_cache, sync
 from instinct_serve.errors import UsageError
+from instinct_serve.gather.recipes_sync import SyncError, import_cache, sync
 from tests.catalog.conftest import (
     CorpusRepo,
     api_documents,

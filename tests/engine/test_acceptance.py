@@ -16,7 +16,7 @@ from instinct_serve.engine import launcher
 from instinct_serve.engine.acceptance import library_verdict, run_acceptance
 from instinct_serve.engine.install import install_vllm, plan_target
 from instinct_serve.errors import UsageError
-from instinct_serve.hardware.detect import AMD_SMI_METRIC, AMD_SMI_STATIC
+from instinct_serve.gather.detect import AMD_SMI_METRIC, AMD_SMI_STATIC
 from instinct_serve.hosts import LocalHost
 from tests.engine.conftest import Vendor
 from tests.infra.fakebin import FakeBin

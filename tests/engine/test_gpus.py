@@ -18,7 +18,7 @@ from instinct_serve.engine.gpus import (
     select_on_host,
 )
 from instinct_serve.errors import NotReadyError, UsageError
-from instinct_serve.hardware.detect import AMD_SMI_METRIC, AMD_SMI_STATIC
+from instinct_serve.gather.detect import AMD_SMI_METRIC, AMD_SMI_STATIC
 from instinct_serve.hardware.inventory import GpuInventory
 from instinct_serve.hosts import LocalHost
 from tests.hardware import sysfs_tree

@@ -10,7 +10,7 @@ from instinct_serve.fit.catalog_link import (
     launch_context,
     precision_from_name,
 )
-from instinct_serve.fit.vllm import token_count
+from instinct_serve.units import token_count
 
 
 def test_recipe_context_and_amd_flags() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_serve.hardware.detect import (
+from instinct_serve.gather.detect import (
     AMD_SMI_METRIC,
     AMD_SMI_PARTITION,
     AMD_SMI_STATIC,

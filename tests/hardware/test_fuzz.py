@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from instinct_serve.gather.detect import detect
 from instinct_serve.hardware import amdsmi, rocm, rocminfo, rocmsmi, sysfs
-from instinct_serve.hardware.detect import detect
 from instinct_serve.hardware.values import Unparsable
 from instinct_serve.hosts import LocalHost
 from tests.hardware.conftest import ROCM_QUERY, STATIC, TOOLS, fixture, sample

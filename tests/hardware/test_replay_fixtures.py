@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_serve.hardware.detect import detect, detect_rocm_version
+from instinct_serve.gather.detect import detect, detect_rocm_version
 from instinct_serve.hardware.inventory import GpuInventory
 from instinct_serve.hosts import LocalHost
 from tests.hardware import sysfs_tree

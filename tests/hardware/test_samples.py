@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_serve.hardware.detect import detect
+from instinct_serve.gather.detect import detect
 from instinct_serve.hosts import LocalHost
 from tests.hardware.conftest import (
     METRIC,

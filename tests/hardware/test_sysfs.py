@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from instinct_serve.hardware.detect import NO_GPU_HINT, detect
+from instinct_serve.gather.detect import NO_GPU_HINT, detect
 from instinct_serve.hardware.inventory import GpuInventory
 from instinct_serve.hosts import LocalHost
 from tests.hardware import sysfs_tree

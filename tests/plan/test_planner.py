@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from instinct_serve.errors import InstinctError, UsageError
-from instinct_serve.plan.assemble import make_plan, resolve_hf_mount
-from instinct_serve.plan.planner import PlanOptions, choose_variant
+from instinct_serve.gather.plan import make_plan, resolve_hf_mount
+from instinct_serve.options import PlanOptions
+from instinct_serve.plan.planner import choose_variant
 from instinct_serve.plan.render import docker_argv, render
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -21,11 +21,10 @@ from instinct_serve.agents.inputs import (
     CheckInput,
     DetectInput,
     DiagnoseInput,
-    FitInput,
+    JobInput,
     LogsInput,
-    PlanInput,
     RecipesShowInput,
-    ServeInput,
+    ServeExtras,
     StatusInput,
     StopInput,
 )
@@ -34,7 +33,8 @@ from instinct_serve.jsonio import to_jsonable
 
 if TYPE_CHECKING:
     from instinct_serve.hosts import Host
-    from instinct_serve.plan.assemble import PlanResult
+    from instinct_serve.options import FitRequest, PlanOptions, ServeOptions
+    from instinct_serve.plan.model import PlanResult
 
 EventSink = Callable[[dict[str, Any]], None]
 
@@ -73,7 +73,7 @@ def _doc(obj: Any) -> dict[str, Any]:
 
 def detect(inp: DetectInput) -> Outcome:
     """``instinct detect --json``."""
-    from instinct_serve.hardware.detect import detect as detect_gpus
+    from instinct_serve.gather.detect import detect as detect_gpus
 
     inventory = detect_gpus(_host(inp.host), sysfs_root=inp.sysfs_root)
     code = ExitCode.OK if inventory.gpu_count else ExitCode.NOT_READY
@@ -110,61 +110,24 @@ def recipes_show(inp: RecipesShowInput) -> Outcome:
     return Outcome(_doc(show_document(catalog, inp.model, inp.gpu, inp.variant, warnings)))
 
 
-def fit(inp: FitInput) -> Outcome:
+def fit(inp: JobInput) -> Outcome:
     """``instinct fit MODEL --json``: the report, the catalog context and alternatives."""
-    from instinct_serve.fit.catalog_link import fit_model
-    from instinct_serve.fit.hardware import fit_hardware
+    from instinct_serve.gather.fit import fit_request
 
-    hw, notes = fit_hardware(
-        inp.gpu, inp.vram_gb, inp.vram_gib, inp.gpu_count, lambda: _host(inp.host), inp.sysfs_root
-    )
-    answer = fit_model(
-        inp.model,
-        hw,
-        gpu=inp.gpu,
-        revision=inp.revision,
-        alternatives=not inp.no_alternatives,
-        tp=inp.tp,
-        max_model_len=inp.max_model_len,
-        kv_cache_dtype=inp.kv_cache_dtype,
-        gpu_memory_utilization=inp.gpu_memory_utilization,
-        vllm_version=inp.vllm_version,
-        max_num_seqs=inp.max_num_seqs,
-        max_num_batched_tokens=inp.max_num_batched_tokens,
-        block_size=inp.block_size,
-        enforce_eager=inp.enforce_eager,
-        language_model_only=inp.language_model_only,
-        speculative_mtp=inp.speculative_mtp,
-        enable_prefix_caching=inp.enable_prefix_caching,
-    )
+    req: FitRequest = inp.options()
+    answer, notes = fit_request(req, _host(inp.host))
     doc = _doc(answer)
     if notes:
         doc["warnings"] = notes
     return Outcome(doc, int(ExitCode.FAILED if answer.failed else ExitCode.OK))
 
 
-def _refuse_secrets(inp: PlanInput) -> None:
-    """A token given a value in ``extra_env`` would sit in the plan (and in ``docker run``'s
-    argv): refuse every secret-looking name, not only the planner's ``HF_TOKEN``."""
-    from instinct_serve.agents.safety import is_secret_name
-
-    for key in inp.extra_env:
-        if is_secret_name(key):
-            raise UsageError(
-                f"{key} must not be given a value in extra_env",
-                fix=f"set {key} in the environment of the instinct mcp server (or use "
-                "`huggingface-cli login` on the host); plans pass tokens by name only",
-                id="secret_in_args",
-            )
-
-
-def plan(inp: PlanInput) -> Outcome:
+def plan(inp: JobInput) -> Outcome:
     """``instinct plan --json`` (an MI300X profile when the local machine has no GPU)."""
-    from instinct_serve.cli.plan import make_plan_from_cli
+    from instinct_serve.gather.plan import plan_for
 
-    _refuse_secrets(inp)
-    result = make_plan_from_cli(inp.plan_kwargs(), engine="docker", fallback_gpu=True)
-    return Outcome(_doc(result))
+    opts: PlanOptions = inp.options()
+    return Outcome(_doc(plan_for(opts, _host(inp.host), fallback_gpu=True)))
 
 
 def diagnose(inp: DiagnoseInput) -> Outcome:
@@ -255,7 +218,7 @@ WOULD = (
 
 def serve_summary(result: PlanResult, host: Host) -> dict[str, Any]:
     """The confirmation document: what the user approves, and what approval does."""
-    from instinct_serve.cli.plan import summary_rows
+    from instinct_serve.plan.summary import summary_rows
 
     plan = result.plan
     native = plan.engine == "native"
@@ -284,38 +247,40 @@ def serve_summary(result: PlanResult, host: Host) -> dict[str, Any]:
     }
 
 
-def serve(inp: ServeInput, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
+def serve(inp: ServeExtras, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
     """``instinct serve --json``: the final result document; events go to ``sink``.
 
     Without ``confirm`` this only plans (no check, no docker command) and returns the
     confirmation summary. ``cancelled`` is polled at every event: once true, the run
     stops and removes what it launched, as Ctrl-C does in the CLI.
     """
-    from instinct_serve.cli.plan import plan_options_from_kwargs
-    from instinct_serve.plan.assemble import make_plan
+    from instinct_serve.gather.plan import make_plan
 
-    _refuse_secrets(inp)
+    opts: ServeOptions = inp.options()
     host = _host(inp.host)
-    opts = plan_options_from_kwargs(inp.plan_kwargs(), engine=inp.engine)
-    opts.validate()
     if not inp.confirm:
-        return Outcome(serve_summary(make_plan(opts, host), host))
-    return deploy(inp, host, sink, cancelled)
+        return Outcome(serve_summary(make_plan(opts.plan_options(), host), host))
+    return deploy(inp, opts, host, sink, cancelled)
 
 
 class Cancelled(KeyboardInterrupt):
     """The MCP request was cancelled: unwinds serve like Ctrl-C (cleanup included)."""
 
 
-def deploy(inp: ServeInput, host: Host, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
+def deploy(
+    inp: ServeExtras,
+    opts: ServeOptions,
+    host: Host,
+    sink: EventSink,
+    cancelled: Callable[[], bool],
+) -> Outcome:
     """Check, plan, launch and wait: ``runtime.prepare`` then the ``Deployer``, as the CLI.
 
     The plan made now must be the one the user approved (``plan_hash``), else
     ``plan_changed`` and nothing is launched.
     """
-    from instinct_serve.cli.plan import plan_options_from_kwargs
-    from instinct_serve.runtime.prepare import prepare
-    from instinct_serve.runtime.serve import Interrupted, ServeSettings
+    from instinct_serve.runtime.prepare import prepare, serve_settings
+    from instinct_serve.runtime.serve import Interrupted
 
     unwinding = False
 
@@ -330,9 +295,13 @@ def deploy(inp: ServeInput, host: Host, sink: EventSink, cancelled: Callable[[],
         sink(doc)
 
     try:
-        opts = plan_options_from_kwargs(inp.plan_kwargs(), engine=inp.engine)
         prepared = prepare(
-            host, opts, engine=inp.engine, sink=emit, root=inp.root, approved_hash=inp.plan_hash
+            host,
+            opts.plan_options(),
+            engine=opts.engine,
+            sink=emit,
+            root=opts.root,
+            approved_hash=inp.plan_hash,
         )
     except Cancelled:
         raise InstinctError(
@@ -340,17 +309,7 @@ def deploy(inp: ServeInput, host: Host, sink: EventSink, cancelled: Callable[[],
             fix="call serve again with confirm=true when the user wants it",
             id="cancelled",
         ) from None
-    given: dict[str, Any] = {
-        "stall_timeout_s": inp.stall_timeout_s,
-        "warmup_timeout_s": inp.warmup_timeout_s,
-    }
-    settings = ServeSettings(
-        replace=inp.replace,
-        detach=inp.detach,
-        timeout_s=inp.timeout_s,
-        coherence=not inp.skip_coherence,
-        **{key: value for key, value in given.items() if value is not None},
-    )
+    settings = serve_settings(opts)
     # Nobody to ask: a running endpoint is replaced only with replace=true.
     deployer = prepared.deployer(settings, emit, confirm=None)
     try:

@@ -1,29 +1,42 @@
 """Pydantic input models of the MCP tools: the CLI's options, validated before any work.
 
-Each model mirrors one command's options (``fit`` the fit flags, ``plan``/``serve`` the
-shared ``plan_options`` of ``cli/plan.py``) with the same names as the click parameters,
-so ``PlanInput.plan_kwargs()`` feeds ``plan_options_from_kwargs`` unchanged. Unknown keys
-are rejected (a typo is an error, not a silently ignored option), and every string and list
-is bounded: the arguments come from a model, not a person.
+The ``fit``, ``plan`` and ``serve`` inputs are generated from the job's options type
+(``options.FitRequest``, ``PlanOptions``, ``ServeOptions``), the same declarations the CLI's
+options come from, and ``JobInput.options()`` validates them with the same ``parse``. Unknown
+keys are rejected (a typo is an error, not a silently ignored option), and every string
+and list is bounded: the arguments come from a model, not a person.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
-DEFAULT_MODEL = "Qwen/Qwen3.5-9B"  # same as plan.planner.DEFAULT_MODEL
+from instinct_serve.errors import UsageError
+from instinct_serve.options import (
+    CONTAINER_NAME,
+    ENV_NAME,
+    FitRequest,
+    JobOptions,
+    Opt,
+    PlanOptions,
+    ServeOptions,
+    declared,
+)
+
 MAX_LOG_TEXT = 4_000_000  # characters of pasted log kept (the end: failures are there)
 MAX_LOG_LINES = 500  # `logs` tail, at most
 DEFAULT_LOG_LINES = 200
 ROOT_HELP = "Tests and chroots only (the CLI's hidden --root): prefix of /dev, /proc, /sys."
-
-
-def _power_of_two(value: int | None) -> int | None:
-    if value is not None and value & (value - 1):
-        raise ValueError("must be a power of two (1, 2, 4, 8, ...)")
-    return value
 
 
 def _keep_end(value: str | None) -> str | None:
@@ -34,13 +47,11 @@ def _keep_end(value: str | None) -> str | None:
 
 Model = Annotated[str, Field(min_length=1, max_length=512, description="Hugging Face id or path")]
 Text = Annotated[str, Field(min_length=1, max_length=512)]
-Tp = Annotated[int | None, Field(ge=1, le=64), AfterValidator(_power_of_two)]
 # Docker container names and ids; never starting with '-' (no option smuggling).
 ContainerName = Annotated[
-    str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", description="Container name or id")
+    str, Field(pattern=f"^{CONTAINER_NAME.pattern}$", description="Container name or id")
 ]
-FitKvDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+EnvName = Annotated[str, Field(pattern=f"^{ENV_NAME.pattern}$", max_length=128)]
 
 
 class ToolInput(BaseModel):
@@ -95,84 +106,36 @@ class RecipesShowInput(ToolInput):
     variant: Text | None = Field(default=None, description="Recipe variant for the AMD view.")
 
 
-class FitInput(ToolInput):
-    """``instinct fit``: the fit command's options."""
+class JobInput(ToolInput):
+    """An input generated from a job's options type (``options.FitRequest``, ...): same
+    names, help and bounds as the CLI. ``options()`` runs the type's own ``parse``, so a
+    bad value gets the same error id as on the command line."""
 
-    model: Model
-    gpu: Text | None = Field(default=None, description="GPU profile: mi300x, mi325x, mi355x, ...")
-    vram_gb: float | None = Field(
-        default=None, gt=0, description="VRAM per GPU in GB (10^9 bytes)."
-    )
-    vram_gib: float | None = Field(
-        default=None, gt=0, description="VRAM per GPU in GiB (2^30 bytes)."
-    )
-    gpu_count: int | None = Field(default=None, ge=1, le=1024)
-    tp: Tp = Field(default=None, description="Tensor-parallel size (default: smallest that fits).")
-    max_model_len: int | None = Field(default=None, ge=1)
-    kv_cache_dtype: FitKvDtype | None = None
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    vllm_version: Text | None = Field(default=None, description="vLLM release to reproduce.")
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    block_size: int | None = Field(default=None, ge=1)
-    enforce_eager: bool = False
-    language_model_only: bool = False
-    speculative_mtp: int = Field(default=0, ge=0, le=64)
-    enable_prefix_caching: bool = False
-    revision: Text | None = None
-    no_alternatives: bool = False
-    sysfs_root: str = Field(default="/", max_length=4096)
+    options_type: ClassVar[type[JobOptions]]
+    mcp_only: ClassVar[frozenset[str]] = frozenset({"host"})
 
-    @model_validator(mode="after")
-    def _one_vram_unit(self) -> FitInput:
-        if self.vram_gb is not None and self.vram_gib is not None:
-            raise ValueError("give vram_gb or vram_gib, not both")
-        return self
+    def options(self) -> Any:
+        raw = self.model_dump(exclude=set(self.mcp_only))
+        return self.options_type.parse(raw)
+
+    @classmethod
+    def option_error(cls, exc: ValidationError) -> UsageError | None:
+        """A pydantic type error on one option (``port: "http"``) as that option's own
+        error, so agents get the id the CLI gives; None for other argument errors."""
+        errors = exc.errors()
+        loc = errors[0]["loc"] if errors else ()
+        name = str(loc[0]) if loc else ""
+        if not hasattr(cls, "options_type") or name in cls.mcp_only:
+            return None
+        if name not in {n for n, _s, _d in declared(cls.options_type)}:
+            return None
+        return cls.options_type.error_for(name, errors[0].get("input"), errors[0]["msg"].lower())
 
 
-class PlanInput(ToolInput):
-    """``instinct plan``: the shared plan options (``cli.plan.plan_options``)."""
+class ServeExtras(JobInput):
+    """What only the MCP ``serve`` takes: the explicit confirmation."""
 
-    model: Model = DEFAULT_MODEL
-    extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
-        default_factory=list, max_length=64, description="Passed to `vllm serve` as they are."
-    )
-    gpu: Text | None = Field(
-        default=None,
-        description="Plan for a GPU without detecting it: mi300x, mi325x, ... or gfx942.",
-    )
-    gfx: Text | None = Field(default=None, description="GPU architecture (gfx942, gfx950, gfx90a).")
-    vram_gb: float | None = Field(
-        default=None, gt=0, description="VRAM per GPU in GB (10^9 bytes)."
-    )
-    gpu_count: int | None = Field(default=None, ge=1, le=1024)
-    gpus: list[Annotated[int, Field(ge=0)]] | None = Field(
-        default=None, max_length=64, description="Use only these GPU indices."
-    )
-    tp: Tp = None
-    port: int = Field(default=8000, ge=1, le=65535)
-    image: Text | None = None
-    precision: Text | None = Field(default=None, description="bf16, fp8, mxfp4, ...")
-    features: list[Text] = Field(default_factory=list, max_length=32)
-    max_model_len: int | None = Field(default=None, ge=1)
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] | None = None
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    hf_cache: str | None = Field(default=None, max_length=4096)
-    extra_env: dict[EnvName, Annotated[str, Field(max_length=4096)]] = Field(
-        default_factory=dict, max_length=64, description="Extra environment (never a token)."
-    )
-    name: ContainerName | None = None
-    force: bool = Field(default=False, description="Launch even when memory is too tight.")
-
-    def plan_kwargs(self) -> dict[str, Any]:
-        """The click keyword arguments ``plan_options_from_kwargs`` expects."""
-        kwargs = self.model_dump(exclude={"host"})
-        kwargs["host_spec"] = self.host
-        return kwargs
-
-
-class ServeInput(PlanInput):
-    """``instinct serve``: the plan options, plus the explicit confirmation."""
+    mcp_only: ClassVar[frozenset[str]] = frozenset({"host", "confirm", "plan_hash"})
 
     confirm: bool = Field(
         default=False,
@@ -185,34 +148,71 @@ class ServeInput(PlanInput):
         description="The plan_hash of the summary the user approved: refuse (plan_changed) "
         "if the plan made at launch differs.",
     )
-    replace: bool = Field(
-        default=False, description="Stop and replace a running instinct-serve endpoint on the port."
+
+
+_JSON_TYPES: dict[str, Any] = {
+    "text": str,
+    "gpu": str,
+    "choice": str,
+    "int": int,
+    "float": float,
+    "tokens": int | str,
+    "bool": bool,
+    "tristate": bool,
+    "indices": list[int],
+    "env": dict[EnvName, Annotated[str, Field(max_length=4096)]],
+    "texts": list[Text],
+    "args": list[Annotated[str, Field(max_length=4096)]],
+}
+
+
+def _schema(spec: Opt) -> dict[str, Any]:
+    """The option's bounds and choices, for the agent to read (``parse`` enforces them)."""
+    extra: dict[str, Any] = {}
+    if spec.low is not None:
+        extra["exclusiveMinimum" if spec.low_open else "minimum"] = spec.low
+    if spec.high is not None:
+        extra["maximum"] = spec.high
+    if spec.choices:
+        extra["enum"] = list(spec.choices)
+    if spec.kind == "gpu":
+        from instinct_serve.hardware.profiles import GFX_TARGETS, PROFILES
+
+        extra["examples"] = [*PROFILES, *GFX_TARGETS]
+    return extra
+
+
+def job_input(
+    name: str, options_type: type[JobOptions], base: type[JobInput] = JobInput
+) -> type[JobInput]:
+    """The MCP input model of a job, generated from its options type's fields."""
+    fields: dict[str, Any] = {}
+    for field_name, spec, default in declared(options_type):
+        if not spec.mcp:
+            continue
+        kind_type = _JSON_TYPES[spec.kind]
+        empty = default in ([], {}) or default is None
+        fields[field_name] = (
+            kind_type | None,
+            Field(
+                default=None if empty else default,
+                description=spec.help,
+                json_schema_extra=_schema(spec) or None,
+            ),
+        )
+    model: type[JobInput] = create_model(
+        name,
+        __base__=base,
+        __doc__=f"``instinct {options_type.job}``: {options_type.__doc__ or ''}",
+        **fields,
     )
-    timeout_s: float | None = Field(
-        default=None,
-        gt=0,
-        le=6 * 3600,
-        description="Startup timeout (default: scaled to the weights).",
-    )
-    detach: bool | None = Field(
-        default=None,
-        description="Return once loading is confirmed (default: for models >= 100 GB).",
-    )
-    stall_timeout_s: float | None = Field(
-        default=None, gt=0, le=6 * 3600, description="Log silence while capturing graphs = a hang."
-    )
-    warmup_timeout_s: float | None = Field(
-        default=None, gt=0, le=6 * 3600, description="Seconds the first request may take."
-    )
-    skip_coherence: bool = Field(
-        default=False, description="Skip the known-answer coherence probe."
-    )
-    engine: Literal["docker", "native"] = Field(
-        default="docker",
-        description="docker: the vLLM ROCm image; native: a vLLM installed on the host "
-        "(see `instinct engine detect`), for hosts without Docker.",
-    )
-    root: str = Field(default="", max_length=4096, description=ROOT_HELP)
+    model.options_type = options_type
+    return model
+
+
+FitInput = job_input("FitInput", FitRequest)
+PlanInput = job_input("PlanInput", PlanOptions)
+ServeInput = job_input("ServeInput", ServeOptions, base=ServeExtras)
 
 
 class StatusInput(ToolInput):

@@ -292,7 +292,12 @@ async def call_tool(
     try:
         inp = tool.input_model.model_validate(params.arguments or {})
     except ValidationError as exc:
-        return error_result(exc)
+        as_option = (
+            tool.input_model.option_error(exc)
+            if issubclass(tool.input_model, inputs.JobInput)
+            else None
+        )
+        return error_result(as_option or exc)
     progress: Progress | None = None
     if tool.streams_events:
         progress = Progress(ctx, anyio.lowlevel.current_token())

@@ -18,7 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from instinct_serve.credentials import HF_TOKEN_NAMES
 from instinct_serve.hosts import Host, Result
+from instinct_serve.paths import HF_ENV_NAMES
 
 T = TypeVar("T")
 
@@ -27,32 +29,20 @@ ENV_NAMES: tuple[str, ...] = (
     "CUDA_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
-    "HF_HOME",
-    "HF_HUB_CACHE",
-    "HUGGINGFACE_HUB_CACHE",
-    "HF_TOKEN_PATH",
-    "XDG_CACHE_HOME",
-    "HOME",
+    *HF_ENV_NAMES,
     "DOCKER_HOST",
 )
 # Secrets: only their presence (non-empty) is ever reported.
-SECRET_NAMES: tuple[str, ...] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+SECRET_NAMES: tuple[str, ...] = HF_TOKEN_NAMES
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-# $@: names to report, then "--", then secret names to test for presence. `eval` only ever
-# sees names from the fixed lists above (validated), never a value.
-_ENV_SCRIPT = r"""
-secret=0
+# $@: secret names to test for presence (values never leave the shell: only the length
+# is read), then the user and groups of the session. `eval` only ever sees validated names.
+_IDENTITY_SCRIPT = r"""
 for n in "$@"; do
-  if [ "$n" = -- ]; then secret=1; continue; fi
-  if [ "$secret" = 0 ]; then
-    eval "s=\${$n+set}"
-    if [ "$s" = set ]; then eval "v=\$$n"; printf 'env:%s=%s\0' "$n" "$v"; fi
-  else
-    eval "l=\${#$n}"
-    if [ "$l" -gt 0 ]; then printf 'secret:%s\0' "$n"; fi
-  fi
+  eval "l=\${#$n}"
+  if [ "$l" -gt 0 ]; then printf 'secret:%s\0' "$n"; fi
 done
 u=$(id -un 2>/dev/null)
 printf 'uid:%s\0' "$(id -u)"
@@ -132,26 +122,21 @@ class DiskFacts:
     mount: str | None
 
 
-def parse_env(stdout: str) -> TargetEnv:
-    """Parse the NUL-separated records of the environment probe."""
-    values: dict[str, str] = {}
+def parse_env(stdout: str, values: Mapping[str, str]) -> TargetEnv:
+    """The environment (``Host.env``) and the NUL-separated records of the identity probe."""
     secrets: set[str] = set()
     fields: dict[str, str] = {}
     for record in stdout.split("\0"):
         kind, sep, rest = record.partition(":")
         if not sep:
             continue
-        if kind == "env":
-            name, eq, value = rest.partition("=")
-            if eq and _NAME.fullmatch(name):
-                values[name] = value
-        elif kind == "secret":
+        if kind == "secret":
             secrets.add(rest)
         else:
             fields[kind] = rest.strip()
     uid_text = fields.get("uid", "")
     return TargetEnv(
-        values=values,
+        values=dict(values),
         secrets_present=frozenset(secrets),
         uid=int(uid_text) if uid_text.isdigit() else None,
         user=fields.get("user") or None,
@@ -272,10 +257,10 @@ class Probe:
         """Non-secret variables, secret presence, and the user and groups of the session."""
 
         def compute() -> TargetEnv:
-            names = [n for n in ENV_NAMES if _NAME.fullmatch(n)]
+            values = self.host.env(ENV_NAMES)
             secrets = [n for n in SECRET_NAMES if _NAME.fullmatch(n)]
-            result = self.run(["sh", "-c", _ENV_SCRIPT, "sh", *names, "--", *secrets])
-            return parse_env(result.stdout)
+            result = self.run(["sh", "-c", _IDENTITY_SCRIPT, "sh", *secrets])
+            return parse_env(result.stdout, values)
 
         return self._once("env", compute)
 

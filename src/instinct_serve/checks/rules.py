@@ -7,12 +7,12 @@ order and the stable ids. Every failing check says what to do in ``fix``.
 
 from __future__ import annotations
 
-import posixpath
 import shlex
 from collections.abc import Callable
 
 from instinct_serve.checks.model import Check, CheckOptions
 from instinct_serve.checks.probe import DiskFacts, Node, Probe, TargetEnv
+from instinct_serve.paths import HfLocations, expand_path, hf_locations
 
 CheckFn = Callable[[Probe, CheckOptions], Check]
 
@@ -273,7 +273,7 @@ def check_visible_devices(probe: Probe, options: CheckOptions) -> Check:
 
 
 def check_rocm_version(probe: Probe, options: CheckOptions) -> Check:
-    from instinct_serve.hardware.detect import detect_rocm_version
+    from instinct_serve.gather.detect import detect_rocm_version
 
     version = detect_rocm_version(probe.host, probe.root or "/")
     if version:
@@ -316,38 +316,25 @@ def check_numa_balancing(probe: Probe, options: CheckOptions) -> Check:
 # --- Hugging Face --------------------------------------------------------------------------
 
 
-def _expand(path: str, env: TargetEnv) -> str:
-    home = env.get("HOME")
-    if home and (path == "~" or path.startswith("~/")):
-        return home + path[1:]
-    return path
-
-
-def hf_home(env: TargetEnv) -> str | None:
-    """HF_HOME as huggingface_hub resolves it on the host (XDG_CACHE_HOME, else ~/.cache)."""
-    if env.get("HF_HOME"):
-        return _expand(env.values["HF_HOME"], env)
-    base = env.get("XDG_CACHE_HOME") or (f"{env.get('HOME')}/.cache" if env.get("HOME") else None)
-    return posixpath.join(_expand(base, env), "huggingface") if base else None
+def hf_places(env: TargetEnv) -> HfLocations | None:
+    """Where huggingface_hub keeps its files on the host (``paths.hf_locations``); None when
+    the host's HOME is unknown and no variable names a place."""
+    places = hf_locations(env.values)
+    return None if places.home.startswith("~") and places.hub_cache.startswith("~") else places
 
 
 def hf_hub_cache(env: TargetEnv, override: str | None = None) -> str | None:
     """The hub cache directory (where model weights land) on the host."""
     if override:
-        return _expand(override, env)
-    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if env.get(name):
-            return _expand(env.values[name], env)
-    home = hf_home(env)
-    return posixpath.join(home, "hub") if home else None
+        return expand_path(override, env.values)
+    places = hf_places(env)
+    return places.hub_cache if places and not places.hub_cache.startswith("~") else None
 
 
 def hf_token_path(env: TargetEnv) -> str | None:
-    """Where ``huggingface-cli login`` stores the token on the host."""
-    if env.get("HF_TOKEN_PATH"):
-        return _expand(env.values["HF_TOKEN_PATH"], env)
-    home = hf_home(env)
-    return posixpath.join(home, "token") if home else None
+    """Where ``hf auth login`` stores the token on the host."""
+    places = hf_places(env)
+    return places.token_file if places and not places.token_file.startswith("~") else None
 
 
 def check_hf_token(probe: Probe, options: CheckOptions) -> Check:

@@ -24,29 +24,6 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-if TYPE_CHECKING:
-    _IntParam = click.ParamType[int]  # generic in click >= 8.3 only
-else:
-    _IntParam = click.ParamType
-
-
-class TokenCount(_IntParam):
-    """A context length as vLLM takes it: ``32768``, ``32k``, ``32K``/``32Ki``."""
-
-    name = "TOKENS"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            count: int | None = value
-        else:
-            from instinct_serve.fit.vllm import token_count
-
-            count = token_count(str(value))
-        if count is None or count < 1:
-            self.fail(f"{value!r}: use a number of tokens such as 32768, 32k or 32K", param, ctx)
-        return count
-
-
 def json_option(func: F) -> F:
     """``--json``: machine-readable output with stable keys."""
     return click.option(

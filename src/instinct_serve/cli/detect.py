@@ -37,7 +37,7 @@ def detect(as_json: bool, host_spec: str | None, sysfs_root: str) -> int:
     when a tool is missing, fails or hangs (the reasons are printed as warnings).
     Exit status 3 when no GPU is found.
     """
-    from instinct_serve.hardware.detect import detect as detect_gpus
+    from instinct_serve.gather.detect import detect as detect_gpus
 
     host = get_host(host_spec)
     inventory = detect_gpus(host, sysfs_root=sysfs_root)

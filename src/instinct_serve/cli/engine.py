@@ -270,7 +270,7 @@ def resolve_model_cmd(model: str, device_policy: str, as_json: bool, host_spec: 
     from instinct_serve.engine.discovery import discover
     from instinct_serve.engine.models import resolve_model
     from instinct_serve.errors import NotReadyError
-    from instinct_serve.hardware.detect import detect
+    from instinct_serve.gather.detect import detect
 
     host = get_host(host_spec)
     source = resolve_model(host, model)

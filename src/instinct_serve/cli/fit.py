@@ -1,7 +1,7 @@
 """``instinct fit MODEL``: will it fit, with how much context, on how many GPUs?
 
-Hardware: ``--gpu mi300x`` (a profile), or ``--vram-gb``/``--vram-gib`` and
-``--gpu-count``, else what ``detect`` finds on ``--host``. The launch follows the catalog
+Options are ``options.FitRequest``'s; the GPUs come from ``hardware.target`` (a profile,
+VRAM and count by hand, else what ``detect`` finds on ``--host``). The launch follows the catalog
 (recipe context length, AMD flags such as ``--gpu-memory-utilization``, the image's vLLM
 version) unless a flag here says otherwise. The full report is printed even when the
 model does not fit; the exit status is then 1.
@@ -9,20 +9,14 @@ model does not fit; the exit status is then 1.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import (
-    TokenCount,
-    emit,
-    get_host,
-    host_option,
-    json_option,
-    progress,
-    warn,
-)
-from instinct_serve.errors import ExitCode, UsageError
+from instinct_serve.cli.common import emit, get_host, host_option, json_option, progress, warn
+from instinct_serve.cli.options import options_for, parse_cli
+from instinct_serve.errors import ExitCode
+from instinct_serve.options import FitRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,111 +25,29 @@ if TYPE_CHECKING:
 
 
 @click.command("fit")
-@click.argument("model")
-@click.option("--gpu", metavar="PROFILE", help="Fit on a GPU profile: mi300x, mi325x, mi355x, ...")
-@click.option("--vram-gb", type=float, help="VRAM per GPU in GB (10^9 bytes).")
-@click.option("--vram-gib", type=float, help="VRAM per GPU in GiB (2^30; MI300X: 192).")
-@click.option("--gpu-count", type=click.IntRange(min=1), help="Number of GPUs.")
-@click.option(
-    "--tp", type=click.IntRange(min=1), help="Tensor-parallel size (default: smallest that fits)."
-)
-@click.option(
-    "--max-model-len", type=TokenCount(), help="Context to reserve per request (32768, 32k)."
-)
-@click.option(
-    "--kv-cache-dtype",
-    type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]),
-    help="KV cache dtype (fp8 halves bf16 KV).",
-)
-@click.option(
-    "--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), help="vLLM's fraction."
-)
-@click.option(
-    "--vllm-version", metavar="X.Y.Z", help="vLLM release to reproduce (default: the image's)."
-)
-@click.option("--max-num-seqs", type=click.IntRange(min=1), help="Sampler rows profiled.")
-@click.option(
-    "--max-num-batched-tokens", type=click.IntRange(min=1), help="Tokens of the profile pass."
-)
-@click.option("--block-size", type=click.IntRange(min=1), help="KV block size in tokens.")
-@click.option("--enforce-eager", is_flag=True, help="No graphs: no graph memory.")
-@click.option("--language-model-only", is_flag=True, help="Skip the vision/audio tower.")
-@click.option(
-    "--speculative-mtp", type=click.IntRange(min=0), default=0, help="MTP draft tokens (loads MTP)."
-)
-@click.option("--enable-prefix-caching", is_flag=True, help="Hybrid models: 2 state blocks/seq.")
-@click.option("--revision", help="Hub revision (branch, tag or commit).")
-@click.option("--no-alternatives", is_flag=True, help="Do not look for smaller checkpoints.")
-@click.option(
-    "--sysfs-root",
-    default="/",
-    show_default=True,
-    metavar="DIR",
-    help="Detection reads /sys and /opt/rocm under this directory (tests, chroots).",
-)
+@options_for(FitRequest)
 @json_option
 @host_option
-def fit(
-    model: str,
-    gpu: str | None,
-    vram_gb: float | None,
-    vram_gib: float | None,
-    gpu_count: int | None,
-    tp: int | None,
-    max_model_len: int | None,
-    kv_cache_dtype: str | None,
-    gpu_memory_utilization: float | None,
-    vllm_version: str | None,
-    max_num_seqs: int | None,
-    max_num_batched_tokens: int | None,
-    block_size: int | None,
-    enforce_eager: bool,
-    language_model_only: bool,
-    speculative_mtp: int,
-    enable_prefix_caching: bool,
-    revision: str | None,
-    no_alternatives: bool,
-    sysfs_root: str,
-    as_json: bool,
-    host_spec: str | None,
-) -> int:
+def fit(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     """Will MODEL fit? Weights, KV cache per token, context and GPUs needed.
 
     MODEL is a Hugging Face id (org/name) or a local model directory. Weights come from
     safetensors metadata (local headers, the HF cache, the Hub, or metadata shipped for
     common models), never from downloading them; the KV cache follows vLLM's own specs
-    per attention kind. Exit status 1 when it does not fit.
+    per attention kind. Without --gpu, the GPUs of the host (or --host) are detected; on a
+    machine with no AMD GPU the fit is for an MI300X node. Exit status 1 when it does not
+    fit.
     """
-    from instinct_serve.fit.catalog_link import fit_model
-    from instinct_serve.fit.hardware import fit_hardware
+    from instinct_serve.gather.fit import fit_request
 
-    if tp is not None and tp & (tp - 1):
-        raise UsageError("--tp must be a power of two", id="bad_tp")
-    hw, notes = fit_hardware(
-        gpu, vram_gb, vram_gib, gpu_count, lambda: get_host(host_spec), sysfs_root
+    req = parse_cli(FitRequest, kwargs)
+    answer, notes = fit_request(
+        req,
+        get_host(host_spec),
+        stage=lambda text: progress(text, enabled=not as_json),
     )
     for note in notes:
         warn(note, as_json)
-    answer = fit_model(
-        model,
-        hw,
-        gpu=gpu,
-        revision=revision,
-        alternatives=not no_alternatives,
-        stage=lambda text: progress(text, enabled=not as_json),
-        tp=tp,
-        max_model_len=max_model_len,
-        kv_cache_dtype=kv_cache_dtype,
-        gpu_memory_utilization=gpu_memory_utilization,
-        vllm_version=vllm_version,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        block_size=block_size,
-        enforce_eager=enforce_eager,
-        language_model_only=language_model_only,
-        speculative_mtp=speculative_mtp,
-        enable_prefix_caching=enable_prefix_caching,
-    )
     emit(answer.to_dict(), as_json, lambda con: render(con, answer.report, answer.alternatives))
     return int(ExitCode.FAILED if answer.failed else ExitCode.OK)
 

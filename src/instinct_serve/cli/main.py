@@ -129,6 +129,20 @@ def _fail(exc: Any, argv: list[str]) -> NoReturn:
     sys.exit(int(exc.exit_code))
 
 
+def _usage_error(exc: Any) -> Any:
+    """A click usage error (unknown option, missing argument) as an ``InstinctError``, so
+    ``--json`` gets ``{"error": ...}`` on stdout for it too."""
+    from instinct_serve.errors import UsageError
+
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "instinct"
+    return UsageError(
+        exc.format_message(),
+        fix=f"see `{command} --help`",
+        id="bad_usage",
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -149,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("Aborted.\n")
         sys.exit(130)
     except click.ClickException as exc:
+        if _wants_json(args):
+            _fail(_usage_error(exc), args)
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:

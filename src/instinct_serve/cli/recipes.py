@@ -305,9 +305,9 @@ def sync_cmd(
 ) -> int:
     """Refresh the recipes cache (recipes + newest vllm/vllm-openai-rocm release)."""
     from instinct_serve.catalog.api import DEFAULT_API_URL
-    from instinct_serve.catalog.gitsource import DEFAULT_REPO_URL
     from instinct_serve.catalog.hub import DEFAULT_HUB_URL
-    from instinct_serve.catalog.sync import sync
+    from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
+    from instinct_serve.gather.recipes_sync import sync
 
     with progress(f"syncing recipes ({source})", enabled=not as_json):
         report = sync(
@@ -329,7 +329,7 @@ def sync_cmd(
 @json_option
 def import_cmd(file: str, as_json: bool) -> int:
     """Import a recipes_cache.json (from the agent skill, or another machine) as the cache."""
-    from instinct_serve.catalog.sync import import_cache
+    from instinct_serve.gather.recipes_sync import import_cache
 
     report = import_cache(file)
     doc = report.to_dict()

@@ -19,15 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import console, get_host
-from instinct_serve.cli.plan import plan_options, plan_options_from_kwargs, print_summary
+from instinct_serve.cli.common import console, get_host, host_option
+from instinct_serve.cli.options import options_for, parse_cli
+from instinct_serve.cli.plan import print_summary
 from instinct_serve.errors import ExitCode, InstinctError, UsageError
+from instinct_serve.options import ServeOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status
 
-    from instinct_serve.plan.assemble import PlanResult
+    from instinct_serve.plan.model import PlanResult
     from instinct_serve.runtime.serve import Backend, Deployer, ServeOutcome
 
 # Phases that come with a figure worth a line of its own even off a terminal.
@@ -248,12 +250,6 @@ class ServeView:
 # --------------------------------------------------------------------------- steps
 
 
-def _settings(**kwargs: Any) -> Any:
-    from instinct_serve.runtime.serve import ServeSettings
-
-    return ServeSettings(**{k: v for k, v in kwargs.items() if v is not None})
-
-
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (an agent or a supervisor ending us) cleans up like Ctrl-C."""
@@ -317,66 +313,10 @@ def _run(deployer: Deployer, result: PlanResult, yes: bool, view: ServeView) -> 
 
 
 @click.command("serve")
-@plan_options
-@click.option("--yes", "-y", is_flag=True, help="Launch without showing the plan for approval.")
-@click.option(
-    "--detach/--wait",
-    default=None,
-    help="Return once loading is confirmed (default for models of 100 GB or more), or wait "
-    "until the endpoint is warmed up (default otherwise).",
-)
-@click.option(
-    "--replace",
-    is_flag=True,
-    help="Stop and remove an instinct-serve endpoint that holds the port or name.",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=1),
-    help="Seconds to wait for /health (default: scaled to the weight size).",
-)
-@click.option(
-    "--stall-timeout",
-    "stall_timeout_s",
-    type=click.FloatRange(min=1),
-    help="Seconds without a log line while capturing graphs that count as a hang (default 300).",
-)
-@click.option(
-    "--warmup-timeout",
-    "warmup_timeout_s",
-    type=click.FloatRange(min=1),
-    help="Seconds the first request may take (kernel compilation; default 900).",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(["docker", "native"]),
-    default="docker",
-    show_default=True,
-    help="docker: the vLLM ROCm image; native: a vLLM installed on the host "
-    "(`instinct engine detect`).",
-)
-@click.option(
-    "--no-coherence",
-    "skip_coherence",
-    is_flag=True,
-    help="Skip the known-answer coherence probe after the warm-up.",
-)
-@click.option("--root", "check_root", default="", hidden=True, help="Check prefix (tests).")
+@options_for(ServeOptions)
+@host_option
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: events, then the result.")
-def serve(
-    yes: bool,
-    detach: bool | None,
-    replace: bool,
-    timeout_s: float | None,
-    stall_timeout_s: float | None,
-    warmup_timeout_s: float | None,
-    engine: str,
-    skip_coherence: bool,
-    check_root: str,
-    as_json: bool,
-    **kwargs: Any,
-) -> int:
+def serve(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     """Launch MODEL as an OpenAI-compatible endpoint, wait until it is healthy, warm it
     up, check that it answers sensibly, and print how to connect.
 
@@ -415,21 +355,8 @@ def serve(
     """
     view = ServeView(as_json)
     try:
-        return _serve(
-            view,
-            yes=yes,
-            engine=engine,
-            check_root=check_root,
-            settings=_settings(
-                replace=replace,
-                detach=detach,
-                timeout_s=timeout_s,
-                stall_timeout_s=stall_timeout_s,
-                warmup_timeout_s=warmup_timeout_s,
-                coherence=not skip_coherence,
-            ),
-            kwargs=kwargs,
-        )
+        opts = parse_cli(ServeOptions, kwargs)
+        return _serve(view, opts, host_spec)
     except InstinctError as exc:
         if not as_json:
             raise
@@ -441,22 +368,15 @@ def serve(
         return int(ExitCode.FAILED)
 
 
-def _serve(
-    view: ServeView,
-    *,
-    yes: bool,
-    engine: str,
-    check_root: str,
-    settings: Any,
-    kwargs: dict[str, Any],
-) -> int:
-    from instinct_serve.runtime.prepare import prepare
+def _serve(view: ServeView, opts: ServeOptions, host_spec: str | None) -> int:
+    from instinct_serve.runtime.prepare import prepare, serve_settings
     from instinct_serve.runtime.serve import Interrupted
 
-    host = get_host(kwargs.get("host_spec"))
-    opts = plan_options_from_kwargs(kwargs, engine=engine)
-    opts.validate()
-    prepared = prepare(host, opts, engine=engine, sink=view.event, root=check_root)
+    host = get_host(host_spec)
+    engine = opts.engine
+    settings = serve_settings(opts)
+    yes = opts.yes
+    prepared = prepare(host, opts.plan_options(), engine=engine, sink=view.event, root=opts.root)
     deployer = prepared.deployer(settings, view.event, view.confirm_fn())
     try:
         outcome = _run(deployer, prepared.result, yes, view)

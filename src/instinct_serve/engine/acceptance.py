@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from instinct_serve.engine import hostfs, launcher
+from instinct_serve.engine import launcher
 from instinct_serve.engine.discovery import EXTERNAL_VARS, discover, require_usable
 from instinct_serve.engine.gpus import oom_hint, select_on_host
 from instinct_serve.engine.models import resolve_model
@@ -131,7 +131,7 @@ def run_acceptance(
     progress: Callable[[str], None] = lambda _t: None,
 ) -> AcceptanceReport:
     report = AcceptanceReport(host.name, model)
-    overrides = hostfs.host_env(host, EXTERNAL_VARS)
+    overrides = host.env(EXTERNAL_VARS)
     if any(v.strip() for v in overrides.values()):
         raise UsageError(
             "acceptance checks the managed engine, but an external vLLM override is set: "

@@ -214,7 +214,7 @@ def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> D
     platform = hostfs.platform_name(host)
     if platform == "windows":
         raise windows_refusal()
-    env = hostfs.host_env(host, EXTERNAL_VARS)
+    env = host.env(EXTERNAL_VARS)
     candidates: list[Candidate] = []
     chosen: tuple[Candidate, str, str | None] | None = None
 

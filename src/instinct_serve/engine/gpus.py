@@ -318,7 +318,7 @@ def select_on_host(
     sysfs_root: str = "/",
 ) -> tuple[GpuSelection, GpuInventory]:
     """Detect the host's GPUs and select (validating the utilization first)."""
-    from instinct_serve.hardware.detect import detect
+    from instinct_serve.gather.detect import detect
 
     fraction = parse_utilization(utilization)
     if gpu is not None:

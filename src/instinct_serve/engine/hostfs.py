@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import posixpath
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from instinct_serve.errors import HostError
 from instinct_serve.hosts import Host
@@ -21,29 +21,6 @@ _DATA_DIR_SCRIPT = (
     'if [ -n "$INSTINCT_DATA_DIR" ]; then printf %s "$INSTINCT_DATA_DIR"; '
     'else printf %s "${XDG_DATA_HOME:-$HOME/.local/share}/' + APP + '"; fi'
 )
-
-
-def host_env(host: Host, names: Iterable[str]) -> dict[str, str]:
-    """The values of ``names`` in the host's environment (set ones only, empty included).
-
-    Local: this process's environment. Remote: the login environment ``ssh`` gives.
-    """
-    wanted = list(dict.fromkeys(names))
-    if host.is_local:
-        import os
-
-        return {n: os.environ[n] for n in wanted if n in os.environ}
-    script = (
-        'for n in "$@"; do eval "[ -n \\"\\${$n+x}\\" ]" && '
-        '{ eval "v=\\${$n}"; printf "%s=%s\\0" "$n" "$v"; }; done'
-    )
-    result = host.run(["sh", "-c", script, "sh", *wanted], timeout=30)
-    found: dict[str, str] = {}
-    for item in result.stdout.split("\0"):
-        key, sep, value = item.partition("=")
-        if sep and key in wanted:
-            found[key] = value
-    return found
 
 
 def data_dir(host: Host) -> str:

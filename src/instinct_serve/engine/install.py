@@ -150,7 +150,7 @@ class InstallReport:
 
 def detect_rocm(host: Host) -> str | None:
     """The host SDK's ROCm version (amd-smi, /opt/rocm/.info/version, hipconfig)."""
-    from instinct_serve.hardware.detect import detect_rocm_version
+    from instinct_serve.gather.detect import detect_rocm_version
 
     return detect_rocm_version(host)
 

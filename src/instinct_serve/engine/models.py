@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from instinct_serve.engine import hostfs
 from instinct_serve.errors import UsageError
 from instinct_serve.hosts import Host
 
@@ -46,14 +45,13 @@ class ModelSource:
 
 
 def hub_cache_dir(host: Host) -> str:
-    env = hostfs.host_env(host, ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "HOME"])
-    for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if env.get(key):
-            return env[key]
-    if env.get("HF_HOME"):
-        return posixpath.join(env["HF_HOME"], "hub")
-    home = env.get("HOME") or host.run(["sh", "-c", _HOME_SCRIPT], timeout=30).stdout.strip()
-    return posixpath.join(home or "/root", ".cache", "huggingface", "hub")
+    """The host's hub cache, by huggingface_hub's rules (``paths.hf_locations``)."""
+    from instinct_serve.paths import HF_ENV_NAMES, hf_locations
+
+    env = host.env(HF_ENV_NAMES)
+    if not env.get("HOME"):
+        env["HOME"] = host.run(["sh", "-c", _HOME_SCRIPT], timeout=30).stdout.strip() or "/root"
+    return hf_locations(env).hub_cache
 
 
 def cache_repo_dir(cache: str, hub_id: str) -> str:

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from instinct_serve.engine import hostfs
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host, Result
 
@@ -77,7 +76,7 @@ def network_failure(result: Result) -> bool:
 
 def find_uv(host: Host) -> str:
     """``INSTINCT_UV``, else ``uv`` on the host's PATH, else (locally) the uv pip package."""
-    configured = hostfs.host_env(host, ["INSTINCT_UV"]).get("INSTINCT_UV", "").strip()
+    configured = host.env(["INSTINCT_UV"]).get("INSTINCT_UV", "").strip()
     if configured:
         return configured
     found = host.which("uv")

@@ -14,8 +14,8 @@ API for the planner (``estimate`` and ``alternatives`` are pure; the rest are ad
         Options from explicit values, then ``ctx.launch_args`` (a plan's argv works: TP,
         --max-model-len, --kv-cache-dtype, --speculative-config MTP, ...), then defaults.
     HardwareSpec.from_inventory(inventory) / HardwareSpec(vram_bytes, gpu_count, ...)
-    fit_hardware(gpu, vram_gb, vram_gib, gpu_count, host, sysfs_root) -> (HardwareSpec, notes)
-        (``fit.hardware``) a profile, VRAM and count by hand, or detection on ``host()``.
+    (the GPUs themselves come from ``hardware.target``; ``gather.fit.fit_request`` runs the
+    whole ``instinct fit``)
     estimate(meta, hw, opts) -> FitReport
         ``.verdict``, ``.tp``, ``.recommended_max_model_len``, ``.min_tp_required``,
         ``.fits``, ``.to_dict()`` (the DESIGN.md keys).

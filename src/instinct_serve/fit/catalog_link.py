@@ -175,7 +175,7 @@ def fit_options(
     then vLLM's defaults for the version. Returns the options and a note per flag taken
     from the launch args."""
     from instinct_serve.fit.estimate import FitOptions
-    from instinct_serve.fit.vllm import token_count
+    from instinct_serve.units import token_count
 
     notes: list[str] = []
 

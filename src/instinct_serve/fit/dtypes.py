@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from instinct_serve.errors import UsageError
+from instinct_serve.units import KV_CACHE_DTYPE_BYTES
 
 # Bits per stored element, keyed by the dtype names safetensors writes in its headers.
 DTYPE_BITS: dict[str, int] = {
@@ -47,18 +48,6 @@ TORCH_DTYPE_BYTES: dict[str, int] = {
     "half": 2,
     "bfloat16": 2,
     "float64": 8,
-}
-
-# ``--kv-cache-dtype`` values -> bytes per element (None: follows the model dtype).
-KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
-    "auto": None,
-    "bfloat16": 2,
-    "float16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_inc": 1,
-    "fp8_ds_mla": 1,
 }
 
 

@@ -58,12 +58,10 @@ def hub_token() -> str | None:
 
 
 def hf_cache_dir() -> Path:
-    env = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if env:
-        return Path(env).expanduser()
-    home = os.environ.get("HF_HOME")
-    base = Path(home).expanduser() if home else Path.home() / ".cache" / "huggingface"
-    return base / "hub"
+    """This machine's hub cache, by huggingface_hub's rules (``paths.hf_locations``)."""
+    from instinct_serve.paths import local_hf_locations
+
+    return Path(local_hf_locations().hub_cache)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -18,7 +18,6 @@ Each threshold is a release where the behaviour is documented or visible in a pu
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
@@ -89,21 +88,3 @@ def behaviour(version: str | None = None, *, v0_engine: bool = False) -> VllmBeh
         kv_tokens_formula="concurrency" if base >= Version("0.20") and not v0_engine else "blocks",
         group_rule_1_5=base >= Version("0.20"),
     )
-
-
-def token_count(text: str) -> int | None:
-    """A ``--max-model-len``-style value read as every vLLM release reads it: ``32768``,
-    ``32k``/``25.6k`` (10^3), ``32K``/``32Ki`` (2^10).
-
-    None for what is not a count or not the same count everywhere: ``auto``/``-1`` (vLLM
-    picks), and ``M``/``G``, binary in older releases and decimal in newer ones.
-    """
-    found = re.fullmatch(r"(\d+(?:\.\d+)?)(k|K|Ki)?", text.strip())
-    if found is None:
-        return None
-    number, suffix = found.groups()
-    if suffix == "k":
-        return int(float(number) * 1000)
-    if "." in number:
-        return None
-    return int(number) * (1024 if suffix in ("K", "Ki") else 1)

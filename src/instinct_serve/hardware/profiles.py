@@ -121,14 +121,43 @@ PROFILES: dict[str, GpuProfile] = {
 }
 
 
-def get_profile(name: str) -> GpuProfile:
-    """A profile by loose name: "mi300x", "MI-300X", "AMD Instinct MI300X" all work."""
+def _key(name: str) -> str:
     key = re.sub(r"[^a-z0-9]", "", name.lower())
-    key = key.removeprefix("amd").removeprefix("instinct")
+    return key.removeprefix("amd").removeprefix("instinct")
+
+
+# Every gfx target with a profile, in table order (gfx942, gfx950, gfx90a): the one list of
+# the Instinct generations this tool plans for.
+GFX_TARGETS: tuple[str, ...] = tuple(dict.fromkeys(p.gfx_version for p in PROFILES.values()))
+
+
+def gpu_choices() -> str:
+    """The accepted ``--gpu`` values, for help and error text (derived from the table)."""
+    return ", ".join(PROFILES) + " (or a gfx target: " + ", ".join(GFX_TARGETS) + ")"
+
+
+def family(gfx: str) -> GpuProfile | None:
+    """The first profile of a gfx target (its flagship: gfx942 -> MI300X), or None."""
+    return next((p for p in PROFILES.values() if p.gfx_version == gfx), None)
+
+
+def get_profile(name: str) -> GpuProfile:
+    """A profile by loose name: "mi300x", "MI-300X", "AMD Instinct MI300X" all work; a gfx
+    target ("gfx942") gives its family's first profile."""
+    key = _key(name)
     if key in PROFILES:
         return PROFILES[key]
+    if key.startswith("gfx"):
+        found = family(key)
+        if found is not None:
+            return found
     raise UsageError(
-        f"unknown GPU profile {name!r}",
-        fix="use one of: " + ", ".join(PROFILES),
+        f"unknown GPU {name!r}",
+        fix="use one of: " + gpu_choices(),
         id="unknown_gpu_profile",
     )
+
+
+def is_gfx(name: str) -> bool:
+    """``gfx942`` and friends (a target, not a product)."""
+    return _key(name).startswith("gfx")

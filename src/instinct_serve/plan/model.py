@@ -10,10 +10,25 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-DEFAULT_PORT = 8000
-CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+from instinct_serve.options import DEFAULT_PORT
+from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
+
+if TYPE_CHECKING:
+    from instinct_serve.catalog.matching import Match
+    from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.hardware.inventory import GpuInventory
+
+__all__ = [
+    "CONTAINER_HF_CACHE",
+    "DEFAULT_PORT",
+    "FitSummary",
+    "LaunchPlan",
+    "Mount",
+    "PlanResult",
+    "Reason",
+]
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,87 @@ class Mount:
 
     def docker_arg(self) -> str:
         return f"{self.host_path}:{self.container_path}" + (":ro" if self.read_only else "")
+
+
+@dataclass(frozen=True)
+class FitSummary:
+    """What the plan keeps of the fit at its TP (typed until the JSON edge)."""
+
+    verdict: str
+    verdict_reason: str
+    weight_memory_gb: float
+    weight_memory_per_gpu_gib: float
+    kv_cache_bytes_per_token: int
+    remaining_for_kv_gb: float
+    attention_kind: str
+    kv_cache_tokens: int
+    gpu_memory_utilization: float  # the fraction the fit was sized at
+    tp: int
+    weights_fit: bool
+    recommended_max_model_len: int
+    native_max_model_len: int
+    native_max_model_len_source: str
+    context_limited: bool
+    requested_max_model_len: int | None
+    requested_max_model_len_fits: bool | None
+    min_tp_required: int | None
+    min_tp_if_more_gpus: int | None
+    max_seq_len_fp8_kv: int
+    headroom: str
+
+    @classmethod
+    def of(cls, report: FitReport) -> FitSummary:
+        doc = report.to_dict()
+        return cls(
+            verdict=report.verdict,
+            verdict_reason=report.verdict_reason,
+            weight_memory_gb=doc["weight_memory_gb"],
+            weight_memory_per_gpu_gib=doc["weight_memory_per_gpu_gib"],
+            kv_cache_bytes_per_token=report.kv_cache_bytes_per_token,
+            remaining_for_kv_gb=doc["remaining_for_kv_gb"],
+            attention_kind=doc["attention_kind"],
+            kv_cache_tokens=report.kv_tokens,
+            gpu_memory_utilization=report.gpu_memory_utilization,
+            tp=report.tp,
+            weights_fit=report.weights_fit,
+            recommended_max_model_len=report.recommended_max_model_len,
+            native_max_model_len=report.native_max_model_len,
+            native_max_model_len_source=report.native_source,
+            context_limited=report.context_limited,
+            requested_max_model_len=report.requested_max_model_len,
+            requested_max_model_len_fits=report.requested_fits,
+            min_tp_required=report.min_tp_required,
+            min_tp_if_more_gpus=report.min_tp_unbounded,
+            max_seq_len_fp8_kv=report.max_seq_len_fp8_kv,
+            headroom=report.headroom,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
+            "weight_memory_gb": self.weight_memory_gb,
+            "weight_memory_per_gpu_gib": self.weight_memory_per_gpu_gib,
+            "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
+            "remaining_for_kv_gb": self.remaining_for_kv_gb,
+            "attention_kind": self.attention_kind,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "fit": {
+                "tp": self.tp,
+                "weights_fit": self.weights_fit,
+                "recommended_max_model_len": self.recommended_max_model_len,
+                "native_max_model_len": self.native_max_model_len,
+                "native_max_model_len_source": self.native_max_model_len_source,
+                "context_limited": self.context_limited,
+                "requested_max_model_len": self.requested_max_model_len,
+                "requested_max_model_len_fits": self.requested_max_model_len_fits,
+                "min_tp_required": self.min_tp_required,
+                "min_tp_if_more_gpus": self.min_tp_if_more_gpus,
+                "max_seq_len_fp8_kv": self.max_seq_len_fp8_kv,
+                "headroom": self.headroom,
+            },
+        }
 
 
 @dataclass
@@ -72,7 +168,7 @@ class LaunchPlan:
     reasons: list[Reason] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     conflicts: list[dict[str, Any]] = field(default_factory=list)
-    fit: dict[str, Any] | None = None
+    fit: FitSummary | None = None
     recipe_cross_check: dict[str, Any] | None = None
 
     @property
@@ -143,6 +239,23 @@ class LaunchPlan:
             "reasons": [r.to_dict() for r in self.reasons],
             "warnings": list(self.warnings),
             "conflicts": list(self.conflicts),
-            "fit": self.fit,
+            "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
         }
+
+
+@dataclass
+class PlanResult:
+    """The plan and what it was made from (for the confirmation table and JSON)."""
+
+    plan: LaunchPlan
+    inventory: GpuInventory
+    match: Match
+    fit: FitReport | None = None
+    hardware_source: str = "detect"
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = self.plan.to_dict()
+        doc["hardware_source"] = self.hardware_source
+        return doc

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from instinct_serve import __version__
 from instinct_serve.catalog.recipe import arg_units
 from instinct_serve.errors import InstinctError, UsageError
-from instinct_serve.fit.vllm import token_count
+from instinct_serve.options import PlanOptions
 from instinct_serve.plan.labels import managed_labels
-from instinct_serve.plan.model import DEFAULT_PORT, LaunchPlan, Mount, Reason
+from instinct_serve.plan.model import DEFAULT_PORT, FitSummary, LaunchPlan, Mount, Reason
+from instinct_serve.units import token_count
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
@@ -34,65 +35,8 @@ if TYPE_CHECKING:
     from instinct_serve.fit.estimate import FitReport
     from instinct_serve.hardware.inventory import GpuInventory
 
-DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 FIT_OK = ("safe", "tight")
-
-
-@dataclass
-class PlanOptions:
-    """Everything a user can ask of a plan (CLI flags, MCP arguments, serve options)."""
-
-    model: str = DEFAULT_MODEL
-    gpu: str | None = None  # a profile (mi300x) or a gfx target (gfx942)
-    gfx: str | None = None
-    vram_gb: float | None = None  # per GPU, 10^9 bytes
-    gpu_count: int | None = None
-    gpus: list[int] | None = None  # restrict to these device indices
-    tp: int | None = None
-    port: int = DEFAULT_PORT
-    image: str | None = None
-    precision: str | None = None
-    features: list[str] | None = None  # opt-in features to add to the defaults
-    max_model_len: int | None = None
-    kv_cache_dtype: str | None = None
-    gpu_memory_utilization: float | None = None
-    hf_cache: str | None = None
-    force: bool = False
-    engine: str = "docker"
-    name: str | None = None
-    extra_args: list[str] = field(default_factory=list)
-    extra_env: dict[str, str] = field(default_factory=dict)
-    default_gpu: str | None = None  # profile used when detection finds no GPU (plan only)
-
-    def validate(self) -> None:
-        """Reject impossible values up front (exit 2), before any work."""
-        if not 0 < self.port < 65536:
-            raise UsageError(
-                f"--port {self.port} is not a TCP port", fix="use 1-65535", id="bad_port"
-            )
-        if self.tp is not None and (self.tp < 1 or self.tp & (self.tp - 1)):
-            raise UsageError(
-                f"--tp {self.tp} is not a power of two", fix="use 1, 2, 4 or 8", id="bad_tp"
-            )
-        util = self.gpu_memory_utilization
-        if util is not None and not 0 < util <= 1:
-            raise UsageError(
-                f"--gpu-memory-utilization {util} is outside (0, 1]",
-                fix="use a fraction such as 0.9",
-                id="bad_gpu_memory_utilization",
-            )
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise UsageError("--max-model-len must be positive", id="bad_max_model_len")
-        if self.engine not in ("docker", "native"):
-            raise UsageError(
-                f"unknown engine {self.engine!r}", fix="use docker or native", id="bad_engine"
-            )
-        if self.gpus is not None and (not self.gpus or any(i < 0 for i in self.gpus)):
-            raise UsageError("--gpus needs device indices such as 0,1", id="bad_gpus")
-        if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
-            raise UsageError("--gpus lists a device twice", id="bad_gpus")
 
 
 @dataclass
@@ -383,12 +327,6 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     # --- environment
     env = _env_with_conflicts(amd, reasons, conflicts, inp.env_reasons)
     for key, value in opts.extra_env.items():
-        if key in SECRET_ENV:
-            raise UsageError(
-                f"{key} must not be given a value on the command line",
-                fix=f"export {key} in your environment; the plan passes it by name",
-                id="secret_in_args",
-            )
         if key in env and env[key] != value:
             conflicts.append(
                 {
@@ -616,7 +554,7 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         reasons=reasons,
         warnings=_unique(warnings),
         conflicts=conflicts,
-        fit=_fit_summary(fit) if fit else None,
+        fit=FitSummary.of(fit) if fit else None,
         recipe_cross_check=inp.cross_check,
     )
     plan.labels = managed_labels(
@@ -632,27 +570,12 @@ def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _fit_summary(fit: FitReport) -> dict[str, Any]:
-    full = fit.to_dict()
-    return {
-        "verdict": full["verdict"],
-        "verdict_reason": full["verdict_reason"],
-        "weight_memory_gb": full["weight_memory_gb"],
-        "weight_memory_per_gpu_gib": full["weight_memory_per_gpu_gib"],
-        "kv_cache_bytes_per_token": full["kv_cache_bytes_per_token"],
-        "remaining_for_kv_gb": full["remaining_for_kv_gb"],
-        "attention_kind": full["attention_kind"],
-        "kv_cache_tokens": full["kv_cache"]["tokens"],
-        "fit": full["fit"],
-    }
-
-
 def _guard_fit(inp: PlanInputs) -> None:
     """Refuse what will not start: does not fit, too tight (unless --force)."""
     fit, opts = inp.fit, inp.options
     if fit is None:
         return
-    details = {"fit": _fit_summary(fit), "alternatives": inp.alternatives}
+    details = {"fit": FitSummary.of(fit).to_dict(), "alternatives": inp.alternatives}
     alt_text = ", ".join(a["model"] for a in inp.alternatives[:3]) if inp.alternatives else ""
     if fit.requested_fits is False and fit.recommended_max_model_len > 0:
         if opts.force:

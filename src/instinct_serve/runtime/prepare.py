@@ -17,8 +17,8 @@ from instinct_serve.errors import InstinctError, NotReadyError
 if TYPE_CHECKING:
     from instinct_serve.checks import CheckReport
     from instinct_serve.hosts import Host
-    from instinct_serve.plan.assemble import PlanResult
-    from instinct_serve.plan.planner import PlanOptions
+    from instinct_serve.options import PlanOptions, ServeOptions
+    from instinct_serve.plan.model import PlanResult
     from instinct_serve.runtime.serve import Backend, Deployer, ServeSettings
 
 EventSink = Callable[[dict[str, Any]], None]
@@ -74,10 +74,8 @@ def native_backend(host: Host, result: PlanResult, warn: Callable[[str], None]) 
         from instinct_serve.engine.gpus import rank, select, telemetry_trusted
 
         if plan.tensor_parallel_size == 1:
-            util = plan.fit.get("gpu_memory_utilization") if plan.fit else None
-            selection = select(
-                result.inventory, utilization=util if isinstance(util, float) else None
-            )
+            util = plan.fit.gpu_memory_utilization if plan.fit else None
+            selection = select(result.inventory, utilization=util)
             plan.gpu_indices = list(selection.indexes)
             for note in [*selection.notes, *selection.low_free]:
                 warn(note)
@@ -145,7 +143,7 @@ def prepare(
     ``approved_hash``: the ``plan_hash`` a user approved; a different plan now (GPUs,
     catalog or arguments changed) raises ``plan_changed`` before anything is launched.
     """
-    from instinct_serve.plan.assemble import make_plan
+    from instinct_serve.gather.plan import make_plan
     from instinct_serve.runtime.serve import DockerBackend
 
     def warn(message: str) -> None:
@@ -166,3 +164,18 @@ def prepare(
         native_backend(host, result, warn) if engine == "native" else DockerBackend(host)
     )
     return Prepared(host, result, backend, engine)
+
+
+def serve_settings(opts: ServeOptions) -> ServeSettings:
+    """How patient and forceful one serve is, from its options (CLI and MCP alike)."""
+    from instinct_serve.runtime.serve import ServeSettings
+
+    given: dict[str, Any] = {
+        "replace": opts.replace,
+        "detach": opts.detach,
+        "timeout_s": opts.timeout_s,
+        "stall_timeout_s": opts.stall_timeout_s,
+        "warmup_timeout_s": opts.warmup_timeout_s,
+        "coherence": not opts.skip_coherence,
+    }
+    return ServeSettings(**{k: v for k, v in given.items() if v is not None})

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from instinct_serve.catalog.api import DEFAULT_API_URL
-from instinct_serve.catalog.gitsource import DEFAULT_REPO_URL
 from instinct_serve.catalog.hub import DEFAULT_HUB_URL, ROCM_REPOSITORY
 from instinct_serve.catalog.parse import ParseResult, RecipeFileError
 from instinct_serve.catalog.store import cache_document, cache_path, parse_time, write_cache
 from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
 from instinct_serve.hosts import Host
 
 HTTP_TIMEOUT_S = 20.0
@@ -116,8 +116,8 @@ def _timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
 
 
 def _git_recipes(repo_url: str, host: Host | None) -> tuple[ParseResult, dict[str, Any]]:
-    from instinct_serve.catalog.gitsource import checkout
     from instinct_serve.catalog.parse import parse_corpus
+    from instinct_serve.gather.recipes_git import checkout
     from instinct_serve.paths import cache_dir
 
     co, git_s = _timed(checkout, repo_url, Path(cache_dir()) / "recipes-git", host=host)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import posixpath
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from instinct_serve.hardware import amdsmi, rocm, rocminfo, rocmsmi, sysfs
 from instinct_serve.hardware.build import Parsed
@@ -22,6 +23,10 @@ from instinct_serve.hardware.inventory import Gpu, GpuInventory
 from instinct_serve.hardware.reconcile import fill, needs_sysfs
 from instinct_serve.hardware.values import Unparsable
 from instinct_serve.hosts import Host, Result
+
+if TYPE_CHECKING:
+    from instinct_serve.hardware.target import Target
+    from instinct_serve.options import TargetOptions
 
 AMD_SMI = "amd-smi"
 ROCM_SMI = "rocm-smi"
@@ -218,3 +223,25 @@ def _rocm_version(tools: _Tools) -> str | None:
         out, _ = tools.run(HIPCONFIG, HIPCONFIG_VERSION)
         return rocm.from_hip_version(out) if out is not None else None
     return None
+
+
+def resolve_on(
+    opts: TargetOptions,
+    host: Callable[[], Host],
+    *,
+    sysfs_root: str = "/",
+    default_gpu: str | None = None,
+) -> Target:
+    """``hardware.target.resolve_target`` with detection on ``host()``, which is only
+    reached when detection is needed (fitting for a named GPU needs no host)."""
+    from instinct_serve.hardware.target import needs_detection, resolve_target
+
+    if not needs_detection(opts):
+        return resolve_target(opts, None, default_gpu=default_gpu)
+    target = host()
+    return resolve_target(
+        opts,
+        lambda: detect(target, sysfs_root=sysfs_root),
+        host_name=target.name,
+        default_gpu=default_gpu,
+    )

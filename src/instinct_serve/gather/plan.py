@@ -11,15 +11,11 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from instinct_serve.errors import InstinctError, NotReadyError, UsageError
-from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, Mount
-from instinct_serve.plan.planner import (
-    PlanInputs,
-    PlanOptions,
-    build_plan,
-    choose_tp,
-    choose_variant,
-)
+from instinct_serve.errors import InstinctError
+from instinct_serve.hardware.target import catalog_key
+from instinct_serve.options import PlanOptions
+from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, Mount, PlanResult
+from instinct_serve.plan.planner import PlanInputs, build_plan, choose_tp, choose_variant
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
@@ -29,6 +25,7 @@ if TYPE_CHECKING:
     from instinct_serve.fit.estimate import FitOptions, FitReport, HardwareSpec
     from instinct_serve.fit.meta import ModelMeta
     from instinct_serve.hardware.inventory import GpuInventory
+    from instinct_serve.hardware.target import Target
     from instinct_serve.hosts import Host
 
 
@@ -36,144 +33,28 @@ if TYPE_CHECKING:
 FALLBACK_IMAGE = "vllm/vllm-openai-rocm:latest"
 
 
-@dataclass
-class PlanResult:
-    """The plan and what it was made from (for the confirmation table and JSON)."""
-
-    plan: LaunchPlan
-    inventory: GpuInventory
-    match: Match
-    fit: FitReport | None = None
-    hardware_source: str = "detect"
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        doc = self.plan.to_dict()
-        doc["hardware_source"] = self.hardware_source
-        return doc
-
-
 # ------------------------------------------------------------------------ hardware
 
 
-def resolve_inventory(
+def resolve_hardware(
     opts: PlanOptions, host: Host | None, inventory: GpuInventory | None = None
-) -> tuple[GpuInventory, str, list[str]]:
-    """GPUs to plan for: ``--gpu``/``--gfx`` (no detection), else ``detect`` on the host.
+) -> Target:
+    """The GPUs to plan for (``hardware.target``): ``--gpu``/``--gfx`` and manual VRAM need
+    no host; else ``inventory`` when the caller already detected, else ``detect`` on the
+    host. ``opts.default_gpu`` is used when detection finds nothing (``instinct plan`` on a
+    laptop); without it no GPU is an error (exit 3)."""
+    from instinct_serve.gather.detect import detect
+    from instinct_serve.hardware.target import resolve_target
+    from instinct_serve.hosts import LocalHost
 
-    Returns (inventory, source, warnings). ``opts.default_gpu`` is used when detection finds
-    nothing (``instinct plan`` on a laptop); without it no GPU is an error (exit 3).
-    """
-    from instinct_serve.hardware.inventory import GpuInventory
-    from instinct_serve.hardware.profiles import MIB, PROFILES, get_profile
-
-    notes: list[str] = []
-    gpu_spec = opts.gpu or opts.gfx
-    if gpu_spec:
-        key = gpu_spec.strip().lower()
-        if key.startswith("gfx"):
-            family = [p for p in PROFILES.values() if p.gfx_version == key]
-            if not family:
-                raise UsageError(
-                    f"unknown gfx target {gpu_spec!r}",
-                    fix="use gfx942, gfx950 or gfx90a, or a profile such as --gpu mi300x",
-                    id="unknown_gfx",
-                )
-            profile = family[0]
-            if opts.vram_gb is None:
-                notes.append(
-                    f"--vram-gb not given for {key}: assuming {profile.market_name} "
-                    f"({profile.vram_bytes / 2**30:.0f} GiB per GPU)"
-                )
-        else:
-            profile = get_profile(gpu_spec)
-        inv = profile.inventory(opts.gpu_count)
-        source = "profile"
-    elif inventory is not None:
-        inv, source = inventory, "detect"
-    else:
-        if opts.vram_gb is not None:
-            raise UsageError(
-                "--vram-gb needs the GPU kind too",
-                fix="add --gfx gfx942 (or gfx950, gfx90a), or use --gpu mi300x",
-                id="missing_gfx",
-            )
-        from instinct_serve.hardware.detect import detect
-
-        if host is None:
-            from instinct_serve.hosts import LocalHost
-
-            host = LocalHost()
-        inv = detect(host)
-        source = "detect"
-        if not inv.gpus:
-            if not opts.default_gpu:
-                raise NotReadyError(
-                    f"no AMD GPU found on {host.name}",
-                    fix=(inv.hint or "check the amdgpu driver (lsmod | grep amdgpu)")
-                    + "; or plan for a named GPU with --gpu mi300x",
-                    id="no_gpu",
-                )
-            profile = get_profile(opts.default_gpu)
-            inv = profile.inventory(opts.gpu_count)
-            source = "profile"
-            notes.append(
-                f"no AMD GPU detected on {host.name}: planning for "
-                f"{inv.gpu_count}x {profile.market_name} (use --gpu or --host to choose)"
-            )
-        else:
-            notes.extend(inv.warnings)
-        if opts.gpu_count and 0 < opts.gpu_count < inv.gpu_count and source == "detect":
-            inv = GpuInventory(
-                gpus=inv.gpus[: opts.gpu_count],
-                rocm_version=inv.rocm_version,
-                source=inv.source,
-                warnings=inv.warnings,
-            )
-    if opts.vram_gb is not None:
-        if opts.vram_gb <= 0:
-            raise UsageError("--vram-gb must be positive", id="bad_vram")
-        vram = int(opts.vram_gb * 1e9)
-        for gpu in inv.gpus:
-            gpu.vram_total_bytes = vram
-        notes.append(f"VRAM per GPU set to {opts.vram_gb:g} GB ({vram / MIB:.0f} MiB)")
-    if opts.gpus is not None:
-        by_index = {g.index: g for g in inv.gpus}
-        missing = [i for i in opts.gpus if i not in by_index]
-        if missing:
-            raise UsageError(
-                f"--gpus names GPU {', '.join(map(str, missing))}, but the host has "
-                f"{', '.join(str(i) for i in sorted(by_index)) or 'none'}",
-                fix="run `instinct detect` to list the GPU indices",
-                id="bad_gpus",
-            )
-        inv = GpuInventory(
-            gpus=[by_index[i] for i in opts.gpus],
-            rocm_version=inv.rocm_version,
-            source=inv.source,
-            warnings=inv.warnings,
-            hint=inv.hint,
+    target = host or LocalHost()
+    if inventory is not None:
+        return resolve_target(
+            opts, lambda: inventory, host_name=target.name, default_gpu=opts.default_gpu
         )
-    if inv.gfx_version == "mixed":
-        notes.append("the GPUs differ: planning for the smallest; restrict with --gpus")
-    return inv, source, notes
-
-
-def _gpu_key(inventory: GpuInventory) -> str:
-    """The gfx (or profile) the catalog should merge for."""
-    gfx = inventory.gfx_version
-    if gfx in ("unknown", "mixed"):
-        kinds = sorted({g.gfx_version for g in inventory.gpus})
-        gfx = kinds[0] if kinds else "unknown"
-    from instinct_serve.hardware.profiles import PROFILES
-
-    name = (
-        (inventory.gpus[0].market_name or inventory.gpus[0].name).lower() if inventory.gpus else ""
+    return resolve_target(
+        opts, lambda: detect(target), host_name=target.name, default_gpu=opts.default_gpu
     )
-    for key in PROFILES:
-        if key in name.replace(" ", "").replace("-", ""):
-            return key  # the exact profile lets upstream's per-GPU overrides apply
-    return gfx
 
 
 # ------------------------------------------------------------------------ HF cache
@@ -182,53 +63,51 @@ def _gpu_key(inventory: GpuInventory) -> str:
 def resolve_hf_mount(opts: PlanOptions, host: Host | None) -> tuple[Mount, str]:
     """The host directory to mount as the container's HF cache, and why.
 
-    ``--hf-cache DIR``, ``HF_HUB_CACHE`` or ``HF_HOME`` name a shared cache: when its
-    ``models--*`` directories sit at its root it is a hub cache and mounts on
-    ``/root/.cache/huggingface/hub``; under ``hub/`` (or empty) it is an HF home and mounts
-    on ``/root/.cache/huggingface``.
+    The host's cache by huggingface_hub's rules (``paths.hf_locations`` of the host's
+    environment): a hub cache named by ``HF_HUB_CACHE`` (or its legacy name) mounts on the
+    container's ``.../huggingface/hub``; otherwise the HF home (``HF_HOME``, else
+    ``$XDG_CACHE_HOME/huggingface``, else ``~/.cache/huggingface``) mounts on the container's
+    HF home. ``--hf-cache DIR`` (or an ``HF_HOME``) holding ``models--*`` at its root is a hub
+    cache and mounts on the hub directory.
     """
-    env = _host_env(host, ("HOME", "HF_HOME", "HF_HUB_CACHE"))
-    home = env.get("HOME") or "~"
+    from instinct_serve.paths import HF_ENV_NAMES, expand_path, hf_locations
+
+    if host is None:
+        from instinct_serve.hosts import LocalHost
+
+        host = LocalHost()
+    env = host.env(HF_ENV_NAMES)
+    if host.is_local and not env.get("HOME"):
+        env["HOME"] = os.path.expanduser("~")
+    places = hf_locations(env)
+    hub_dir = CONTAINER_HF_CACHE + "/hub"
     if opts.hf_cache:
-        path, origin = _expand(opts.hf_cache, home), "--hf-cache"
-    elif env.get("HF_HUB_CACHE"):
-        path = _expand(env["HF_HUB_CACHE"], home)
+        path, origin = expand_path(opts.hf_cache, env), "--hf-cache"
+    elif places.hub_cache_from in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         return (
-            Mount(path, CONTAINER_HF_CACHE + "/hub"),
-            "HF_HUB_CACHE is set: the shared hub cache is mounted where vLLM looks for models",
+            Mount(places.hub_cache, hub_dir),
+            f"{places.hub_cache_from} is set: the shared hub cache is mounted where vLLM looks "
+            "for models",
         )
-    elif env.get("HF_HOME"):
-        path, origin = _expand(env["HF_HOME"], home), "HF_HOME"
+    elif places.home_from == "HF_HOME":
+        path, origin = places.home, "HF_HOME"
     else:
-        path = f"{home.rstrip('/')}/.cache/huggingface"
+        where = "$XDG_CACHE_HOME/huggingface" if places.home_from == "XDG_CACHE_HOME" else ""
         return (
-            Mount(path, CONTAINER_HF_CACHE),
-            "your Hugging Face cache: weights download once and are reused by every launch",
+            Mount(places.home, CONTAINER_HF_CACHE),
+            "your Hugging Face cache"
+            + (f" ({where})" if where else "")
+            + ": weights download once and are reused by every launch",
         )
     if _has_models_at_root(path, host):
         return (
-            Mount(path, CONTAINER_HF_CACHE + "/hub"),
+            Mount(path, hub_dir),
             f"{origin} holds models--* at its root (a hub cache): mounted on the hub directory",
         )
     return (
         Mount(path, CONTAINER_HF_CACHE),
         f"{origin} is an HF home (models under hub/): mounted on the container's HF home",
     )
-
-
-def _expand(path: str, home: str) -> str:
-    if path == "~" or path.startswith("~/"):
-        return home.rstrip("/") + path[1:]
-    return path
-
-
-def _host_env(host: Host | None, names: tuple[str, ...]) -> dict[str, str]:
-    if host is None or host.is_local:
-        return {n: os.environ[n] for n in names if os.environ.get(n)}
-    script = "; ".join(f'printf "%s\\n" "${{{n}-}}"' for n in names)
-    result = host.run(["sh", "-c", script], timeout=30)
-    values = result.stdout.split("\n") if result.ok else []
-    return {n: v for n, v in zip(names, values, strict=False) if v}
 
 
 def _has_models_at_root(path: str, host: Host | None) -> bool:
@@ -343,7 +222,8 @@ def make_plan(
     catalog = load_catalog()
     if not os.path.isdir(model):
         check_model_id(model, catalog)
-    inv, hw_source, warnings = resolve_inventory(opts, host, inventory)
+    hardware = resolve_hardware(opts, host, inventory)
+    inv, hw_source, warnings = hardware.inventory, hardware.source, list(hardware.notes)
     warnings.extend(catalog.warnings)
     stale = staleness_warning(catalog)
     if stale:
@@ -351,7 +231,7 @@ def make_plan(
     match = lookup(model, catalog)
     ensure_servable(match)  # blacklisted → refused with reason and alternative
     overrides = load_gpu_overrides()
-    gpu_key = _gpu_key(inv)
+    gpu_key = catalog_key(inv)
     gfx_cfg = overrides.config(_gfx_of(gpu_key, inv))
 
     # features: the recipe's defaults plus opt-ins asked for
@@ -495,3 +375,11 @@ def _cross_check(plan: LaunchPlan, catalog: Catalog, match: Match, amd: AmdConfi
             f"differs from the recipes site's {amd.hardware_id} command in {len(diffs)} "
             "place(s): see recipe_cross_check"
         )
+
+
+def plan_for(opts: PlanOptions, host: Host, *, fallback_gpu: bool = False) -> PlanResult:
+    """``make_plan`` as the CLI and MCP ``plan`` call it: with ``fallback_gpu`` a local host
+    without GPUs plans for an MI300X node."""
+    if fallback_gpu and host.is_local:
+        opts.default_gpu = "mi300x"
+    return make_plan(opts, host)

@@ -1,0 +1,145 @@
+"""The hardware a command plans or fits for: the one resolver behind fit, plan, serve and MCP.
+
+In order: a GPU named with ``--gpu``/``--gfx`` (a profile; no detection), VRAM and count
+given by hand (no detection), else what ``detect`` finds on the host, falling back to a
+named profile where the command allows it (``plan`` on a laptop). Then ``--vram-gb`` or
+``--vram-gib`` overrides the memory, ``--gpu-count`` takes the first N detected GPUs and
+``--gpus`` picks devices by index. Pure: detection is a callable the adapter hands in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from instinct_serve.errors import NotReadyError, UsageError
+from instinct_serve.hardware.inventory import Gpu, GpuInventory
+from instinct_serve.hardware.profiles import MIB, get_profile, gpu_choices, is_gfx
+from instinct_serve.options import TargetOptions
+
+
+@dataclass
+class Target:
+    """The GPUs to plan for, where they came from, and what to tell the user about them."""
+
+    inventory: GpuInventory
+    source: str  # profile | detect | manual | profile (default)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def detected(self) -> bool:
+        return self.source == "detect"
+
+
+def _subset(inv: GpuInventory, gpus: list[Gpu]) -> GpuInventory:
+    return GpuInventory(
+        gpus=gpus,
+        rocm_version=inv.rocm_version,
+        source=inv.source,
+        warnings=inv.warnings,
+        hint=inv.hint,
+    )
+
+
+def _manual(vram: int, count: int | None) -> GpuInventory:
+    gpus = [Gpu(index=i, name="GPU", gfx_version="unknown") for i in range(count or 1)]
+    for gpu in gpus:
+        gpu.vram_total_bytes = vram
+    return GpuInventory(gpus=gpus, source="manual")
+
+
+def needs_detection(opts: TargetOptions) -> bool:
+    """Whether the GPUs must be detected: none is named, and VRAM and count are not given."""
+    return not opts.gpu_spec and not (opts.vram_bytes is not None and opts.gpu_count is not None)
+
+
+def resolve_target(
+    opts: TargetOptions,
+    detect: Callable[[], GpuInventory] | None,
+    *,
+    host_name: str = "this machine",
+    default_gpu: str | None = None,
+) -> Target:
+    """The GPUs for ``opts``. ``detect`` runs detection (None: no host to ask);
+    ``default_gpu`` is the profile used when detection finds no GPU, else that is an error
+    (exit 3, ``no_gpu``)."""
+    notes: list[str] = []
+    manual = opts.vram_bytes
+    spec = opts.gpu_spec
+    if spec:
+        profile = get_profile(spec)
+        inv = profile.inventory(opts.gpu_count)
+        source = "profile"
+        if is_gfx(spec) and manual is None:
+            notes.append(
+                f"--gpu {spec}: assuming {profile.market_name} "
+                f"({profile.vram_bytes / 2**30:.0f} GiB per GPU); set --vram-gb for another"
+            )
+    elif not needs_detection(opts):
+        inv, source = _manual(manual or 0, opts.gpu_count), "manual"
+    else:
+        inv = detect() if detect is not None else GpuInventory()
+        source = "detect"
+        if not inv.gpus:
+            if default_gpu:
+                profile = get_profile(default_gpu)
+                inv = profile.inventory(opts.gpu_count)
+                source = "profile"
+                notes.append(
+                    f"no AMD GPU detected on {host_name}: planning for "
+                    f"{inv.gpu_count}x {profile.market_name} (use --gpu or --host to choose)"
+                )
+            elif manual is not None:
+                inv, source = _manual(manual, opts.gpu_count), "manual"
+            else:
+                raise NotReadyError(
+                    f"no AMD GPU found on {host_name}",
+                    fix=(inv.hint or "check the amdgpu driver (lsmod | grep amdgpu)")
+                    + f"; or name the GPU: --gpu {gpu_choices()}",
+                    id="no_gpu",
+                )
+        else:
+            notes.extend(inv.warnings)
+            if opts.gpu_count is not None:
+                if opts.gpu_count > inv.gpu_count:
+                    raise UsageError(
+                        f"--gpu-count {opts.gpu_count}, but {host_name} has {inv.gpu_count} GPU(s)",
+                        fix=f"use --gpu-count {inv.gpu_count} or less",
+                        id="bad_gpu_count",
+                    )
+                inv = _subset(inv, inv.gpus[: opts.gpu_count])
+    if manual is not None and source != "manual":
+        inv = _subset(inv, [replace(g, vram_total_bytes=manual) for g in inv.gpus])
+        unit = f"{opts.vram_gb:g} GB" if opts.vram_gb is not None else f"{opts.vram_gib:g} GiB"
+        notes.append(f"VRAM per GPU set to {unit} ({manual / MIB:.0f} MiB)")
+    if opts.gpus is not None:
+        by_index = {g.index: g for g in inv.gpus}
+        missing = [i for i in opts.gpus if i not in by_index]
+        if missing:
+            raise UsageError(
+                f"--gpus names GPU {', '.join(map(str, missing))}, but the host has "
+                f"{', '.join(str(i) for i in sorted(by_index)) or 'none'}",
+                fix="run `instinct detect` to list the GPU indices",
+                id="bad_gpus",
+            )
+        inv = _subset(inv, [by_index[i] for i in opts.gpus])
+    if inv.gfx_version == "mixed":
+        notes.append("the GPUs differ: sized for the smallest; restrict with --gpus")
+    return Target(inv, source, notes)
+
+
+def catalog_key(inventory: GpuInventory) -> str:
+    """The profile (``mi300x``) the catalog merges for, else the gfx target: the exact
+    profile lets upstream's per-GPU recipe overrides apply."""
+    from instinct_serve.hardware.profiles import PROFILES
+
+    gfx = inventory.gfx_version
+    if gfx in ("unknown", "mixed"):
+        kinds = sorted({g.gfx_version for g in inventory.gpus})
+        gfx = kinds[0] if kinds else "unknown"
+    first = inventory.gpus[0] if inventory.gpus else None
+    name = (first.market_name or first.name).lower() if first else ""
+    for key in PROFILES:
+        if key in name.replace(" ", "").replace("-", ""):
+            return key
+    return gfx

@@ -1,0 +1,58 @@
+"""The table a user approves before launch (``plan``, ``serve`` and the MCP summary)."""
+
+from __future__ import annotations
+
+from instinct_serve.plan.model import PlanResult
+
+
+def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
+    """The table a user approves before launch (also used by ``serve``)."""
+    plan = result.plan
+    fit = plan.fit
+    rows = [
+        (
+            "Model",
+            plan.model
+            + (f"  (asked: {plan.requested_model})" if plan.requested_model != plan.model else ""),
+        )
+    ]
+    rows.append(("Match", f"{plan.match_kind}: {plan.match_explanation}"))
+    variant_reason = next((r.why for r in plan.reasons if r.item == "variant"), "")
+    rows.append(("Precision", f"{plan.precision or 'as stored'} - {variant_reason}"))
+    if plan.weight_memory_gb is not None:
+        per_gpu = fit.weight_memory_per_gpu_gib if fit is not None else None
+        rows.append(
+            (
+                "Weights",
+                f"{plan.weight_memory_gb:.1f} GB"
+                + (f" ({per_gpu:.1f} GiB per GPU)" if per_gpu is not None else ""),
+            )
+        )
+    vram = (
+        f"{plan.vram_gb_per_gpu * 1e9 / 2**30:.0f} GiB = {plan.vram_gb_per_gpu:.0f} GB"
+        if plan.vram_gb_per_gpu
+        else "unknown VRAM"
+    )
+    rows.append(
+        (
+            "GPUs",
+            f"{plan.gpu_count}x {plan.gpu_name or 'GPU'} ({plan.gfx_version}, "
+            f"{vram} each; {result.hardware_source})",
+        )
+    )
+    rows.append(("Tensor parallel", str(plan.tensor_parallel_size)))
+    if plan.max_model_len:
+        ctx = f"{plan.max_model_len:,} tokens"
+        if plan.context_limited:
+            ctx += f" (limited by KV room; model max {plan.native_max_model_len:,})"
+    elif plan.native_max_model_len:
+        ctx = f"{plan.native_max_model_len:,} tokens (the model's full context)"
+    else:
+        ctx = "the model's default"
+    rows.append(("Max context", ctx))
+    if plan.verdict:
+        rows.append(("Fit", f"{plan.verdict}: {fit.verdict_reason if fit else ''}"))
+    rows.append(("Port", f"{plan.port}  (http://localhost:{plan.port}/v1)"))
+    rows.append(("Image", plan.image))
+    rows.append(("Container", plan.container_name))
+    return rows
