@@ -13,7 +13,6 @@ import pytest
 
 from instinct_serve.engine.gpus import (
     oom_hint,
-    parse_utilization,
     select,
     select_on_host,
 )
@@ -58,46 +57,6 @@ def busy_metric(used_mib: dict[int, int]) -> str:
     return json.dumps(doc)
 
 
-# --- utilization ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("0.5", 0.5), (" .9 ", 0.9), ("1", 1.0), ("1.0", 1.0), ("5e-1", 0.5), ("0.05", 0.05)],
-)
-def test_utilization_accepts_fractions_in_range(text: str, expected: float) -> None:
-    assert parse_utilization(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "why"),
-    [
-        ("0", "(0, 1]"),
-        ("-0.1", "(0, 1]"),
-        ("1.01", "(0, 1]"),
-        ("90", "did you mean 0.9"),
-        ("nan", "finite"),
-        ("inf", "finite"),
-        ("", "empty"),
-        ("  ", "empty"),
-        ("0.5x", "not a number"),
-        ("half", "not a number"),
-        ("0,5", "not a number"),
-    ],
-)
-def test_utilization_rejects_out_of_range_and_garbage(text: str, why: str) -> None:
-    with pytest.raises(UsageError) as err:
-        parse_utilization(text)
-    assert err.value.id == "bad_gpu_memory_utilization"
-    assert why in err.value.message
-
-
-def test_utilization_none_means_vllms_default_and_bools_are_refused() -> None:
-    assert parse_utilization(None) is None
-    with pytest.raises(UsageError):
-        parse_utilization(True)
-
-
 # --- selection over amd-smi ----------------------------------------------------------
 
 
@@ -112,7 +71,7 @@ def test_auto_picks_the_gpu_with_the_most_free_vram(tools: FakeBin, root: Path) 
             METRIC: busy_metric(used),
         },
     )
-    selection, inventory = select_on_host(LocalHost(), gpu="auto", sysfs_root=str(root))
+    selection, inventory = select_on_host(LocalHost(), sysfs_root=str(root))
 
     assert inventory.source == "amd-smi"
     assert selection.indexes == [5]
@@ -128,14 +87,16 @@ def test_an_explicit_busy_gpu_gets_the_low_free_vram_note(tools: FakeBin, root: 
             METRIC: busy_metric({2: 100_000}),
         },
     )
-    selection, _ = select_on_host(LocalHost(), gpu="2", sysfs_root=str(root))
+    selection, _ = select_on_host(LocalHost(), indexes=[2], sysfs_root=str(root))
 
     assert selection.indexes == [2]
     [note] = selection.low_free
     assert note.startswith("GPU 2 is busy: 97.7 GiB of 192.0 GiB already in use")
     assert "--gpu-memory-utilization to 0.47 or less" in note  # (192-97.7)/192 - 0.02
     with_half = select(
-        select_on_host(LocalHost(), gpu="2", sysfs_root=str(root))[1], gpu="2", utilization=0.45
+        select_on_host(LocalHost(), indexes=[2], sysfs_root=str(root))[1],
+        indexes=[2],
+        utilization=0.45,
     )
     assert with_half.low_free == []
 
@@ -156,38 +117,13 @@ def test_gpus_group_sets_tensor_parallelism(tools: FakeBin, root: Path) -> None:
         "amd-smi",
         {STATIC: load_fixture(SMI / "amd-smi_default_view_8xMI300X_rocm7.0.0_changelog.txt")},
     )
-    selection, _ = select_on_host(LocalHost(), gpus="4,5", sysfs_root=str(root))
+    selection, _ = select_on_host(LocalHost(), indexes=[4, 5], sysfs_root=str(root))
 
     assert selection.visible_devices == "4,5"
     assert selection.tensor_parallel_size == 2
-    for bad in ("4,4", "a,b", "", "1,-2"):
-        with pytest.raises(UsageError):
-            select_on_host(LocalHost(), gpus=bad, sysfs_root=str(root))
     with pytest.raises(UsageError) as err:
-        select_on_host(LocalHost(), gpus="7,8", sysfs_root=str(root))
-    assert "no GPU with index 8" in err.value.message
-
-
-def test_gpu_and_gpus_together_and_unknown_index_are_usage_errors(
-    tools: FakeBin, root: Path
-) -> None:
-    tools.add(
-        "amd-smi",
-        {STATIC: load_fixture(SMI / "amd-smi_default_view_8xMI300X_rocm7.0.0_changelog.txt")},
-    )
-    with pytest.raises(UsageError):
-        select_on_host(LocalHost(), gpu="1", gpus="0,1", sysfs_root=str(root))
-    with pytest.raises(UsageError) as err:
-        select_on_host(LocalHost(), gpu="9", sysfs_root=str(root))
-    assert err.value.id == "bad_gpu"
-    with pytest.raises(UsageError):
-        select_on_host(LocalHost(), gpu="first", sysfs_root=str(root))
-
-
-def test_a_bad_utilization_fails_before_anything_is_detected(tools: FakeBin, root: Path) -> None:
-    with pytest.raises(UsageError):
-        select_on_host(LocalHost(), utilization="1.5", sysfs_root=str(root))
-    assert tools.calls("amd-smi") == []
+        select_on_host(LocalHost(), indexes=[7, 8], sysfs_root=str(root))
+    assert "no GPU with index 8" in err.value.message and err.value.id == "bad_gpus"
 
 
 # --- selection over sysfs ------------------------------------------------------------
@@ -221,7 +157,7 @@ def test_sysfs_counters_are_not_trusted_to_rank_several_gpus(tools: FakeBin, roo
 
 def test_no_gpu_is_not_ready() -> None:
     with pytest.raises(NotReadyError) as err:
-        select(GpuInventory(), gpu="auto")
+        select(GpuInventory())
     assert err.value.id == "no_gpu"
 
 
@@ -236,14 +172,14 @@ def test_oom_hint_names_the_retries_and_quotes_the_line(tools: FakeBin, root: Pa
             METRIC: busy_metric({0: 180_000, 6: 1_000}),
         },
     )
-    selection, inventory = select_on_host(LocalHost(), gpu="0", sysfs_root=str(root))
+    selection, inventory = select_on_host(LocalHost(), indexes=[0], sysfs_root=str(root))
     log = (LOGS / "02_oom_during_cuda_graph_capture.log").read_text()
 
     hint = oom_hint(log, selection, inventory)
 
     assert hint is not None
     assert "--gpu-memory-utilization 0.5" in hint
-    assert "--gpu 6" in hint
+    assert "--gpus 6" in hint
     assert "instinct diagnose --symptom '" in hint
     assert "RuntimeError: CUDA error: out of memory" in hint
 

@@ -4,7 +4,7 @@ The core never puts a token in a document on purpose (plans name secrets, never 
 them), but an agent can paste anything into ``diagnose``, a log line can echo an
 environment, and an error message can quote an argument. So the server redacts, in every
 string of every result, the values of this process's secret environment variables (and of
-the token file ``huggingface-cli login`` writes) plus anything shaped like a Hugging Face
+the token file ``hf auth login`` writes) plus anything shaped like a Hugging Face
 token, and bounds every string and the whole document, so one call cannot flood the
 agent's context.
 """

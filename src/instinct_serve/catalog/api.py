@@ -23,12 +23,13 @@ from urllib.parse import urljoin, urlsplit
 
 from instinct_serve.catalog.parse import ParsedRecipe, ParseResult, RecipeFileError, Skipped
 from instinct_serve.errors import InstinctError
+from instinct_serve.hardware.profiles import UPSTREAM_HARDWARE
 
 if TYPE_CHECKING:
     import httpx
 
 DEFAULT_API_URL = "https://recipes.vllm.ai"
-AMD_HARDWARE = ("mi300x", "mi325x", "mi355x")
+AMD_HARDWARE = UPSTREAM_HARDWARE
 _API_ONLY_KEYS = ("hf_id", "recommended_command")
 _RENDER_KEYS = ("variant", "strategy", "deploy_type", "node_count", "docker_image")
 

@@ -118,17 +118,16 @@ def resolve_gpu(gpu: str, overrides: GpuOverrides | None = None) -> tuple[str, s
     text = gpu.strip().lower()
     if text in overrides.gpu_configs:
         return text, None
-    from instinct_serve.hardware.profiles import get_profile
+    from instinct_serve.hardware.profiles import get_profile, gpu_choices
 
     try:
         profile = get_profile(text)
     except UsageError as exc:
         raise UsageError(
-            f"unknown GPU {gpu!r}",
-            fix="use a gfx target (" + ", ".join(overrides.gpu_configs) + ") or a profile "
-            "name (mi300x, mi325x, mi300a, mi350x, mi355x, mi250x, mi210)",
-            id="unknown_gpu",
+            f"unknown GPU {gpu!r}", fix="use one of: " + gpu_choices(), id="unknown_gpu"
         ) from exc
+    if profile.key != text and text.startswith("gfx"):
+        return profile.gfx_version, None
     return profile.gfx_version, profile.key
 
 

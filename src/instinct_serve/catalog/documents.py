@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve.hardware.profiles import UPSTREAM_HARDWARE
+
 if TYPE_CHECKING:
     from instinct_serve.catalog.store import Catalog
 
@@ -43,9 +45,7 @@ def recipe_document(catalog: Catalog, recipe: Any) -> dict[str, Any]:
         "variants": {k: v.to_dict() for k, v in recipe.variants.items()},
         "hardware_overrides_amd": amd.to_dict() if amd else None,
         "amd_hardware": {
-            hw: recipe.hardware_status(hw)
-            for hw in ("mi300x", "mi325x", "mi355x")
-            if recipe.hardware_status(hw)
+            hw: recipe.hardware_status(hw) for hw in UPSTREAM_HARDWARE if recipe.hardware_status(hw)
         },
         "amd_image": recipe.amd_image(),
         "compatible_strategies": recipe.compatible_strategies,

@@ -360,11 +360,11 @@ def check_hf_token(probe: Probe, options: CheckOptions) -> Check:
                 details={**details, "source": token_file},
             )
     if probe.host.is_local:
-        where = "in your shell profile (or run `huggingface-cli login`)"
+        where = "in your shell profile (or run `hf auth login`)"
     else:
         where = (
             f"in the login environment of {probe.host.name} (its ~/.bashrc, above any early "
-            "return for non-interactive shells), or run `huggingface-cli login` there"
+            "return for non-interactive shells), or run `hf auth login` there"
         )
     fix = f"create a read token at {TOKEN_URL} and `export HF_TOKEN=...` {where}"
     model = options.model or "the model"
@@ -464,7 +464,7 @@ def check_hf_cache_disk(probe: Probe, options: CheckOptions) -> Check:
     }
     where = f"{free_gb} GB free on {facts.mount} (holds {path})"
     fix = (
-        "free space there (`huggingface-cli delete-cache`, `docker system prune`) "
+        "free space there (`hf cache rm`, `hf cache prune`, `docker system prune`) "
         "or point --hf-cache / HF_HUB_CACHE at a larger disk"
     )
     if options.need_gb is not None:

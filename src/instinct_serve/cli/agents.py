@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 
 import click
@@ -27,10 +29,26 @@ def mcp() -> None:
             raise
         raise NotReadyError(
             f"the MCP SDK is not installed ({exc.name})",
-            fix="pip install 'instinct-serve[mcp]'",
+            fix=f"install it into this environment: {shlex.join(_mcp_install())} "
+            "(from a clone, `pip install '.[mcp]'` does the same)",
             id="mcp_sdk_missing",
         ) from exc
     main()
+
+
+def _mcp_install() -> list[str]:
+    """The pip command that adds the ``mcp`` extra's requirement to this interpreter
+    (read from the installed package's metadata, so it matches pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        reqs = requires("instinct-serve") or []
+    except PackageNotFoundError:
+        reqs = []
+    wanted = [
+        r.split(";")[0].strip() for r in reqs if re.search(r"extra\s*==\s*['\"]mcp['\"]", r)
+    ] or ["mcp"]
+    return [sys.executable, "-m", "pip", "install", *wanted]
 
 
 @click.command("skill")

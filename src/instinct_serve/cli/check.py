@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, json_option
+from instinct_serve.cli.common import emit, get_host, host_option, json_option, print_wrapped
 from instinct_serve.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ _MARK = {
     "error": "[red]✗[/]",
     "skip": "[dim]-[/]",
 }
+_PLAIN = {"ok": "✓", "warn": "!", "error": "✗", "skip": "-"}
 
 
 def render(report: CheckReport, auto_fix: bool) -> Callable[[Console], None]:
@@ -45,13 +46,13 @@ def render(report: CheckReport, auto_fix: bool) -> Callable[[Console], None]:
         todo = [c for c in report.checks if c.status in ("error", "warn") and c.fix]
         if todo:
             con.print("\n[bold]To fix:[/]")
-            grid = Table.grid(padding=(0, 1))
-            grid.add_column(no_wrap=True)
-            grid.add_column(no_wrap=True)
-            grid.add_column()
             for check in todo:
-                grid.add_row(f" {_MARK[check.status]}", f"{check.id}:", escape(check.fix or ""))
-            con.print(grid)
+                print_wrapped(
+                    con,
+                    check.fix or "",
+                    indent="     ",
+                    first=f" {_PLAIN[check.status]} {check.id}: ",
+                )
         for title, items in (
             ("Fixes applied", report.fixes_applied),
             ("Fixes that failed", report.fixes_failed),

@@ -85,3 +85,20 @@ def progress(message: str, enabled: bool = True) -> Iterator[Callable[[str], Non
     con = console(stderr=True)
     with con.status(message) as status:
         yield lambda text: status.update(text)
+
+
+def print_wrapped(con: Console, text: str, indent: str = "", first: str | None = None) -> None:
+    """``text`` wrapped to the console at spaces only: a model id, path or URL is never
+    cut mid-word (a word longer than the line stays whole on its own line)."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text,
+        width=max(20, con.width),
+        initial_indent=indent if first is None else first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    for line in lines or [first or indent]:
+        con.print(line, markup=False, highlight=False, soft_wrap=True)

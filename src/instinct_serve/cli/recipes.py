@@ -12,16 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import emit, json_option, progress, warn
+from instinct_serve.cli.common import emit, json_option, print_wrapped, progress, warn
+from instinct_serve.hardware.profiles import UPSTREAM_HARDWARE, gpu_choices
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from instinct_serve.catalog.store import Catalog
 
-GPU_HELP = (
-    "gfx942|gfx950|gfx90a, or a profile: mi300x, mi325x, mi300a, mi350x, mi355x, mi250x, mi210"
-)
+GPU_HELP = gpu_choices()
 
 
 def _checked_catalog(as_json: bool) -> tuple[Catalog, list[str]]:
@@ -43,11 +42,9 @@ def recipes() -> None:
 
 
 def _amd_summary(recipe: Any) -> str:
-    verified = [
-        hw for hw in ("mi300x", "mi325x", "mi355x") if recipe.hardware_status(hw) == "verified"
-    ]
+    verified = [hw for hw in UPSTREAM_HARDWARE if recipe.hardware_status(hw) == "verified"]
     if verified:
-        return ",".join(verified)
+        return ", ".join(verified)
     return "overrides" if recipe.amd is not None else "-"
 
 
@@ -74,7 +71,7 @@ def list_cmd(task: str | None, as_json: bool) -> int:
                 "amd": {
                     "hardware": {
                         hw: recipe.hardware_status(hw)
-                        for hw in ("mi300x", "mi325x", "mi355x")
+                        for hw in UPSTREAM_HARDWARE
                         if recipe.hardware_status(hw)
                     },
                     "has_overrides": recipe.amd is not None,
@@ -96,45 +93,49 @@ def list_cmd(task: str | None, as_json: bool) -> int:
         "warnings": catalog.warnings,
     }
 
+    def entry(row: dict[str, Any]) -> tuple[str, str, str, str, str]:
+        params = row["parameter_count"] or "?"
+        if row["active_parameters"] and row["active_parameters"] != params:
+            params += f" ({row['active_parameters']} active)"
+        note = []
+        if row["blacklisted"]:
+            note.append(f"not an LLM: {row['blacklisted']}")
+        if row["nightly_required"]:
+            note.append("nightly vLLM")
+        context = f"{row['context_length']:,}" if row["context_length"] else "?"
+        precisions = ", ".join(sorted({p for p in row["variants"].values() if p}))
+        amd = _amd_summary(catalog.recipe(row["model_id"]))
+        detail = f"{', '.join(row['tasks'])}; {precisions or '?'}; AMD: {amd}"
+        return row["model_id"], params, context, detail, "; ".join(note)
+
     def human(con: Console) -> None:
+        from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title=f"{len(rows)} recipes ({catalog.source}, {catalog.fetched_at[:10]})")
-        for col in ("model", "tasks", "params", "context", "precisions", "AMD", "note"):
-            table.add_column(col, overflow="fold")
-        for row in rows:
-            params = row["parameter_count"] or "?"
-            if row["active_parameters"] and row["active_parameters"] != params:
-                params += f" ({row['active_parameters']} act.)"
-            note = []
-            if row["blacklisted"]:
-                note.append(f"[red]not an LLM: {row['blacklisted']}[/]")
-            if row["nightly_required"]:
-                note.append("[yellow]nightly vLLM[/]")
-            recipe = catalog.recipe(row["model_id"])
-            table.add_row(
-                row["model_id"],
-                ",".join(row["tasks"]),
-                params,
-                str(row["context_length"] or "?"),
-                ",".join(sorted({p for p in row["variants"].values() if p})),
-                _amd_summary(recipe),
-                " ".join(note),
-            )
-        con.print(table)
+        title = f"{len(rows)} recipes ({catalog.source}, {catalog.fetched_at[:10]})"
+        if con.width < 120:  # one entry per model: ids and words are never cut
+            con.print(f"[bold]{title}[/]")
+            for row in rows:
+                model, params, context, detail, note = entry(row)
+                print_wrapped(con, f"{model}  {params}, {context} tokens")
+                print_wrapped(con, detail + (f"; {note}" if note else ""), indent="    ")
+        else:
+            table = Table(title=title)
+            table.add_column("model", no_wrap=True)
+            for col in ("params", "context", "tasks; precisions; AMD", "note"):
+                table.add_column(col)
+            for row in rows:
+                table.add_row(*(escape(cell) for cell in entry(row)))
+            con.print(table)
         if legacy_rows:
-            extra = Table(title=f"{len(legacy_rows)} legacy models (instinct-serve's own entries)")
-            for col in ("model", "params", "context", "tool parser", "reasoning"):
-                extra.add_column(col)
+            con.print(f"[bold]{len(legacy_rows)} legacy models[/] (instinct-serve's own entries)")
             for m in legacy_rows:
-                extra.add_row(
-                    m["model_id"],
-                    m["parameter_count"],
-                    str(m["context_length"]),
-                    m["tool_call_parser"] or "-",
-                    m["reasoning_parser"] or "-",
+                print_wrapped(
+                    con,
+                    f"{m['model_id']}  {m['parameter_count']}, {m['context_length']:,} tokens; "
+                    f"tool parser {m['tool_call_parser'] or '-'}, "
+                    f"reasoning {m['reasoning_parser'] or '-'}",
                 )
-            con.print(extra)
         con.print(f"default image: {catalog.docker_image or '(none)'}")
 
     emit(doc, as_json, human)

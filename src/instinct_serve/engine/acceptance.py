@@ -158,7 +158,7 @@ def run_acceptance(
     ):
         return report
     source = resolve_model(host, model)
-    selection, _inventory = select_on_host(host, gpu="auto", sysfs_root=sysfs_root)
+    selection, _inventory = select_on_host(host, sysfs_root=sysfs_root)
     report.add("gpu", True, f"HIP_VISIBLE_DEVICES={selection.visible_devices}")
     argv = launcher.vllm_serve_argv(
         engine.vllm_command, source.path or source.hub_id or model, port=port, bind="127.0.0.1"

@@ -1,15 +1,14 @@
 """GPU choice and memory reservation for a native ``vllm serve`` (pure, plus one adapter).
 
-* ``--gpu auto|N`` / ``--gpus 0,1``: ``auto`` ranks GPUs by free VRAM and takes the
-  freest. The free figures come from the detect inventory; amd-smi / rocm-smi index GPUs
+* Without ``--gpus``, the GPU with the most free VRAM is taken; ``--gpus 0,1`` names them.
+  The free figures come from the detect inventory; amd-smi / rocm-smi index GPUs
   the way HIP does, but the DRM sysfs fallback numbers ``card<N>`` in probe order, which
   need not match HIP ordinals, so its counters are trusted for selection only when there
   is a single GPU. The choice is pinned with ``HIP_VISIBLE_DEVICES``; ``--gpus`` gives a
   tensor-parallel group (``--tensor-parallel-size`` = its size).
-* ``--gpu-memory-utilization``: vLLM reserves that fraction of each GPU's **total** VRAM,
-  whatever is already in use. A value outside (0, 1] or one that does not parse is an
-  error, never a silent default; a busy GPU gets a note before launch; an out-of-memory
-  startup gets a hint with the concrete retries.
+* ``--gpu-memory-utilization`` (validated by ``options``): vLLM reserves that fraction of
+  each GPU's **total** VRAM, whatever is already in use; a busy GPU gets a note before
+  launch; an out-of-memory startup gets a hint with the concrete retries.
 """
 
 from __future__ import annotations
@@ -27,71 +26,6 @@ from instinct_serve.hosts import Host
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's own default for --gpu-memory-utilization
 RETRY_UTILIZATION = 0.5
 VISIBLE_DEVICES_ENV = "HIP_VISIBLE_DEVICES"
-
-
-def parse_utilization(value: str | float | int | None) -> float | None:
-    """``--gpu-memory-utilization`` as a fraction in (0, 1]; None means vLLM's default."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise _bad_utilization(str(value), "it is not a number")
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            raise _bad_utilization(value, "it is empty")
-        try:
-            number = float(text)
-        except ValueError:
-            raise _bad_utilization(value, "it is not a number") from None
-    else:
-        number = float(value)
-    if math.isnan(number) or math.isinf(number):
-        raise _bad_utilization(str(value), "it is not a finite number")
-    if not 0.0 < number <= 1.0:
-        hint = ""
-        if 1.0 < number <= 100.0:
-            hint = f" (a fraction, not a percent: did you mean {number / 100:g}?)"
-        raise _bad_utilization(str(value), f"it must be in (0, 1]{hint}")
-    return number
-
-
-def _bad_utilization(value: str, why: str) -> UsageError:
-    return UsageError(
-        f"--gpu-memory-utilization {value!r} is invalid: {why}",
-        fix="give the fraction of each GPU's total VRAM vLLM may reserve, e.g. 0.5",
-        id="bad_gpu_memory_utilization",
-    )
-
-
-def parse_gpu(value: str | None) -> int | Literal["auto"]:
-    """``--gpu``: ``auto`` (default) or a non-negative GPU index."""
-    text = (value or "auto").strip().lower()
-    if text == "auto":
-        return "auto"
-    if not text.isdigit():
-        raise UsageError(
-            f"--gpu {value!r} is not 'auto' or a GPU index",
-            fix="use --gpu auto, or --gpu 1 (indexes as `instinct detect` lists them)",
-            id="bad_gpu",
-        )
-    return int(text)
-
-
-def parse_gpus(value: str) -> list[int]:
-    """``--gpus 0,1``: distinct indexes, in the order given."""
-    parts = [p.strip() for p in value.split(",")]
-    if not parts or any(not p.isdigit() for p in parts):
-        raise UsageError(
-            f"--gpus {value!r} is not a comma-separated list of GPU indexes",
-            fix="use e.g. --gpus 0,1",
-            id="bad_gpus",
-        )
-    indexes = [int(p) for p in parts]
-    if len(set(indexes)) != len(indexes):
-        raise UsageError(
-            f"--gpus {value!r} names a GPU twice", fix="use e.g. --gpus 0,1", id="bad_gpus"
-        )
-    return indexes
 
 
 def free_bytes(gpu: Gpu) -> int | None:
@@ -194,24 +128,18 @@ def low_free_note(gpu: Gpu, utilization: float | None) -> str | None:
     return (
         f"GPU {gpu.index} is busy: {used / GIB:.1f} GiB of {total / GIB:.1f} GiB already in use, "
         f"and {which} reserves {fraction * total / GIB:.1f} GiB of its total; {advice}, or "
-        "choose a less busy GPU with --gpu"
+        "choose a less busy GPU with --gpus N"
     )
 
 
 def select(
     inventory: GpuInventory,
     *,
-    gpu: str | None = None,
-    gpus: str | None = None,
+    indexes: list[int] | None = None,
     utilization: float | None = None,
 ) -> GpuSelection:
-    """Pick the GPUs for a launch from the inventory (see the module docstring)."""
-    if gpu is not None and gpus is not None:
-        raise UsageError(
-            "--gpu and --gpus exclude each other",
-            fix="use --gpu N for one GPU or --gpus 0,1 for tensor parallelism",
-            id="bad_gpus",
-        )
+    """Pick the GPUs for a launch from the inventory: ``indexes`` (``--gpus``, already
+    validated by ``options``) as given, else the one with the most free VRAM."""
     if not inventory.gpus:
         raise NotReadyError(
             "no AMD GPU found on this host; the native engine has no CPU fallback",
@@ -221,42 +149,34 @@ def select(
     by_index = {g.index: g for g in inventory.gpus}
     trusted = telemetry_trusted(inventory)
     notes: list[str] = []
-    mode: Literal["auto", "index", "group"]
-    if gpus is not None:
-        indexes, mode = parse_gpus(gpus), "group"
+    mode: Literal["auto", "group"]
+    if indexes is not None:
+        mode = "group"
     else:
-        choice = parse_gpu(gpu)
-        if choice == "auto":
-            mode = "auto"
-            if trusted:
-                best = rank(inventory)[0]
-                indexes = [best.index]
-                if inventory.gpu_count > 1:
-                    notes.append(
-                        f"--gpu auto chose GPU {best.index}, the one with the most free VRAM "
-                        f"({_free_gib(best) or 0:.1f} GiB)"
-                    )
-            else:
-                indexes = [min(by_index)]
-                why = (
-                    "the DRM sysfs card numbering need not match HIP's device order on a "
-                    "multi-GPU host"
-                    if inventory.source == "sysfs" and inventory.gpu_count > 1
-                    else "free VRAM is not known"
-                )
+        mode = "auto"
+        if trusted:
+            best = rank(inventory)[0]
+            indexes = [best.index]
+            if inventory.gpu_count > 1:
                 notes.append(
-                    f"--gpu auto took GPU {indexes[0]} without ranking: {why}; "
-                    "pass --gpu N to choose"
+                    f"chose GPU {best.index}, the one with the most free VRAM "
+                    f"({_free_gib(best) or 0:.1f} GiB); --gpus N picks another"
                 )
         else:
-            indexes, mode = [choice], "index"
+            indexes = [min(by_index)]
+            why = (
+                "the DRM sysfs card numbering need not match HIP's device order on a multi-GPU host"
+                if inventory.source == "sysfs" and inventory.gpu_count > 1
+                else "free VRAM is not known"
+            )
+            notes.append(f"took GPU {indexes[0]} without ranking: {why}; pass --gpus N to choose")
     unknown = [i for i in indexes if i not in by_index]
     if unknown:
         raise UsageError(
             f"no GPU with index {', '.join(map(str, unknown))} on this host "
             f"(it has {', '.join(str(i) for i in sorted(by_index))})",
             fix="pick an index that `instinct detect` lists",
-            id="bad_gpu",
+            id="bad_gpus",
         )
     chosen = [by_index[i] for i in indexes]
     low = []
@@ -297,9 +217,9 @@ def oom_hint(
         current = set(selection.indexes) if selection else set()
         other = next((g for g in rank(inventory) if g.index not in current), None)
     gpu_hint = (
-        f"a less busy GPU with --gpu {other.index} ({_free_gib(other) or 0:.1f} GiB free)"
+        f"a less busy GPU with --gpus {other.index} ({_free_gib(other) or 0:.1f} GiB free)"
         if other is not None
-        else "a less busy GPU with --gpu N"
+        else "a less busy GPU with --gpus N"
     )
     symptom = quote_line(line, "torch.OutOfMemoryError: HIP out of memory")
     return (
@@ -312,19 +232,15 @@ def oom_hint(
 def select_on_host(
     host: Host,
     *,
-    gpu: str | None = None,
-    gpus: str | None = None,
-    utilization: str | float | None = None,
+    indexes: list[int] | None = None,
+    utilization: float | None = None,
     sysfs_root: str = "/",
 ) -> tuple[GpuSelection, GpuInventory]:
-    """Detect the host's GPUs and select (validating the utilization first)."""
+    """Detect the host's GPUs and select."""
     from instinct_serve.gather.detect import detect
 
-    fraction = parse_utilization(utilization)
-    if gpu is not None:
-        parse_gpu(gpu)
     inventory = detect(host, sysfs_root)
-    return select(inventory, gpu=gpu, gpus=gpus, utilization=fraction), inventory
+    return select(inventory, indexes=indexes, utilization=utilization), inventory
 
 
 def utilization_args(fraction: float | None) -> Sequence[str]:

@@ -44,7 +44,7 @@ def hub_endpoint() -> str:
 
 
 def hub_token() -> str | None:
-    """The token from the environment or ``huggingface-cli login`` (never printed)."""
+    """The token from the environment or ``hf auth login`` (never printed)."""
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     if token:
         return token.strip()

@@ -25,6 +25,7 @@ class GpuProfile:
     vram_mib: int
     default_count: int
     source: str  # where the VRAM figure comes from
+    upstream: bool = False  # a hardware id of the vllm-project/recipes taxonomy
 
     @property
     def vram_bytes(self) -> int:
@@ -61,6 +62,7 @@ PROFILES: dict[str, GpuProfile] = {
             8,
             "amd-smi 26.0.0 default view on 8x MI300X (ROCm 7.0.0): 196592 MB (MiB) per GPU; "
             "rocm-smi shows 206141652992 B",
+            upstream=True,
         ),
         GpuProfile(
             "mi325x",
@@ -70,6 +72,7 @@ PROFILES: dict[str, GpuProfile] = {
             8,
             "amd-smi 26.0.0 default view on an MI325X (ROCm 7.0.1, ROCm JAX install docs): "
             "283/262128 MB; marketed as 256 GB",
+            upstream=True,
         ),
         GpuProfile(
             "mi300a",
@@ -98,6 +101,7 @@ PROFILES: dict[str, GpuProfile] = {
             8,
             "amd-smi 26.2.1 default view on MI355X hosts (ROCm 7.2.2): 283/294896 MB; "
             "marketed as 288 GB",
+            upstream=True,
         ),
         GpuProfile(
             "mi250x",
@@ -129,6 +133,10 @@ def _key(name: str) -> str:
 # Every gfx target with a profile, in table order (gfx942, gfx950, gfx90a): the one list of
 # the Instinct generations this tool plans for.
 GFX_TARGETS: tuple[str, ...] = tuple(dict.fromkeys(p.gfx_version for p in PROFILES.values()))
+
+
+# The AMD GPUs the vllm-project/recipes taxonomy names (recipes carry overrides for them).
+UPSTREAM_HARDWARE: tuple[str, ...] = tuple(k for k, p in PROFILES.items() if p.upstream)
 
 
 def gpu_choices() -> str:
