@@ -398,6 +398,7 @@ class TargetOptions(JobOptions):
         help="Use only these GPUs (device indices; sets HIP_VISIBLE_DEVICES).",
         low=0,
         high=1023,
+        fix="use device indices such as 0,1 (as `instinct detect` lists them)",
     )
 
     def check(self) -> None:

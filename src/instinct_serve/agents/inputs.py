@@ -159,8 +159,8 @@ _JSON_TYPES: dict[str, Any] = {
     "tokens": int | str,
     "bool": bool,
     "tristate": bool,
-    "indices": list[int],
-    "env": dict[EnvName, Annotated[str, Field(max_length=4096)]],
+    "indices": list[int] | str,  # [0, 1] or "0,1", as on the command line
+    "env": dict[EnvName, Annotated[str, Field(max_length=4096)]] | list[Text],
     "texts": list[Text],
     "args": list[Annotated[str, Field(max_length=4096)]],
 }

@@ -1,0 +1,248 @@
+"""The flag matrix: every shared option, through every surface (fit, plan, serve on the
+command line; the MCP fit, plan and serve inputs), with good and bad values.
+
+One table drives it. A bad value must be refused with the same error id everywhere, as
+``{"error": {"id", "message", "fix"}}`` on stdout under ``--json`` with exit code 2; a good
+value must not be refused as an option error anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from instinct_serve.agents import inputs
+from instinct_serve.cli.main import main
+from instinct_serve.errors import UsageError
+from instinct_serve.options import FitRequest, PlanOptions, ServeOptions, declared
+
+MODEL = "Qwen/Qwen3.5-9B"
+
+# (option, CLI flag, good values, bad values -> error id); which jobs take it.
+SHARED = ("fit", "plan", "serve")
+LAUNCH = ("plan", "serve")
+MATRIX: list[tuple[str, str, tuple[str, ...], dict[str, str], tuple[str, ...]]] = [
+    (
+        "gpu",
+        "--gpu",
+        ("mi300x", "gfx942", "MI-355X", "AMD Instinct MI325X"),
+        {"h100": "unknown_gpu_profile", "gfx1100": "unknown_gpu_profile"},
+        SHARED,
+    ),
+    ("gfx", "--gfx", ("gfx950",), {"gfx000": "unknown_gpu_profile"}, SHARED),
+    (
+        "vram_gb",
+        "--vram-gb",
+        ("80", "191.5"),
+        {
+            "0": "bad_vram",
+            "-1": "bad_vram",
+            "lots": "bad_vram",
+            "nan": "bad_vram",
+            "1e9": "bad_vram",
+        },
+        SHARED,
+    ),
+    ("vram_gib", "--vram-gib", ("192",), {"0": "bad_vram", "inf": "bad_vram"}, SHARED),
+    (
+        "gpu_count",
+        "--gpu-count",
+        ("1", "4"),
+        {"0": "bad_gpu_count", "1000000000": "bad_gpu_count", "1.5": "bad_gpu_count"},
+        SHARED,
+    ),
+    (
+        "gpus",
+        "--gpus",
+        ("0,1", "3"),
+        {"0,0": "bad_gpus", "a": "bad_gpus", "-1": "bad_gpus"},
+        SHARED,
+    ),
+    ("tp", "--tp", ("1", "2"), {"3": "bad_tp", "0": "bad_tp", "two": "bad_tp"}, SHARED),
+    (
+        "max_model_len",
+        "--max-model-len",
+        ("32768", "32k", "32K"),
+        {"1M": "bad_max_model_len", "0": "bad_max_model_len", "auto": "bad_max_model_len"},
+        SHARED,
+    ),
+    (
+        "kv_cache_dtype",
+        "--kv-cache-dtype",
+        ("fp8", "auto", "fp8_e4m3"),
+        {"fp4": "bad_kv_cache_dtype", "FP8 ": "bad_kv_cache_dtype"},
+        SHARED,
+    ),
+    (
+        "gpu_memory_utilization",
+        "--gpu-memory-utilization",
+        ("0.9", "1"),
+        {
+            "1.5": "bad_gpu_memory_utilization",
+            "0": "bad_gpu_memory_utilization",
+            "90": "bad_gpu_memory_utilization",
+            "nan": "bad_gpu_memory_utilization",
+        },
+        SHARED,
+    ),
+    (
+        "port",
+        "--port",
+        ("8001",),
+        {"0": "bad_port", "70000": "bad_port", "http": "bad_port"},
+        LAUNCH,
+    ),
+    (
+        "name",
+        "--name",
+        ("my-endpoint",),
+        {"-rm": "bad_name", "a b": "bad_name", "x" * 200: "bad_name"},
+        LAUNCH,
+    ),
+    ("max_num_seqs", "--max-num-seqs", ("64",), {"0": "bad_max_num_seqs"}, ("fit",)),
+    ("timeout_s", "--timeout", ("60",), {"nan": "bad_timeout_s", "0": "bad_timeout_s"}, ("serve",)),
+]
+CASES = [
+    (job, name, flag, value, bad.get(value))
+    for name, flag, good, bad, jobs in MATRIX
+    for job in jobs
+    for value in (*good, *bad)
+]
+TYPES = {"fit": FitRequest, "plan": PlanOptions, "serve": ServeOptions}
+MCP = {"fit": inputs.FitInput, "plan": inputs.PlanInput, "serve": inputs.ServeInput}
+
+
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    code = exit_info.value.code
+    return (code if isinstance(code, int) else 1), out, err
+
+
+def last_json(out: str) -> dict[str, Any]:
+    """The document: pretty-printed JSON, or the last line of serve's JSON Lines."""
+    try:
+        doc: dict[str, Any] = json.loads(out)
+    except ValueError:
+        doc = json.loads(out.strip().splitlines()[-1])
+    return doc
+
+
+def argv_for(job: str, flag: str, value: str) -> list[str]:
+    # --gpu mi300x keeps detection out of the way (except where --gpu is the option).
+    gpu = [] if flag in ("--gpu", "--gfx") else ["--gpu", "mi300x"]
+    if flag == "--gfx":
+        gpu = []
+    return [job, MODEL, *gpu, f"{flag}={value}", "--json"]
+
+
+def mcp_error(job: str, arguments: dict[str, Any]) -> UsageError | None:
+    """What the MCP server answers for these arguments: the input model, then ``parse``."""
+    model = MCP[job]
+    try:
+        inp = model.model_validate(arguments)
+    except ValidationError as exc:
+        mapped = model.option_error(exc)
+        assert mapped is not None, exc
+        return mapped
+    try:
+        inp.options()
+    except UsageError as exc:
+        return exc
+    return None
+
+
+def test_every_option_of_every_job_is_in_the_matrix_or_job_specific() -> None:
+    covered = {name for name, *_ in MATRIX}
+    shared = set.intersection(*({n for n, _s, _d in declared(t)} for t in TYPES.values()))
+    assert shared <= covered | {"model"}, shared - covered
+
+
+@pytest.mark.parametrize(("job", "name", "flag", "value", "error_id"), CASES)
+def test_the_cli_takes_or_refuses_each_value_as_json(
+    job: str,
+    name: str,
+    flag: str,
+    value: str,
+    error_id: str | None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if job == "serve":  # past the options, serve checks this host: keep it quick and local
+        monkeypatch.setenv("PATH", "/nonexistent")
+    code, out, err = cli(argv_for(job, flag, value), capsys)
+    if error_id is None:
+        if job != "serve":
+            assert code == 0, out + err
+        else:
+            assert code != 2 or last_json(out)["error"]["id"] not in (
+                f"bad_{name}",
+                "unknown_gpu_profile",
+            ), out
+        return
+    doc = last_json(out)
+    error = doc["error"]
+    assert code == 2, out + err
+    assert error["id"] == error_id, error
+    assert error["message"] and error["fix"], error
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize(("job", "name", "flag", "value", "error_id"), CASES)
+def test_the_mcp_input_takes_or_refuses_each_value_the_same_way(
+    job: str, name: str, flag: str, value: str, error_id: str | None
+) -> None:
+    arguments: dict[str, Any] = {"model": MODEL, name: value}
+    if name not in ("gpu", "gfx"):
+        arguments["gpu"] = "mi300x"
+    if name == "gpus":
+        arguments[name] = value
+    found = mcp_error(job, arguments)
+    if error_id is None:
+        assert found is None, found.to_dict() if found else None
+    else:
+        assert found is not None and found.id == error_id, found.to_dict() if found else None
+        assert found.exit_code == 2
+
+
+def test_json_values_convert_as_the_cli_strings_do() -> None:
+    """An agent sends JSON numbers and lists; the result is the same typed options."""
+    from_cli = PlanOptions.parse(
+        {"model": MODEL, "gpu": "mi300x", "tp": "2", "max_model_len": "32k", "gpus": "0,1"}
+    )
+    from_json = inputs.PlanInput.model_validate(
+        {"model": MODEL, "gpu": "mi300x", "tp": 2, "max_model_len": "32k", "gpus": [0, 1]}
+    ).options()
+    assert from_cli == from_json
+    assert from_json.max_model_len == 32000 and from_json.gpus == [0, 1]
+
+
+def test_click_usage_errors_are_json_too(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(["plan", "--no-such-flag", "--json"], capsys)
+    assert code == 2 and last_json(out)["error"]["id"] == "bad_usage"
+    code, out, _ = cli(["fit", "--json"], capsys)
+    assert code == 2 and last_json(out)["error"]["id"] in ("bad_usage", "bad_model")
+
+
+def test_a_secret_is_refused_on_every_surface(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(["plan", "--gpu", "mi300x", "--env", "HF_TOKEN=hf_x", "--json"], capsys)
+    assert code == 2 and last_json(out)["error"]["id"] == "secret_in_args"
+    found = mcp_error("serve", {"gpu": "mi300x", "extra_env": {"MY_API_KEY": "abc"}})
+    assert found is not None and found.id == "secret_in_args"
+    code, out, _ = cli(["plan", "--gpu", "mi300x", "--env", "1BAD=x", "--json"], capsys)
+    assert code == 2 and last_json(out)["error"]["id"] == "bad_extra_env"
+
+
+def test_the_help_lists_the_gpus_from_the_profile_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from instinct_serve.hardware.profiles import GFX_TARGETS, PROFILES
+
+    for job in SHARED:
+        code, out, _ = cli([job, "--help"], capsys)
+        assert code == 0
+        flat = " ".join(out.split())
+        for key in (*PROFILES, *GFX_TARGETS):
+            assert key in flat, (job, key)
