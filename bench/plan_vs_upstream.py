@@ -114,8 +114,8 @@ def load_planner() -> PlanFn:
     a result, not an exception.
     """
     from instinct_serve.errors import InstinctError
-    from instinct_serve.plan.assemble import make_plan
-    from instinct_serve.plan.planner import PlanOptions
+    from instinct_serve.gather.plan import make_plan
+    from instinct_serve.options import PlanOptions
 
     def plan(model: str, gpu: str, gpu_count: int, **options: Any) -> Ours:
         try:
