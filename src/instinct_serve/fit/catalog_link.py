@@ -9,7 +9,6 @@ with a note, never an error.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -18,25 +17,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport, HardwareSpec
 
+from instinct_serve.fit.precision import precision_from_name
+
 MAX_ALTERNATIVES = 8
-
-_QUANT_NAME = (
-    (re.compile(r"nvfp4", re.I), "nvfp4"),
-    (re.compile(r"mxfp4", re.I), "mxfp4"),
-    (re.compile(r"mxfp8", re.I), "mxfp8"),
-    (re.compile(r"fp8", re.I), "fp8"),
-    (re.compile(r"awq|gptq|int4|w4a16", re.I), "int4"),
-    (re.compile(r"w8a8|int8", re.I), "int8"),
-)
-
-
-def precision_from_name(model_id: str) -> str | None:
-    """``Qwen3-8B-FP8`` -> ``fp8``; None when the name says nothing."""
-    name = model_id.rsplit("/", 1)[-1]
-    for pattern, precision in _QUANT_NAME:
-        if pattern.search(name):
-            return precision
-    return None
 
 
 @dataclass
@@ -237,7 +220,6 @@ def find_alternatives(
     quantized siblings on the Hub; each verified with ``estimate``, ranked. Also returns
     why a candidate was skipped."""
     from instinct_serve.errors import InstinctError
-    from instinct_serve.fit.catalog_link import precision_from_name
     from instinct_serve.fit.estimate import Candidate, alternatives, precision_supported
     from instinct_serve.fit.sources import load_model_meta, quantized_siblings
 
