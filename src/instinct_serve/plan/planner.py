@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve import __version__
-from instinct_serve.catalog.recipe import arg_units
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.fit.vllm import token_count
 from instinct_serve.plan.labels import managed_labels
 from instinct_serve.plan.model import DEFAULT_PORT, LaunchPlan, Mount, Reason
+from instinct_serve.vllm_args import units as arg_units
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig

@@ -30,6 +30,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from instinct_serve import vllm_args
 from instinct_serve.diagnose import DiagnoseContext, Diagnosis, Finding, RetryHint, diagnose
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host, SshHost
@@ -99,43 +100,6 @@ def detaches(plan: LaunchPlan, settings: ServeSettings) -> bool:
 # --------------------------------------------------------------------------- retry hints
 
 
-def _flag_name(token: str) -> str:
-    return token.split("=", 1)[0]
-
-
-def _split_args(tokens: Sequence[str]) -> list[list[str]]:
-    """``["--a", "1", "--b", "--c=2"]`` -> ``[["--a", "1"], ["--b"], ["--c=2"]]``."""
-    groups: list[list[str]] = []
-    for token in tokens:
-        if token.startswith("-") or not groups or len(groups[-1]) > 1 or "=" in groups[-1][0]:
-            groups.append([token])
-        else:
-            groups[-1].append(token)
-    return groups
-
-
-def set_arg(args: list[str], flag: str, value: str | None) -> list[str]:
-    """``args`` with every ``flag`` occurrence replaced by one ``flag value`` (or bare flag)."""
-    out: list[str] = []
-    skip = False
-    for i, token in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if token == flag:
-            nxt = args[i + 1] if i + 1 < len(args) else None
-            skip = value is not None and nxt is not None and not nxt.startswith("-")
-            continue
-        if token.startswith(flag + "="):
-            continue
-        out.append(token)
-    return [*out, flag] if value is None else [*out, flag, value]
-
-
-def has_flag(args: Sequence[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in args)
-
-
 def apply_retry(plan: LaunchPlan, hint: RetryHint) -> tuple[LaunchPlan, list[str]]:
     """A copy of ``plan`` with a diagnose retry hint applied, and what changed (words).
 
@@ -144,16 +108,15 @@ def apply_retry(plan: LaunchPlan, hint: RetryHint) -> tuple[LaunchPlan, list[str
     """
     new = copy.deepcopy(plan)
     changes: list[str] = []
-    for group in _split_args(hint.get("add_args", [])):
-        flag = _flag_name(group[0])
-        value = (
-            group[1] if len(group) > 1 else (group[0].split("=", 1)[1] if "=" in group[0] else None)
-        )
-        current = _arg_value(new.vllm_args, flag)
-        if has_flag(new.vllm_args, flag) and current == value:
+    for unit in vllm_args.units(hint.get("add_args", [])):
+        if unit.name is None:
+            continue  # a hint names options, never positional arguments
+        flag, wanted = unit.name, unit.value or None
+        current = vllm_args.value(new.vllm_args, flag)  # "" for a bare flag, None if absent
+        if current is not None and (current or None) == wanted:
             continue
-        new.vllm_args = set_arg(new.vllm_args, flag, value)
-        changes.append(flag if value is None else f"{flag} {value}")
+        new.vllm_args = vllm_args.set_flag(new.vllm_args, flag, wanted)
+        changes.append(flag if wanted is None else f"{flag} {wanted}")
     for key, env_value in hint.get("set_env", {}).items():
         if new.env.get(key) != env_value:
             new.env[key] = env_value
@@ -170,20 +133,10 @@ def apply_retry(plan: LaunchPlan, hint: RetryHint) -> tuple[LaunchPlan, list[str
         options.append(("--tensor-parallel-size", str(hint["tensor_parallel_size"])))
         new.tensor_parallel_size = int(hint["tensor_parallel_size"])
     for flag, text in options:
-        if _arg_value(new.vllm_args, flag) != text:
-            new.vllm_args = set_arg(new.vllm_args, flag, text)
+        if vllm_args.value(new.vllm_args, flag) != text:
+            new.vllm_args = vllm_args.set_flag(new.vllm_args, flag, text)
             changes.append(f"{flag} {text}")
     return new, changes
-
-
-def _arg_value(args: Sequence[str], flag: str) -> str | None:
-    value: str | None = None
-    for i, token in enumerate(args):
-        if token == flag and i + 1 < len(args) and not args[i + 1].startswith("-"):
-            value = args[i + 1]
-        elif token.startswith(flag + "="):
-            value = token.split("=", 1)[1]
-    return value
 
 
 # --------------------------------------------------------------------------- secrets
@@ -1043,7 +996,7 @@ class Deployer:
 
     def _context(self, signals: frozenset[Any]) -> DiagnoseContext:
         args = list(self.plan.vllm_args)
-        if not has_flag(args, "--tensor-parallel-size") and not has_flag(args, "-tp"):
+        if not vllm_args.has(args, "--tensor-parallel-size", "-tp"):
             args += ["--tensor-parallel-size", str(self.plan.tensor_parallel_size)]
         return DiagnoseContext(
             gfx=self.gfx,
@@ -1224,7 +1177,7 @@ class Deployer:
 
     def _endpoint(self, *, warmup_s: float | None, coherence: dict[str, Any] | None) -> Endpoint:
         plan = self.plan
-        api_key = "VLLM_API_KEY" if has_flag(plan.vllm_args, "--api-key") else None
+        api_key = "VLLM_API_KEY" if vllm_args.has(plan.vllm_args, "--api-key") else None
         return Endpoint(
             base_url=f"http://{self.address}:{plan.port}/v1",
             model=plan.served_model_name,
