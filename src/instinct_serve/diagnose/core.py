@@ -7,8 +7,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from instinct_serve.diagnose.failure_signals import STRONG_FAILURE
 from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, iter_lines
 from instinct_serve.diagnose.model import DiagnoseContext, Diagnosis, Finding
+from instinct_serve.diagnose.phases import PHASE_ORDER, PhaseTracker
 from instinct_serve.diagnose.rules import BUILDERS, RANKS, RULES
 from instinct_serve.diagnose.scan import Scan
 from instinct_serve.diagnose.shell import issue_search
@@ -16,18 +18,11 @@ from instinct_serve.diagnose.shell import issue_search
 TAIL_LINES = 40
 MAX_LINES = 50_000  # a docker logs --tail 5000 is far below; bound the work on huge input
 _GFX = re.compile(r"\b(gfx(?:90a|9[0-9]{2}|1[0-9]{3}))\b")
-_STRONG = re.compile(
-    r"Segmentation fault|Segfault encountered|Fatal Python error|Illegal instruction|"
-    r"Memory access fault by GPU|error while attempting to bind"
-)
 CANONICAL_UNKNOWN = "vLLM ROCm engine startup failure"
 
 
 def _facts(text: str, lines: list[LogLine]) -> tuple[dict[str, Any], dict[int, str]]:
     """Run the phase tracker over the log: version, figures and the phase before each line."""
-    # Imported here: runtime.phases imports this package's logline module.
-    from instinct_serve.runtime.phases import PHASE_ORDER, PhaseTracker
-
     tracker = PhaseTracker()
     phase_before: dict[int, str] = {}
     reached = "starting"
@@ -66,7 +61,7 @@ def _order(findings: list[Finding]) -> tuple[Finding, ...]:
 
 def _last_error(lines: list[LogLine]) -> str | None:
     for line in reversed(lines):
-        if line.errorish and (EXCEPTION_START.match(line.text) or _STRONG.search(line.text)):
+        if line.errorish and (EXCEPTION_START.match(line.text) or STRONG_FAILURE.search(line.text)):
             return line.text.strip()
     return None
 

@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 
 from instinct_serve import vllm_args
 from instinct_serve.diagnose import DiagnoseContext, Diagnosis, Finding, RetryHint, diagnose
+from instinct_serve.diagnose.phases import PHASE_ORDER, PhaseEvent, PhaseTracker
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host, SshHost
 from instinct_serve.paths import hf_token_file
@@ -46,7 +47,6 @@ from instinct_serve.plan.labels import (
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import health
 from instinct_serve.runtime.docker import Docker, PortHolder
-from instinct_serve.runtime.phases import PHASE_ORDER, PhaseEvent, PhaseTracker
 
 LARGE_MODEL_GB = 100.0  # from here on, serve returns once loading is confirmed
 DEFAULT_STALL_S = 300.0  # silence while capturing graphs that counts as a hang
