@@ -23,7 +23,7 @@ from instinct_serve.diagnose import FINDING_IDS
 from instinct_serve.errors import ExitCode
 from instinct_serve.fit.estimate import VERDICTS
 from instinct_serve.hardware.profiles import get_profile
-from instinct_serve.runtime.serve import Status
+from instinct_serve.runtime.documents import Status
 from tests.agents.conftest import FIXTURE_LOGS
 from tests.infra.paths import REPO
 

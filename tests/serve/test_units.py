@@ -11,19 +11,11 @@ import pytest
 
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime.serve import (
-    LABEL_FIXES,
-    Endpoint,
-    ExitInfo,
-    ServeOutcome,
-    ServeSettings,
-    apply_retry,
-    curl_command,
-    detaches,
-    launch_labels,
-    local_secrets,
-    startup_timeout_s,
-)
+from instinct_serve.runtime.backend import LABEL_FIXES, ExitInfo, launch_labels
+from instinct_serve.runtime.documents import Endpoint, ServeOutcome, curl_command
+from instinct_serve.runtime.retry import apply_retry
+from instinct_serve.runtime.secret_env import local_secrets
+from instinct_serve.runtime.settings import ServeSettings, detaches, startup_timeout_s
 
 
 def plan(**over: object) -> LaunchPlan:

@@ -38,9 +38,8 @@ if TYPE_CHECKING:
 
 EventSink = Callable[[dict[str, Any]], None]
 
-MAX_LOG_BYTES = 64 * 1024  # the tail of `logs` and of a diagnosed container log, at most
+MAX_LOG_BYTES = 64 * 1024  # the tail of `logs`, at most
 MAX_LIST = 100  # containers listed by `status`
-DIAGNOSE_TAIL = 5000  # container log lines handed to diagnose (as the CLI)
 
 
 @dataclass
@@ -175,15 +174,12 @@ def diagnose(inp: DiagnoseInput) -> Outcome:
     context = DiagnoseContext(gfx=inp.gfx, model=inp.model, vllm_version=inp.vllm_version)
     if inp.symptom:
         result = diagnose_symptom(inp.symptom, context)
-    else:
-        if inp.container:
-            from instinct_serve.runtime.endpoints import read_log
+    elif inp.container:
+        from instinct_serve.runtime.diagnosis import diagnose_endpoint
 
-            host = _host(inp.host)
-            _, log = read_log(host, inp.container, DIAGNOSE_TAIL, managed_only=True)
-            text = _keep_end(log, 64 * 2**20)
-        else:
-            text = inp.log_text or ""
+        result = diagnose_endpoint(_host(inp.host), inp.container, context, managed_only=True)
+    else:
+        text = inp.log_text or ""
         if not text.strip():
             raise UsageError("the log is empty", fix="check the log source", id="empty_log")
         result = run_diagnose(text, context)
@@ -315,7 +311,8 @@ def deploy(inp: ServeInput, host: Host, sink: EventSink, cancelled: Callable[[],
     """
     from instinct_serve.cli.plan import plan_options_from_kwargs
     from instinct_serve.runtime.prepare import prepare
-    from instinct_serve.runtime.serve import Interrupted, ServeSettings
+    from instinct_serve.runtime.serve import Interrupted
+    from instinct_serve.runtime.settings import ServeSettings
 
     unwinding = False
 

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from rich.status import Status
 
     from instinct_serve.plan.assemble import PlanResult
-    from instinct_serve.runtime.serve import Backend, Deployer, ServeOutcome
+    from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.documents import ServeOutcome
+    from instinct_serve.runtime.serve import Deployer
 
 # Phases that come with a figure worth a line of its own even off a terminal.
 _KEY_MESSAGES = ("KV cache:", "weights loaded", "graphs captured", "engine initialised")
@@ -249,7 +251,7 @@ class ServeView:
 
 
 def _settings(**kwargs: Any) -> Any:
-    from instinct_serve.runtime.serve import ServeSettings
+    from instinct_serve.runtime.settings import ServeSettings
 
     return ServeSettings(**{k: v for k, v in kwargs.items() if v is not None})
 

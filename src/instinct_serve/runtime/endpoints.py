@@ -56,8 +56,8 @@ class Row:
 
 def docker_rows(host: Host) -> tuple[list[Row], str | None]:
     """Managed containers, or (no rows, why) when Docker is not usable on the host."""
+    from instinct_serve.runtime.backend import LABEL_FIXES
     from instinct_serve.runtime.docker import Docker
-    from instinct_serve.runtime.serve import LABEL_FIXES
 
     try:
         found = Docker(host).list_managed()

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from instinct_serve.hosts import Host
     from instinct_serve.plan.assemble import PlanResult
     from instinct_serve.plan.planner import PlanOptions
-    from instinct_serve.runtime.serve import Backend, Deployer, ServeSettings
+    from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.serve import Deployer
+    from instinct_serve.runtime.settings import ServeSettings
 
 EventSink = Callable[[dict[str, Any]], None]
 
@@ -146,7 +148,7 @@ def prepare(
     catalog or arguments changed) raises ``plan_changed`` before anything is launched.
     """
     from instinct_serve.plan.assemble import make_plan
-    from instinct_serve.runtime.serve import DockerBackend
+    from instinct_serve.runtime.docker_backend import DockerBackend
 
     def warn(message: str) -> None:
         sink(event("warning", message=message))
