@@ -310,13 +310,14 @@ def deploy(inp: ServeInput, host: Host, sink: EventSink, cancelled: Callable[[],
     ``plan_changed`` and nothing is launched.
     """
     from instinct_serve.cli.plan import plan_options_from_kwargs
+    from instinct_serve.runtime.events import ServeEvent
     from instinct_serve.runtime.prepare import prepare
     from instinct_serve.runtime.serve import Interrupted
     from instinct_serve.runtime.settings import ServeSettings
 
     unwinding = False
 
-    def emit(doc: dict[str, Any]) -> None:
+    def emit(event: ServeEvent) -> None:
         # Raise once; the cleanup that follows must not be interrupted by its own events.
         nonlocal unwinding
         if unwinding:
@@ -324,7 +325,7 @@ def deploy(inp: ServeInput, host: Host, sink: EventSink, cancelled: Callable[[],
         if cancelled():
             unwinding = True
             raise Cancelled()
-        sink(doc)
+        sink(event.to_dict())  # the JSON edge: MCP progress notifications
 
     try:
         opts = plan_options_from_kwargs(inp.plan_kwargs(), engine=inp.engine)

@@ -190,7 +190,7 @@ class PhaseTracker:
 
     def __init__(self) -> None:
         self.phase: Phase = "starting"
-        self.message: str = "starting"
+        self.message: str = "no progress line yet"
         self.progress: float | None = None
         self.failed_line: str | None = None
         self.last_line_at: float | None = None

@@ -7,12 +7,12 @@ same events the ``Deployer`` emits (``phase`` checking/planning, ``warning``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from instinct_serve.errors import InstinctError, NotReadyError
+from instinct_serve.runtime.events import EventSink, PhaseUpdate, WarningEvent
 
 if TYPE_CHECKING:
     from instinct_serve.checks import CheckReport
@@ -23,14 +23,7 @@ if TYPE_CHECKING:
     from instinct_serve.runtime.serve import Deployer
     from instinct_serve.runtime.settings import ServeSettings
 
-EventSink = Callable[[dict[str, Any]], None]
-
 DOCKER_CHECKS = frozenset({"docker_installed", "docker_daemon"})
-
-
-def event(kind: str, **fields: Any) -> dict[str, Any]:
-    """One progress event, shaped as the ``Deployer``'s own."""
-    return {"event": kind, "ts": round(time.time(), 3), **fields}
 
 
 def require_ready(
@@ -151,14 +144,14 @@ def prepare(
     from instinct_serve.runtime.docker_backend import DockerBackend
 
     def warn(message: str) -> None:
-        sink(event("warning", message=message))
+        sink(WarningEvent(message=message))
 
-    sink(event("phase", phase="checking", message=f"host {host.name}", progress=None, figures={}))
+    sink(PhaseUpdate(phase="checking", message=f"host {host.name}"))
     report = require_ready(host, opts.model, opts.port, opts.hf_cache, root, engine)
     for warning in report.warnings:
         if engine == "docker" or warning.id not in DOCKER_CHECKS:
             warn(f"{warning.id}: {warning.message}")
-    sink(event("phase", phase="planning", message=opts.model, progress=None, figures={}))
+    sink(PhaseUpdate(phase="planning", message=opts.model))
     result = make_plan(opts, host)
     if approved_hash is not None and result.plan.plan_hash != approved_hash:
         raise plan_changed(approved_hash, result)

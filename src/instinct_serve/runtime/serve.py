@@ -14,8 +14,8 @@ The engine behind it is a ``Backend`` (``runtime.backend``): Docker containers
 Both run through a ``Host``, so ``--host`` is the same code path; HTTP goes through
 ``runtime.tunnel`` (a no-op locally). The pieces it uses live next to it: ``settings``
 (patience), ``retry`` (a hint applied to the plan), ``secret_env``, ``follower`` (the log
-stream) and ``documents`` (what it returns). Progress is reported as event dicts
-(``{"event": "phase", ...}``) to a sink the CLI renders as a status line or JSON lines.
+stream) and ``documents`` (what it returns). Progress is reported as typed events
+(``runtime.events``) to a sink the CLI renders as a status line or JSON Lines.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from instinct_serve import vllm_args
 from instinct_serve.diagnose import DiagnoseContext, Diagnosis, Finding, diagnose
-from instinct_serve.diagnose.phases import PHASE_ORDER, PhaseEvent, PhaseTracker
+from instinct_serve.diagnose.phases import PHASE_ORDER, PhaseTracker
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host, SshHost
 from instinct_serve.plan.model import LaunchPlan
@@ -38,6 +38,22 @@ from instinct_serve.runtime import health
 from instinct_serve.runtime.backend import Backend, ExitInfo, Occupant, Target, launch_labels
 from instinct_serve.runtime.docker_backend import DockerBackend
 from instinct_serve.runtime.documents import Endpoint, Failure, Relaunch, ServeOutcome, Status
+from instinct_serve.runtime.events import (
+    Attached,
+    CoherenceChecked,
+    EventSink,
+    Healthy,
+    Launched,
+    Note,
+    PhaseUpdate,
+    Relaunching,
+    Replaced,
+    Reused,
+    ServeEvent,
+    Stalled,
+    WarmedUp,
+    phase_words,
+)
 from instinct_serve.runtime.follower import LogFollower
 from instinct_serve.runtime.native import NativeBackend
 from instinct_serve.runtime.retry import apply_retry
@@ -51,7 +67,6 @@ SHOWN_TAIL = 30  # log lines shown with a failure
 FOLLOWER_RESTARTS = 3
 HANG_PHASES = frozenset({"capturing_graphs"})
 
-EventSink = Callable[[dict[str, Any]], None]
 Confirm = Callable[[str], bool]
 
 
@@ -145,20 +160,15 @@ class Deployer:
 
     # -- events
 
-    def event(self, kind: str, **fields: Any) -> None:
-        self.sink({"event": kind, "ts": round(time.time(), 3), **fields})
+    def emit(self, event: ServeEvent) -> None:
+        self.sink(event)
 
-    def phase(self, phase: str, message: str, **fields: Any) -> None:
-        self.event("phase", phase=phase, message=message, progress=None, figures={}, **fields)
-
-    def _phase_event(self, event: PhaseEvent) -> None:
-        doc = event.to_dict()
-        doc.pop("event", None)
-        self.event("phase", **doc)
+    def phase(self, phase: str, message: str, attempt: int | None = None) -> None:
+        self.emit(PhaseUpdate(phase=phase, message=message, attempt=attempt))
 
     def note(self, message: str) -> None:
         self.notes.append(message)
-        self.event("note", message=message)
+        self.emit(Note(message=message))
 
     # -- HTTP through the tunnel (opened once, lazily)
 
@@ -188,7 +198,7 @@ class Deployer:
         self.plan = self._with_name(existing.name)
         sample = health.probe_health(self.base_url, timeout=3.0)
         if sample.ok:
-            self.event("reused", container=existing.name, message=f"{existing.name} is healthy")
+            self.emit(Reused(container=existing.name, message=f"{existing.name} is healthy"))
             endpoint = self._endpoint(warmup_s=None, coherence=None)
             failed = self._check_listed(endpoint)
             if failed is not None:
@@ -196,10 +206,11 @@ class Deployer:
             outcome = self._outcome("reused", endpoint=endpoint)
             outcome.phase = "ready"
             return outcome
-        self.event(
-            "attached",
-            container=existing.name,
-            message=f"{existing.name} (same plan) is still starting: following it",
+        self.emit(
+            Attached(
+                container=existing.name,
+                message=f"{existing.name} (same plan) is still starting: following it",
+            )
         )
         return self._wait_and_finish(existing.name)
 
@@ -322,14 +333,12 @@ class Deployer:
                     )
             discard_target(self.host, target, keep=False)
             self.replaced.append(target.name)
-            self.event(
-                "replaced", container=target.name, message=f"stopped and removed {target.name}"
-            )
+            self.emit(Replaced(container=target.name, message=f"stopped and removed {target.name}"))
 
     def _feed_pull(self, line: str) -> None:
         event = self.tracker.feed(line)
         if event is not None:
-            self._phase_event(event)
+            self.emit(PhaseUpdate.of(event))
 
     def _launch(self) -> None:
         attempt = len(self.relaunches) + 1
@@ -340,7 +349,7 @@ class Deployer:
         self._launching = True
         self.backend.launch(self.plan, self.secrets, self.fixes)
         self._launching = False
-        self.event("launched", container=name, engine=self.backend.engine, attempt=attempt)
+        self.emit(Launched(container=name, engine=self.backend.engine, attempt=attempt))
 
     def _wait_and_finish(self, name: str) -> ServeOutcome:
         for _round in range(self.settings.max_relaunches + 2):
@@ -373,12 +382,13 @@ class Deployer:
         self.launched = None
         self.fixes.append(finding.id)
         self.relaunches.append(Relaunch(finding.id, finding.title, changes))
-        self.event(
-            "relaunch",
-            finding=finding.id,
-            title=finding.title,
-            changes=changes,
-            message=f"{finding.title}: relaunching once with {', '.join(changes)}",
+        self.emit(
+            Relaunching(
+                finding=finding.id,
+                title=finding.title,
+                changes=changes,
+                message=f"{finding.title}: relaunching once with {', '.join(changes)}",
+            )
         )
         self.plan = new_plan
         self._launch()
@@ -445,7 +455,7 @@ class Deployer:
                         key = (event.phase, event.message)
                         if key != last_phase_key:
                             last_phase_key = key
-                            self._phase_event(event)
+                            self.emit(PhaseUpdate.of(event))
                         if event.phase in ("starting_server", "ready"):
                             next_health = min(next_health, time.monotonic())
                     line = follower.get(0) if not follower.ended else None
@@ -473,16 +483,17 @@ class Deployer:
                     if sample.ok:
                         if self.tracker.phase != "ready":  # /health beat the log line to us
                             self.phase("ready", "API server answers /health")
-                        self.event("healthy", elapsed_s=round(time.monotonic() - start, 2))
+                        self.emit(Healthy(elapsed_s=round(time.monotonic() - start, 2)))
                         return WaitResult("healthy", elapsed_s=time.monotonic() - start)
                     fast = PHASE_ORDER.get(self.tracker.phase, 0) >= PHASE_ORDER["starting_server"]
                     next_health = time.monotonic() + (FAST_POLL_S if fast else settings.poll_s)
                 if self.tracker.stalled(time.monotonic(), settings.stall_timeout_s, HANG_PHASES):
-                    self.event(
-                        "stalled",
-                        phase=self.tracker.phase,
-                        message=f"no log line for {settings.stall_timeout_s:g} s while "
-                        "capturing graphs",
+                    self.emit(
+                        Stalled(
+                            phase=self.tracker.phase,
+                            message=f"no log line for {settings.stall_timeout_s:g} s while "
+                            "capturing graphs",
+                        )
                     )
                     return WaitResult("stalled", elapsed_s=time.monotonic() - start)
                 if time.monotonic() >= deadline:
@@ -511,7 +522,7 @@ class Deployer:
                 return None
             return self._http_failure(name, exc)
         endpoint.warmup_latency_s = round(first.latency_s, 3)
-        self.event("warmup", latency_s=endpoint.warmup_latency_s, endpoint=first.endpoint)
+        self.emit(WarmedUp(latency_s=endpoint.warmup_latency_s, endpoint=first.endpoint))
         if not self.settings.coherence:
             return self._outcome("ready", endpoint=endpoint)
         self.phase("coherence_probe", "greedy known-answer probe")
@@ -527,7 +538,7 @@ class Deployer:
                 return None
             return self._http_failure(name, exc)
         endpoint.coherence = probe.to_dict()
-        self.event("coherence", verdict=probe.verdict.verdict, text=probe.completion.text[:200])
+        self.emit(CoherenceChecked(verdict=probe.verdict.verdict, text=probe.completion.text[:200]))
         if probe.ok:
             return self._outcome("ready", endpoint=endpoint)
         diagnosis = self._diagnose(name, frozenset({"incoherent_output"}))
@@ -636,7 +647,7 @@ class Deployer:
             id="startup_timeout",
             title="Not healthy in time",
             cause=f"{name} did not answer /health within {result.elapsed_s:.0f} s "
-            f"(last phase: {self.tracker.phase}: {self.tracker.message})",
+            f"(last phase: {phase_words(self.tracker.phase, self.tracker.message)})",
             fix="it is still running: follow it with `instinct logs -f "
             f"{name}{where}`, wait longer next time with --timeout, or stop it with "
             f"`instinct stop {name}{where}`",
