@@ -64,6 +64,15 @@ def test_every_diagnose_finding_id_has_a_reaction(text: str) -> None:
     assert rows == set(FINDING_IDS)
 
 
+def test_serves_own_failure_ids_are_explained(text: str) -> None:
+    from instinct_serve.runtime.documents import SERVE_FAILURE_IDS
+
+    table = section(text, "Diagnose finding ids")
+    for failure_id in SERVE_FAILURE_IDS:
+        assert f"`{failure_id}`" in table, failure_id
+    assert not set(SERVE_FAILURE_IDS) & set(FINDING_IDS)  # never mistaken for a finding
+
+
 def test_every_fit_verdict_has_a_reaction(text: str) -> None:
     table = section(text, "Fit verdicts")
     rows = set(re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M))

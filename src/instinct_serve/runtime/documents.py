@@ -11,6 +11,13 @@ from instinct_serve.plan.model import LaunchPlan
 
 Status = Literal["ready", "reused", "loading", "failed", "timeout", "interrupted"]
 
+# ``Failure.id``s serve sets itself; the others are diagnose finding ids, or the id of the
+# request that failed after /health (``runtime.health``).
+STARTUP_FAILED = "startup_failed"  # the server died and no finding matched
+STARTUP_TIMEOUT = "startup_timeout"  # not healthy in time, left running
+MODEL_NOT_LISTED = "model_not_listed"  # /v1/models lists another model
+SERVE_FAILURE_IDS = (STARTUP_FAILED, STARTUP_TIMEOUT, MODEL_NOT_LISTED)
+
 
 @dataclass
 class Failure:

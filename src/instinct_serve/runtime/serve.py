@@ -37,7 +37,16 @@ from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import health
 from instinct_serve.runtime.backend import Backend, ExitInfo, Occupant, Target, launch_labels
 from instinct_serve.runtime.docker_backend import DockerBackend
-from instinct_serve.runtime.documents import Endpoint, Failure, Relaunch, ServeOutcome, Status
+from instinct_serve.runtime.documents import (
+    MODEL_NOT_LISTED,
+    STARTUP_FAILED,
+    STARTUP_TIMEOUT,
+    Endpoint,
+    Failure,
+    Relaunch,
+    ServeOutcome,
+    Status,
+)
 from instinct_serve.runtime.events import (
     Attached,
     CoherenceChecked,
@@ -562,7 +571,7 @@ class Deployer:
         match = next((m for m in models if m.id == endpoint.model), None)
         if match is None:
             failure = Failure(
-                id="model_not_listed",
+                id=MODEL_NOT_LISTED,
                 title="The server does not list the model",
                 cause=f"/v1/models lists {', '.join(names) or 'nothing'}, not {endpoint.model}: "
                 "another server may answer on this port",
@@ -644,7 +653,7 @@ class Deployer:
         where = "" if self.host.is_local else f" --host {self.host.name}"
         tail = _tail(self.backend.log_text(name, SHOWN_TAIL))
         failure = Failure(
-            id="startup_timeout",
+            id=STARTUP_TIMEOUT,
             title="Not healthy in time",
             cause=f"{name} did not answer /health within {result.elapsed_s:.0f} s "
             f"(last phase: {phase_words(self.tracker.phase, self.tracker.message)})",
@@ -689,7 +698,7 @@ class Deployer:
             else:
                 said = " without logging anything"
             return Failure(
-                id="startup_failed",
+                id=STARTUP_FAILED,
                 title="The server failed and no known failure pattern matched",
                 cause=how + said,
                 fix="read the log tail below; search upstream with the command shown",
