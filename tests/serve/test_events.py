@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 import pytest
 from rich.text import Text
@@ -14,34 +15,41 @@ from instinct_serve.runtime import events as ev
 from tests.diagnose.logs import log_names, real_lines
 
 # The JSON Lines contract (README, `instinct serve --help`, SKILL.md): keys in this order.
-SHAPES: list[tuple[ev.ServeEvent, list[str]]] = [
+SHAPES: list[tuple[Callable[[], ev.ServeEvent], list[str]]] = [
     (
-        ev.PhaseUpdate(phase="launching", message="vllm-x", attempt=1),
+        lambda: ev.PhaseUpdate(phase="launching", message="vllm-x", attempt=1),
         ["event", "ts", "phase", "message", "progress", "figures", "attempt"],
     ),
     (
-        ev.PhaseUpdate(phase="checking", message="host local"),
+        lambda: ev.PhaseUpdate(phase="checking", message="host local"),
         ["event", "ts", "phase", "message", "progress", "figures"],
     ),
-    (ev.Launched(container="c", engine="docker", attempt=1), ["container", "engine", "attempt"]),
-    (ev.Healthy(elapsed_s=1.5), ["elapsed_s"]),
-    (ev.WarmedUp(latency_s=0.2, endpoint="/v1/chat/completions"), ["latency_s", "endpoint"]),
-    (ev.CoherenceChecked(verdict="coherent", text="Paris"), ["verdict", "text"]),
     (
-        ev.Relaunching(finding="f", title="t", changes=["--enforce-eager"], message="m"),
+        lambda: ev.Launched(container="c", engine="docker", attempt=1),
+        ["container", "engine", "attempt"],
+    ),
+    (lambda: ev.Healthy(elapsed_s=1.5), ["elapsed_s"]),
+    (
+        lambda: ev.WarmedUp(latency_s=0.2, endpoint="/v1/chat/completions"),
+        ["latency_s", "endpoint"],
+    ),
+    (lambda: ev.CoherenceChecked(verdict="coherent", text="Paris"), ["verdict", "text"]),
+    (
+        lambda: ev.Relaunching(finding="f", title="t", changes=["--enforce-eager"], message="m"),
         ["finding", "title", "changes", "message"],
     ),
-    (ev.Stalled(phase="capturing_graphs", message="m"), ["phase", "message"]),
-    (ev.Replaced(container="c", message="m"), ["container", "message"]),
-    (ev.Reused(container="c", message="m"), ["container", "message"]),
-    (ev.Attached(container="c", message="m"), ["container", "message"]),
-    (ev.Note(message="m"), ["message"]),
-    (ev.WarningEvent(message="m"), ["message"]),
+    (lambda: ev.Stalled(phase="capturing_graphs", message="m"), ["phase", "message"]),
+    (lambda: ev.Replaced(container="c", message="m"), ["container", "message"]),
+    (lambda: ev.Reused(container="c", message="m"), ["container", "message"]),
+    (lambda: ev.Attached(container="c", message="m"), ["container", "message"]),
+    (lambda: ev.Note(message="m"), ["message"]),
+    (lambda: ev.WarningEvent(message="m"), ["message"]),
 ]
 
 
-@pytest.mark.parametrize(("event", "keys"), SHAPES, ids=[type(e).__name__ for e, _ in SHAPES])
-def test_json_shape_is_the_contract(event: ev.ServeEvent, keys: list[str]) -> None:
+@pytest.mark.parametrize(("make", "keys"), SHAPES, ids=[type(m()).__name__ for m, _ in SHAPES])
+def test_json_shape_is_the_contract(make: Callable[[], ev.ServeEvent], keys: list[str]) -> None:
+    event = make()
     doc = event.to_dict()
     expected = keys if keys[:2] == ["event", "ts"] else ["event", "ts", *keys]
     assert list(doc) == expected
@@ -50,7 +58,7 @@ def test_json_shape_is_the_contract(event: ev.ServeEvent, keys: list[str]) -> No
 
 
 def test_every_event_type_is_covered_and_kinds_are_unique() -> None:
-    assert {type(e) for e, _ in SHAPES} == set(ev.EVENT_TYPES)
+    assert {type(make()) for make, _ in SHAPES} == set(ev.EVENT_TYPES)
     kinds = [t.kind for t in ev.EVENT_TYPES]
     assert len(kinds) == len(set(kinds))
 
