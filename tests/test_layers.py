@@ -1,6 +1,9 @@
 """The import layers hold: the pure core imports no adapter, no package reaches upward, and
-no module imports itself through others. Read from the source with ``ast`` (function-local
-imports count; imports under ``if TYPE_CHECKING:`` do not, they never run).
+no module imports itself through others.
+
+Read from the source (``ast``), so an import inside a function counts as much as one at the
+top; only imports under ``if TYPE_CHECKING:`` are left out (they never run). Importing
+``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` too, so those are edges as well.
 
     pure core   hardware catalog fit plan diagnose + options units paths errors jsonio
                 credentials vllm_args data     (data in, data out)
@@ -15,7 +18,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "instinct_serve"
+from tests.infra.paths import REPO
+
+SRC = REPO / "src"
+PACKAGE = "instinct_serve"
 
 PURE = {
     "hardware",
@@ -58,40 +64,125 @@ def layer(top: str) -> str:
     raise AssertionError(f"instinct_serve.{top} is in no layer: add it to tests/test_layers.py")
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__" and len(parts) > 1:
-        parts = parts[:-1]
-    return ".".join(parts)
-
-
-def runtime_imports(path: Path) -> set[str]:
-    """The instinct_serve modules a file imports when it runs (anywhere in the file)."""
-    tree = ast.parse(path.read_text())
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.startswith("instinct_serve"):
-                found.add(node.module)
-                # `from instinct_serve.hardware import gfx`: the submodule too
-                found.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("instinct_serve"))
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in (SRC / PACKAGE).rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    edges: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        edges[name] = {m for m in runtime_imports(path) if m in modules and m != name}
-    return edges
+MODULES = _modules()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+class _Imports(ast.NodeVisitor):
+    def __init__(self, module: str, is_package: bool) -> None:
+        self.module = module
+        self.is_package = is_package
+        self.names: set[str] = set()
+
+    def visit_If(self, node: ast.If) -> None:
+        if _is_type_checking(node.test):
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.names.update(alias.name for alias in node.names)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = node.module or ""
+        if node.level:
+            parts = self.module.split(".")
+            if not self.is_package:
+                parts.pop()
+            parts = parts[: len(parts) - (node.level - 1)]
+            base = ".".join([*parts, *([node.module] if node.module else [])])
+        self.names.add(base)
+        self.names.update(f"{base}.{alias.name}" for alias in node.names)
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        visitor = _Imports(module, path.name == "__init__.py")
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
+        edges: set[str] = set()
+        for name in visitor.names:
+            target = _resolve(name)
+            if target is None:
+                continue
+            parts = target.split(".")
+            for i in range(2, len(parts) + 1):  # the packages it runs on the way
+                step = ".".join(parts[:i])
+                if step in MODULES and step != module and not module.startswith(step + "."):
+                    edges.add(step)
+        graph[module] = edges
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(graph[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, todo = work[-1]
+            if todo:
+                nxt = todo.pop()
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, sorted(graph[nxt])))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
 
 
 def top(module: str) -> str:
@@ -99,9 +190,24 @@ def top(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_function_local_imports_and_parent_packages() -> None:
+    assert "instinct_serve.plan.render" in GRAPH["instinct_serve.runtime.docker_backend"]
+    assert "instinct_serve.diagnose" in GRAPH["instinct_serve.runtime.retry"]
+    assert "instinct_serve.gather.plan" in GRAPH["instinct_serve.cli.plan"]
+
+
+def test_no_module_import_cycle() -> None:
+    assert _cycles(GRAPH) == []
+
+
 def test_every_import_goes_down_the_layers() -> None:
     upward = []
-    for module, deps in sorted(graph().items()):
+    for module, deps in sorted(GRAPH.items()):
         mine = layer(top(module))
         for dep in sorted(deps):
             if top(dep) not in ALLOWED[mine] and top(dep) != top(module):
@@ -109,44 +215,5 @@ def test_every_import_goes_down_the_layers() -> None:
     assert upward == [], "\n".join(upward)
 
 
-def test_no_module_cycle() -> None:
-    edges = graph()
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-    counter = [0]
-
-    def visit(v: str) -> None:  # Tarjan's strongly connected components
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on_stack.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    assert cycles == [], cycles
-
-
-def test_the_checker_sees_function_local_imports() -> None:
-    """The rule is only as good as its reading: a local import is an import."""
-    local = PACKAGE / "cli" / "plan.py"
-    assert "instinct_serve.gather.plan" in runtime_imports(local)
+def test_vllm_args_depends_on_nothing_of_ours() -> None:
+    assert GRAPH[f"{PACKAGE}.vllm_args"] == set()

@@ -23,7 +23,7 @@ from instinct_serve.diagnose import FINDING_IDS
 from instinct_serve.errors import ExitCode
 from instinct_serve.fit.estimate import VERDICTS
 from instinct_serve.hardware.profiles import get_profile
-from instinct_serve.runtime.serve import Status
+from instinct_serve.runtime.documents import Status
 from tests.agents.conftest import FIXTURE_LOGS
 from tests.infra.paths import REPO
 
@@ -62,6 +62,15 @@ def test_every_diagnose_finding_id_has_a_reaction(text: str) -> None:
     table = section(text, "Diagnose finding ids")
     rows = set(re.findall(r"^\| `([a-z0-9_]+)` \|", table, flags=re.M))
     assert rows == set(FINDING_IDS)
+
+
+def test_serves_own_failure_ids_are_explained(text: str) -> None:
+    from instinct_serve.runtime.documents import SERVE_FAILURE_IDS
+
+    table = section(text, "Diagnose finding ids")
+    for failure_id in SERVE_FAILURE_IDS:
+        assert f"`{failure_id}`" in table, failure_id
+    assert not set(SERVE_FAILURE_IDS) & set(FINDING_IDS)  # never mistaken for a finding
 
 
 def test_every_fit_verdict_has_a_reaction(text: str) -> None:

@@ -6,9 +6,12 @@ import pytest
 
 from instinct_serve.catalog.config import amd_config, compare_with_rendered, resolve_gpu
 from instinct_serve.catalog.matching import lookup
-from instinct_serve.catalog.recipe import clean_image, dedupe_args, flag_value, remove_args
+from instinct_serve.catalog.recipe import clean_image
 from instinct_serve.catalog.store import Catalog, load_snapshot
 from instinct_serve.errors import UsageError
+from instinct_serve.vllm_args import dedupe as dedupe_args
+from instinct_serve.vllm_args import remove as remove_args
+from instinct_serve.vllm_args import value as flag_value
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,28 @@ def test_log_file_on_an_explicit_remote_host(
         capsys,
     )
     assert code == 2 and json.loads(out)["error"]["id"] == "log_not_found"
+
+
+def test_a_native_endpoint_is_diagnosed_from_its_log_file(
+    fakebin: FakeBin, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What a failed `serve --engine native` suggests: `instinct diagnose --container NAME`.
+    from instinct_serve.engine import launcher
+    from instinct_serve.hosts import LocalHost
+
+    fakebin.add(
+        "docker", {}, default=("", "Error response from daemon: No such container: vllm-n\n", 1)
+    )
+    log = tmp_path / "server.log"
+    log.write_text(real_log(OOM), encoding="utf-8")
+    host = LocalHost()
+    launcher.launch(host, "vllm-n", ["sh", "-c", f"cat '{log}'; exit 1"], meta={"port": 8000})
+    for _ in range(100):
+        status = launcher.status(host, "vllm-n")
+        if status is not None and status.exit_code is not None:
+            break
+        time.sleep(0.05)
+    code, out, _ = run(["diagnose", "--container", "vllm-n", "--json"], capsys)
+    assert code == 0, out
+    assert json.loads(out)["primary"] == "oom_graph_capture"
+    assert fakebin.calls("docker") == [["logs", "--timestamps", "--tail", "5000", "vllm-n"]]

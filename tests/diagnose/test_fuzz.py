@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from instinct_serve.diagnose import DiagnoseContext, diagnose, diagnose_symptom
-from instinct_serve.runtime.phases import PhaseTracker
+from instinct_serve.diagnose.phases import PhaseTracker
 
 # Fragments of real log syntax, so that random text reaches the rules' deeper branches.
 FRAGMENTS = [

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from instinct_serve import vllm_args
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.gather.plan import make_plan, resolve_hf_mount
 from instinct_serve.options import PlanOptions
@@ -46,12 +47,7 @@ def check_golden(name: str, doc: dict[str, Any]) -> None:
 
 
 def flag(args: list[str], name: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == name:
-            return args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
+    return vllm_args.value(args, name)
 
 
 # ------------------------------------------------------------------ golden matrix

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -110,8 +111,14 @@ def test_human_output(serve: Serve) -> None:
     assert run.returncode == 0, run.explain()
     assert "Endpoint ready" in run.stdout and f"http://localhost:{port}/v1" in run.stdout
     assert "curl -sS" in run.stdout and MODEL in run.stdout
-    for phase in ("loading_weights", "capturing_graphs", "warming_up"):
-        assert phase in run.stderr
+    # one line per phase, no word twice ("loading_weights loading weights" reads "loading
+    # weights: ...")
+    for words in ("loading", "capturing graphs", "warming_up first request", "launching serve-"):
+        assert words in run.stderr, words
+    phase_lines = [line for line in run.stderr.splitlines() if line.startswith("· ")]
+    assert len(phase_lines) >= 5, run.stderr
+    for line in phase_lines:
+        assert not re.search(r"\b([a-z]+(?: [a-z]+)*)[\s:]+\1\b", line.replace("_", " "), re.I)
     assert "Traceback" not in run.stderr
 
 

@@ -8,26 +8,14 @@ import shlex
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime.serve import (
-    LABEL_FIXES,
-    Endpoint,
-    ExitInfo,
-    ServeOutcome,
-    ServeSettings,
-    apply_retry,
-    curl_command,
-    detaches,
-    has_flag,
-    launch_labels,
-    local_secrets,
-    set_arg,
-    startup_timeout_s,
-)
+from instinct_serve.runtime.backend import LABEL_FIXES, ExitInfo, launch_labels
+from instinct_serve.runtime.documents import Endpoint, ServeOutcome, curl_command
+from instinct_serve.runtime.retry import apply_retry
+from instinct_serve.runtime.secret_env import local_secrets
+from instinct_serve.runtime.settings import ServeSettings, detaches, startup_timeout_s
 
 
 def plan(**over: object) -> LaunchPlan:
@@ -83,24 +71,15 @@ def test_set_env_and_options() -> None:
     ]
 
 
-def test_equals_form_is_replaced_too() -> None:
-    assert set_arg(["--a=1", "--b", "x", "--a", "2"], "--a", "3") == ["--b", "x", "--a", "3"]
-    assert set_arg(["--x", "--enforce-eager"], "--enforce-eager", None) == [
-        "--x",
-        "--enforce-eager",
-    ]
-    assert has_flag(["--a=1"], "--a") and not has_flag(["--ab"], "--a")
-
-
-@given(
-    st.lists(st.sampled_from(["--a", "--b", "1", "2", "--c=3", "--enforce-eager"]), max_size=8),
-    st.sampled_from(["--a", "--b", "--c"]),
-    st.sampled_from(["7", "8"]),
-)
-def test_set_arg_leaves_exactly_one_occurrence(args: list[str], flag: str, value: str) -> None:
-    out = set_arg(args, flag, value)
-    assert sum(1 for a in out if a == flag or a.startswith(flag + "=")) == 1
-    assert out[-2:] == [flag, value]
+def test_retry_edits_go_through_every_argv_form() -> None:
+    equals = plan(vllm_args=["--max-num-seqs=256", "--no-enforce-eager"])
+    new, changes = apply_retry(
+        equals, {"add_args": ["--enforce-eager", "--max-num-seqs", "64"], "max_num_seqs": 64}
+    )
+    assert new.vllm_args == ["--enforce-eager", "--max-num-seqs", "64"]
+    assert changes == ["--enforce-eager", "--max-num-seqs 64"]
+    same, none = apply_retry(new, {"add_args": ["--max-num-seqs=64"]})
+    assert none == [] and same.vllm_args == new.vllm_args
 
 
 def test_labels_keep_the_requested_plan_hash_across_relaunches() -> None:

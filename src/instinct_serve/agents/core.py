@@ -38,9 +38,8 @@ if TYPE_CHECKING:
 
 EventSink = Callable[[dict[str, Any]], None]
 
-MAX_LOG_BYTES = 64 * 1024  # the tail of `logs` and of a diagnosed container log, at most
+MAX_LOG_BYTES = 64 * 1024  # the tail of `logs`, at most
 MAX_LIST = 100  # containers listed by `status`
-DIAGNOSE_TAIL = 5000  # container log lines handed to diagnose (as the CLI)
 
 
 @dataclass
@@ -138,15 +137,12 @@ def diagnose(inp: DiagnoseInput) -> Outcome:
     context = DiagnoseContext(gfx=inp.gfx, model=inp.model, vllm_version=inp.vllm_version)
     if inp.symptom:
         result = diagnose_symptom(inp.symptom, context)
-    else:
-        if inp.container:
-            from instinct_serve.runtime.endpoints import read_log
+    elif inp.container:
+        from instinct_serve.runtime.diagnosis import diagnose_endpoint
 
-            host = _host(inp.host)
-            _, log = read_log(host, inp.container, DIAGNOSE_TAIL, managed_only=True)
-            text = _keep_end(log, 64 * 2**20)
-        else:
-            text = inp.log_text or ""
+        result = diagnose_endpoint(_host(inp.host), inp.container, context, managed_only=True)
+    else:
+        text = inp.log_text or ""
         if not text.strip():
             raise UsageError("the log is empty", fix="check the log source", id="empty_log")
         result = run_diagnose(text, context)
@@ -154,13 +150,6 @@ def diagnose(inp: DiagnoseInput) -> Outcome:
 
 
 # --------------------------------------------------------------------------- containers
-
-
-def _keep_end(text: str, limit: int) -> str:
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= limit:
-        return text
-    return data[-limit:].decode("utf-8", errors="ignore")
 
 
 def status(inp: StatusInput) -> Outcome:
@@ -174,10 +163,11 @@ def status(inp: StatusInput) -> Outcome:
 def logs(inp: LogsInput) -> Outcome:
     """``instinct logs NAME --tail N --json``, bounded to ``MAX_LOG_BYTES``; the log of a
     container instinct-serve did not start is refused (``not_managed``)."""
+    from instinct_serve.runtime.diagnosis import keep_end
     from instinct_serve.runtime.endpoints import read_log
 
     engine, text = read_log(_host(inp.host), inp.name, inp.tail, managed_only=True)
-    kept = _keep_end(text, MAX_LOG_BYTES)
+    kept = keep_end(text, MAX_LOG_BYTES)
     lines = kept.splitlines()
     if len(kept) < len(text) and lines:
         lines = lines[1:]  # the first line was cut in the middle
@@ -279,12 +269,13 @@ def deploy(
     The plan made now must be the one the user approved (``plan_hash``), else
     ``plan_changed`` and nothing is launched.
     """
+    from instinct_serve.runtime.events import ServeEvent
     from instinct_serve.runtime.prepare import prepare, serve_settings
     from instinct_serve.runtime.serve import Interrupted
 
     unwinding = False
 
-    def emit(doc: dict[str, Any]) -> None:
+    def emit(event: ServeEvent) -> None:
         # Raise once; the cleanup that follows must not be interrupted by its own events.
         nonlocal unwinding
         if unwinding:
@@ -292,7 +283,7 @@ def deploy(
         if cancelled():
             unwinding = True
             raise Cancelled()
-        sink(doc)
+        sink(event.to_dict())  # the JSON edge: MCP progress notifications
 
     try:
         prepared = prepare(

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from instinct_serve import vllm_args
 from instinct_serve.catalog.matching import GENERIC_ARGS, GENERIC_FEATURES, Match, required_vllm
 from instinct_serve.catalog.overrides import (
     UNKNOWN,
@@ -32,7 +33,6 @@ from instinct_serve.catalog.overrides import (
     GpuOverrides,
     load_gpu_overrides,
 )
-from instinct_serve.catalog.recipe import dedupe_args, remove_args
 from instinct_serve.errors import UsageError
 
 
@@ -264,9 +264,9 @@ def amd_config(
         )
         removals.extend(over.remove_args)
 
-    args = dedupe_args(tok for layer in layers for tok in layer.args)
+    args = vllm_args.dedupe(tok for layer in layers for tok in layer.args)
     for removal in removals:
-        args = remove_args(args, removal.flag, removal.value_prefix)
+        args = vllm_args.remove(args, removal.flag, removal.value_prefix)
     env: dict[str, str] = {}
     sources: dict[str, str] = {}
     for layer in layers:
@@ -309,7 +309,8 @@ def compare_with_rendered(
     Only flags upstream sets are compared (we add parallelism and port flags of our own),
     and ``vllm serve MODEL`` at the head of upstream's argv is skipped.
     """
-    from instinct_serve.catalog.recipe import flag_value, is_flag
+    from instinct_serve.vllm_args import is_flag
+    from instinct_serve.vllm_args import value as flag_value
 
     ours = list(args)
     theirs = list(rendered_argv)

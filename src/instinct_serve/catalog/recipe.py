@@ -15,7 +15,7 @@ generation/brand key (both ``amd`` for Instinct), which wins over ``default``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 AMD_KEYS = ("amd",)  # generation and brand of every Instinct profile in upstream's taxonomy
@@ -461,72 +461,3 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         return self.data
-
-
-def is_flag(token: str) -> bool:
-    """``--x``/``-x`` are flags; ``-1`` or ``-0.5`` are values."""
-    if not token.startswith("-") or token == "-":
-        return False
-    try:
-        float(token)
-    except ValueError:
-        return True
-    return False
-
-
-def arg_units(args: Iterable[str]) -> list[tuple[str | None, list[str]]]:
-    """Group argv into (flag name, tokens): ``--x v`` and ``--x=v`` share the name ``--x``."""
-    tokens = list(args)
-    units: list[tuple[str | None, list[str]]] = []
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if is_flag(tok):
-            name = tok.split("=", 1)[0]
-            if "=" not in tok and i + 1 < len(tokens) and not is_flag(tokens[i + 1]):
-                units.append((name, [tok, tokens[i + 1]]))
-                i += 2
-                continue
-            units.append((name, [tok]))
-        else:
-            units.append((None, [tok]))
-        i += 1
-    return units
-
-
-def dedupe_args(args: Iterable[str]) -> list[str]:
-    """Last occurrence of each flag wins (shell semantics, as upstream renders commands).
-
-    Unlike upstream, ``--block-size 16`` and a later ``--block-size=64`` are the same flag.
-    """
-    units = arg_units(args)
-    seen: set[str] = set()
-    keep: list[list[str]] = []
-    for name, toks in reversed(units):
-        if name is not None:
-            if name in seen:
-                continue
-            seen.add(name)
-        keep.append(toks)
-    return [tok for toks in reversed(keep) for tok in toks]
-
-
-def remove_args(args: Iterable[str], flag: str, value_prefix: str | None = None) -> list[str]:
-    """Drop ``flag`` (with its value) wherever it appears, optionally only for some values."""
-    out: list[str] = []
-    for name, toks in arg_units(args):
-        if name == flag:
-            value = toks[1] if len(toks) > 1 else toks[0].partition("=")[2]
-            if value_prefix is None or value.startswith(value_prefix):
-                continue
-        out.extend(toks)
-    return out
-
-
-def flag_value(args: Iterable[str], flag: str) -> str | None:
-    """The last value given to ``flag`` (``--x v`` or ``--x=v``), or None."""
-    found: str | None = None
-    for name, toks in arg_units(args):
-        if name == flag:
-            found = toks[1] if len(toks) > 1 else toks[0].partition("=")[2] or ""
-    return found

@@ -114,7 +114,7 @@ def logs(name: str, follow: bool, tail: int, host_spec: str | None, as_json: boo
 def _follow(host: Host, engine: str, found: Any, tail: int, as_json: bool) -> int:
     import json
 
-    from instinct_serve.runtime.serve import LogFollower
+    from instinct_serve.runtime.follower import LogFollower
 
     if engine == "docker":
         from instinct_serve.runtime.docker import Docker

@@ -1,9 +1,9 @@
 """``instinct diagnose``: explain a failing vLLM log or a pasted symptom, and how to fix it.
 
-The log comes from a file (``--log``), standard input (``-``), a container on the host
-(``--container``, through ``docker logs`` over ``--host``) or one pasted line
-(``--symptom``). Exit 0 when a known cause was found, 1 when nothing matched (the tail of
-the log is shown), 2 for bad input.
+The log comes from a file (``--log``), standard input (``-``), an endpoint on the host
+(``--container``: a container's ``docker logs`` or a native process's log file, over
+``--host``; ``runtime.diagnosis``) or one pasted line (``--symptom``). Exit 0 when a known
+cause was found, 1 when nothing matched (the tail of the log is shown), 2 for bad input.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from instinct_serve.errors import ExitCode, InstinctError, UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from instinct_serve.diagnose import Diagnosis, Finding
+    from instinct_serve.diagnose import DiagnoseContext, Diagnosis, Finding
 
-CONTAINER_TAIL = 5000
 MAX_LOG_BYTES = 64 * 2**20
 
 
@@ -55,12 +54,12 @@ def _read_file(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _read_container(name: str, host_spec: str | None) -> str:
-    from instinct_serve.runtime.docker import Docker
+def _diagnose_container(name: str, host_spec: str | None, context: DiagnoseContext) -> Diagnosis:
+    """Any container the user names (not only ours), or a native process of ours."""
+    from instinct_serve.runtime.diagnosis import diagnose_endpoint
 
-    docker = Docker(get_host(host_spec))
     try:
-        return docker.logs(name, tail=CONTAINER_TAIL)
+        return diagnose_endpoint(get_host(host_spec), name, context, managed_only=False)
     except InstinctError as exc:
         if exc.id == "container_not_found":
             raise UsageError(exc.message, fix=exc.fix, id=exc.id) from exc
@@ -142,7 +141,11 @@ def render(diagnosis: Diagnosis) -> Callable[[Console], None]:
     metavar="FILE",
     help="Read the log from this file (on the --host when one is given explicitly).",
 )
-@click.option("--container", metavar="NAME", help="Read `docker logs` of this container.")
+@click.option(
+    "--container",
+    metavar="NAME",
+    help="Read the log of this container (or native endpoint) on the host.",
+)
 @click.option("--symptom", metavar="TEXT", help="Explain one pasted line or sentence.")
 @click.option("--gfx", metavar="GFX", help="The GPU's gfx target (gfx942...), to sharpen fixes.")
 @click.option("--model", metavar="MODEL", help="The model that was served.")
@@ -188,13 +191,13 @@ def diagnose(
     context = DiagnoseContext(gfx=gfx, model=model, vllm_version=vllm_version)
     if symptom is not None:
         result = diagnose_symptom(symptom, context)
+    elif container is not None:
+        result = _diagnose_container(container, host_spec, context)
     else:
         if log_file is not None:
             # An explicit --host means the file is on that host; otherwise it is local.
             remote = host_spec is not None and not get_host(host_spec).is_local
             text = _read_remote_file(log_file, host_spec or "") if remote else _read_file(log_file)
-        elif container is not None:
-            text = _read_container(container, host_spec)
         else:
             text = sys.stdin.read()
         if not text.strip():

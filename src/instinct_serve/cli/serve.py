@@ -10,6 +10,7 @@ help for the stream format).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -30,7 +31,10 @@ if TYPE_CHECKING:
     from rich.status import Status
 
     from instinct_serve.plan.model import PlanResult
-    from instinct_serve.runtime.serve import Backend, Deployer, ServeOutcome
+    from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.documents import ServeOutcome
+    from instinct_serve.runtime.events import PhaseUpdate, ServeEvent
+    from instinct_serve.runtime.serve import Deployer
 
 # Phases that come with a figure worth a line of its own even off a terminal.
 _KEY_MESSAGES = ("KV cache:", "weights loaded", "graphs captured", "engine initialised")
@@ -41,6 +45,20 @@ class _Terminated(KeyboardInterrupt):
 
 
 # --------------------------------------------------------------------------- rendering
+
+
+def phase_text(phase: str, message: str) -> str:
+    """``phase message`` as rich markup, the phase in bold; where the message starts with
+    the phase's own word (``runtime.events.phase_label``), that word is the bold one."""
+    from rich.markup import escape
+
+    from instinct_serve.runtime.events import phase_label
+
+    if phase_label(phase, message) is not None:
+        return f"[bold]{escape(phase)}[/]" + (f" {escape(message)}" if message else "")
+    head = re.match(r"\W*\w+", message)
+    cut = head.end() if head else 0
+    return f"[bold]{escape(message[:cut])}[/]{escape(message[cut:])}"
 
 
 class ServeView:
@@ -61,41 +79,48 @@ class ServeView:
 
     # -- events
 
-    def event(self, doc: dict[str, Any]) -> None:
+    def event(self, event: ServeEvent) -> None:
         if self.as_json:
-            self._line(doc)
+            self._line(event.to_dict())
             return
         assert self.err is not None
         from rich.markup import escape
 
-        kind = doc.get("event")
-        if kind == "phase":
-            self._phase(str(doc.get("phase")), str(doc.get("message") or ""), doc)
+        from instinct_serve.runtime import events as ev
+
+        if isinstance(event, ev.PhaseUpdate):
+            self._phase(event)
             return
-        text = escape(str(doc.get("message") or ""))
-        lines = {
-            "launched": f"[green]→[/] launched {escape(str(doc.get('container')))}",
-            "healthy": f"[green]✓[/] /health answers 200 after {doc.get('elapsed_s')} s",
-            "warmup": f"[green]✓[/] first request answered in {doc.get('latency_s')} s",
-            "coherence": f"[green]✓[/] coherence probe: {escape(str(doc.get('verdict')))}"
-            if doc.get("verdict") != "incoherent_output"
-            else f"[red]✗[/] coherence probe: incoherent output {escape(repr(doc.get('text')))}",
-            "relaunch": f"[yellow]↻[/] {text}",
-            "stalled": f"[yellow]![/] {text}",
-            "replaced": f"[yellow]↻[/] {text}",
-            "reused": f"[green]✓[/] {text}",
-            "attached": f"[cyan]·[/] {text}",
-            "note": f"[cyan]·[/] {text}",
-            "warning": f"[yellow]warning:[/] {text}",
-        }
-        self.print(lines.get(str(kind), f"· {text}"))
+        if isinstance(event, ev.Launched):
+            line = f"[green]→[/] launched {escape(event.container)}"
+        elif isinstance(event, ev.Healthy):
+            line = f"[green]✓[/] /health answers 200 after {event.elapsed_s} s"
+        elif isinstance(event, ev.WarmedUp):
+            line = f"[green]✓[/] first request answered in {event.latency_s} s"
+        elif isinstance(event, ev.CoherenceChecked):
+            line = (
+                f"[green]✓[/] coherence probe: {escape(event.verdict)}"
+                if event.verdict != "incoherent_output"
+                else f"[red]✗[/] coherence probe: incoherent output {escape(repr(event.text))}"
+            )
+        else:
+            text = escape(str(getattr(event, "message", "")))
+            marks = {
+                ev.Relaunching: "[yellow]↻[/]",
+                ev.Stalled: "[yellow]![/]",
+                ev.Replaced: "[yellow]↻[/]",
+                ev.Reused: "[green]✓[/]",
+                ev.Attached: "[cyan]·[/]",
+                ev.Note: "[cyan]·[/]",
+                ev.WarningEvent: "[yellow]warning:[/]",
+            }
+            line = f"{marks.get(type(event), '·')} {text}"
+        self.print(line)
 
-    def _phase(self, phase: str, message: str, doc: dict[str, Any]) -> None:
-        from rich.markup import escape
-
-        progress = doc.get("progress")
+    def _phase(self, event: PhaseUpdate) -> None:
+        progress = event.progress
         pct = f" {progress * 100:.0f}%" if isinstance(progress, float) and progress < 1 else ""
-        text = f"[bold]{escape(phase)}[/] {escape(message)}{pct}"
+        text = phase_text(event.phase, event.message) + pct
         if self.tty:
             assert self.err is not None
             if self._status is None:
@@ -103,11 +128,11 @@ class ServeView:
                 self._status.start()
             else:
                 self._status.update(text)
-            if phase != self._last_phase:
+            if event.phase != self._last_phase:
                 self.err.print(f"[dim]·[/] {text}")
-        elif phase != self._last_phase or any(k in message for k in _KEY_MESSAGES):
+        elif event.phase != self._last_phase or any(k in event.message for k in _KEY_MESSAGES):
             self.print(f"· {text}")
-        self._last_phase = phase
+        self._last_phase = event.phase
 
     def print(self, text: str) -> None:
         if self.err is not None:

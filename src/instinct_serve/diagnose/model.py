@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+from instinct_serve import vllm_args
+
 
 class RetryHint(TypedDict, total=False):
     """Changes to the launch plan, all optional; serve merges them into its plan.
@@ -55,18 +57,10 @@ class DiagnoseContext:
 
     def arg(self, *names: str) -> str | None:
         """The value of a vLLM option in ``args`` (``--x v`` or ``--x=v``), last one wins."""
-        value: str | None = None
-        args = list(self.args)
-        for i, item in enumerate(args):
-            for name in names:
-                if item == name and i + 1 < len(args):
-                    value = args[i + 1]
-                elif item.startswith(name + "="):
-                    value = item[len(name) + 1 :]
-        return value
+        return vllm_args.value(self.args, *names) or None
 
     def has_flag(self, name: str) -> bool:
-        return any(a == name or a.startswith(name + "=") for a in self.args)
+        return vllm_args.has(self.args, name)
 
     def float_arg(self, *names: str) -> float | None:
         try:

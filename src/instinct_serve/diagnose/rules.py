@@ -1,18 +1,19 @@
 """The known failures: how each one shows in a vLLM log, and what to do about it.
 
-Every rule has a stable id, a rank (specificity: a root cause outranks the wrapper error
-that reports it, e.g. a flashinfer JIT build failure outranks "Engine core initialization
-failed") and two halves: a ``build_*`` function that writes the finding from what is known
-(used for logs and for pasted symptoms alike) and a detector that finds the evidence in a
-``Scan``. Wording comes from real vLLM, PyTorch, huggingface_hub, docker and ROCm output
-(see tests/fixtures/logs and the near-miss tests).
+Every failure has two halves, written side by side: a ``build_*`` function that writes the
+finding from what is known (used for logs and for pasted symptoms alike) and a detector
+that finds the evidence in a ``Scan``. ``REGISTRY`` at the end registers each failure once
+(``diagnose.registry``): its stable id, its rank (specificity: a root cause outranks the
+wrapper error that reports it, e.g. a flashinfer JIT build failure outranks "Engine core
+initialization failed"), builder, detector and the words of a pasted symptom. Wording
+comes from real vLLM, PyTorch, huggingface_hub, docker and ROCm output (see
+tests/fixtures/logs and the near-miss tests).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,30 +21,12 @@ from packaging.version import InvalidVersion, Version
 
 from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, split_message
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
+from instinct_serve.diagnose.registry import Registry, Rule, number_after, words
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.diagnose.shell import issue_search
 
 ROCM_IMAGE = "vllm/vllm-openai-rocm"
 INSTINCT_GFX = ("gfx90a", "gfx942", "gfx950")
-
-Detector = Callable[[Scan, DiagnoseContext], Finding | None]
-RULES: list[tuple[str, int, Detector]] = []
-
-
-def rule(rule_id: str, rank: int) -> Callable[[Detector], Detector]:
-    """Register a detector; its findings get this rank unless they set their own."""
-
-    def register(func: Detector) -> Detector:
-        def ranked(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
-            finding = func(scan, ctx)
-            if finding is None:
-                return None
-            return replace(finding, rank=finding.rank or rank)
-
-        RULES.append((rule_id, rank, ranked))
-        return ranked
-
-    return register
 
 
 def _at(hit: Hit | None, count: int = 1) -> dict[str, Any]:
@@ -224,7 +207,6 @@ def build_oom_sampler_warmup(ctx: DiagnoseContext, seqs: int | None = None, **at
     )
 
 
-@rule("oom_sampler_warmup", 92)
 def _oom_sampler(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_SAMPLER_OOM)
     if hit is None:
@@ -232,27 +214,42 @@ def _oom_sampler(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return build_oom_sampler_warmup(ctx, int(hit.match.group(1)), **_at(hit, count))
 
 
-@rule("oom", 93)
-def _oom(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
-    hit, count = scan.first(_OOM)
+def _first_oom(scan: Scan, stage: str | None) -> tuple[Hit | None, int]:
+    """The first out-of-memory line and its count, when it happened in ``stage``."""
+    if "oom" not in scan.memo:
+        hit, count = scan.first(_OOM)
+        scan.memo["oom"] = (hit, count, _oom_stage(scan, hit) if hit is not None else None)
+    hit, count, found = scan.memo["oom"]
+    return (hit, count) if hit is not None and found == stage else (None, 0)
+
+
+def _oom_graph_capture(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = _first_oom(scan, "capture")
+    return build_oom_graph_capture(ctx, **_at(hit, count)) if hit else None
+
+
+def _oom_weights(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = _first_oom(scan, "weights")
     if hit is None:
         return None
-    stage = _oom_stage(scan, hit)
-    at = _at(hit, count)
-    if stage == "capture":
-        return build_oom_graph_capture(ctx, **at)
-    if stage == "weights":
-        tried = _TRIED.search(hit.line.text)
-        detail = (
-            f" (tried to allocate {tried.group(1)} on GPU {tried.group(2)}, "
-            f"{tried.group(4)} free of {tried.group(3)})"
-            if tried
-            else ""
-        )
-        return build_oom_weights(ctx, detail=detail, **at)
-    if stage == "profiling":
-        return build_oom_profiling(ctx, **at)
-    return replace(build_out_of_memory(ctx, **at), generic=True, rank=60)
+    tried = _TRIED.search(hit.line.text)
+    detail = (
+        f" (tried to allocate {tried.group(1)} on GPU {tried.group(2)}, "
+        f"{tried.group(4)} free of {tried.group(3)})"
+        if tried
+        else ""
+    )
+    return build_oom_weights(ctx, detail=detail, **_at(hit, count))
+
+
+def _oom_profiling(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = _first_oom(scan, "profiling")
+    return build_oom_profiling(ctx, **_at(hit, count)) if hit else None
+
+
+def _out_of_memory(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = _first_oom(scan, None)  # no frame or phase says where
+    return replace(build_out_of_memory(ctx, **_at(hit, count)), generic=True) if hit else None
 
 
 _FREE_MEMORY = exc(
@@ -297,7 +294,6 @@ def build_gpu_memory_busy(
     )
 
 
-@rule("gpu_memory_busy", 92)
 def _gpu_memory_busy(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_FREE_MEMORY)
     if hit is None:
@@ -328,7 +324,6 @@ def build_kv_cache_no_memory(ctx: DiagnoseContext, **at: Any) -> Finding:
     )
 
 
-@rule("kv_cache_no_memory", 92)
 def _kv_no_memory(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_NO_KV_MEMORY)
     return build_kv_cache_no_memory(ctx, **_at(hit, count)) if hit else None
@@ -392,7 +387,6 @@ def build_max_model_len_exceeds_kv(
     )
 
 
-@rule("max_model_len_exceeds_kv", 94)
 def _max_len_kv(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_KV_V1, _KV_V0)
     if hit is None:
@@ -439,7 +433,6 @@ def build_max_model_len_exceeds_model(
     )
 
 
-@rule("max_model_len_exceeds_model", 92)
 def _max_len_model(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_DERIVED_LEN)
     if hit is None:
@@ -563,7 +556,6 @@ def build_gated_repo(
     )
 
 
-@rule("gated_repo", 97)
 def _gated(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_GATED)
     if hit is None:
@@ -600,7 +592,6 @@ def build_repo_not_found(ctx: DiagnoseContext, **at: Any) -> Finding:
     )
 
 
-@rule("repo_not_found", 90)
 def _repo_not_found(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_REPO_NOT_FOUND)
     return build_repo_not_found(ctx, **_at(hit, count)) if hit else None
@@ -648,7 +639,6 @@ def build_hf_hub_unreachable(ctx: DiagnoseContext, variant: str = "network", **a
     )
 
 
-@rule("hf_hub_unreachable", 85)
 def _hub_unreachable(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_HUB_OFFLINE)
     if hit is not None:
@@ -691,13 +681,11 @@ def build_shm_too_small(ctx: DiagnoseContext, **at: Any) -> Finding:
     )
 
 
-@rule("shm_too_small", 91)
 def _shm(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_SHM)
     return build_shm_too_small(ctx, **_at(hit, count)) if hit else None
 
 
-@rule("disk_full", 93)
 def _disk_full(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     for hit in scan.hits(_NO_SPACE):
         if "/dev/shm" not in hit.line.text:
@@ -727,7 +715,6 @@ def build_trust_remote_code_required(ctx: DiagnoseContext, **at: Any) -> Finding
     )
 
 
-@rule("trust_remote_code_required", 96)
 def _trust(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_TRUST)
     return build_trust_remote_code_required(ctx, **_at(hit, count)) if hit else None
@@ -759,7 +746,6 @@ def build_unsupported_architecture(
     )
 
 
-@rule("unsupported_architecture", 90)
 def _arch(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_ARCH)
     if hit is None:
@@ -798,7 +784,6 @@ def build_vllm_too_old(ctx: DiagnoseContext, reason: str | None = None, **at: An
     )
 
 
-@rule("vllm_too_old", 97)
 def _too_old(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_TRANSFORMERS_OLD)
     if hit is not None:
@@ -835,7 +820,6 @@ def build_unknown_quantization(
     )
 
 
-@rule("unknown_quantization", 90)
 def _unknown_quant(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_UNKNOWN_QUANT)
     if hit is None:
@@ -857,7 +841,6 @@ def build_quantization_unsupported(
     )
 
 
-@rule("quantization_unsupported", 90)
 def _quant_unsupported(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_QUANT_UNSUPPORTED)
     if hit is None:
@@ -879,7 +862,6 @@ def build_unknown_argument(
     )
 
 
-@rule("unknown_argument", 80)
 def _unknown_argument(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_UNRECOGNIZED_ARGS)
     if hit is None:
@@ -917,7 +899,6 @@ def build_tp_not_divisible(
     )
 
 
-@rule("tp_not_divisible", 90)
 def _tp_heads(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_HEADS_TP)
     if hit is None:
@@ -971,7 +952,6 @@ def build_no_kernel_image(ctx: DiagnoseContext, cuda_build: bool = False, **at: 
     )
 
 
-@rule("no_kernel_image", 96)
 def _no_kernel(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_NO_KERNEL)
     if hit is None:
@@ -1018,7 +998,6 @@ def build_libtorch_cuda_import(
     )
 
 
-@rule("libtorch_cuda_import", 96)
 def _libtorch_cuda(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_CUDA_LIB)
     frame, frames = scan.first(_DLPACK_FRAME)
@@ -1080,7 +1059,6 @@ def build_gpu_kernel_crash(ctx: DiagnoseContext, **at: Any) -> Finding:
     )
 
 
-@rule("fp4bmm_gfx942", 98)
 def _fp4bmm(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     direct, count = scan.first(_FP4_NOT_GFX942)
     if direct is not None:
@@ -1106,7 +1084,6 @@ def _fp4bmm(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return None
 
 
-@rule("gpu_kernel_crash", 45)
 def _kernel_crash(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_CRASH)
     return build_gpu_kernel_crash(ctx, **_at(hit, count)) if hit else None
@@ -1151,7 +1128,6 @@ def build_jit_build_failed(
     )
 
 
-@rule("jit_build_failed", 93)
 def _jit(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_JIT)
     if hit is None:
@@ -1203,7 +1179,6 @@ def build_kfd_permission(ctx: DiagnoseContext, missing: bool = False, **at: Any)
     )
 
 
-@rule("kfd_permission", 95)
 def _kfd(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_KFD)
     if hit is None:
@@ -1253,7 +1228,6 @@ def build_no_gpu_visible(ctx: DiagnoseContext, **at: Any) -> Finding:
     )
 
 
-@rule("cuda_visible_devices_empty", 94)
 def _visible_empty(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_NO_GPU)
     if hit is None:
@@ -1268,7 +1242,6 @@ def _visible_empty(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return None
 
 
-@rule("no_gpu_visible", 70)
 def _no_gpu(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_NO_GPU)
     return build_no_gpu_visible(ctx, **_at(hit, count)) if hit else None
@@ -1314,7 +1287,6 @@ def build_port_in_use(
     )
 
 
-@rule("port_in_use", 96)
 def _port(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_PORT)
     if hit is None:
@@ -1353,7 +1325,6 @@ def build_rccl_error(ctx: DiagnoseContext, **at: Any) -> Finding:
     )
 
 
-@rule("rccl_error", 55)
 def _rccl(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_RCCL)
     return build_rccl_error(ctx, **_at(hit, count)) if hit else None
@@ -1398,7 +1369,6 @@ def build_engine_core_init_failed(
     )
 
 
-@rule("engine_core_init_failed", 10)
 def _engine_wrapper(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_ENGINE_WRAPPER)
     if hit is None:
@@ -1419,7 +1389,6 @@ def build_worker_died(ctx: DiagnoseContext, **at: Any) -> Finding:
     )
 
 
-@rule("worker_died", 12)
 def _worker_died(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_WORKER_DIED)
     return build_worker_died(ctx, **_at(hit, count)) if hit else None
@@ -1487,7 +1456,6 @@ def build_incoherent_output(ctx: DiagnoseContext, **at: Any) -> Finding:
 _CAPTURE_LINE = re.compile(r"^Capturing (?:CUDA graph|cudagraphs|the model for CUDA graphs)")
 
 
-@rule("graph_capture_hang", 99)
 def _capture_hang(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     if "graph_capture_hang" not in ctx.signals:
         return None
@@ -1497,55 +1465,305 @@ def _capture_hang(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return build_graph_capture_hang(ctx, **_at(last))
 
 
-@rule("incoherent_output", 99)
 def _incoherent(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     if "incoherent_output" not in ctx.signals:
         return None
     return build_incoherent_output(ctx)
 
 
-# Public table of builders: the symptom mapper writes findings with the same texts.
-BUILDERS: dict[str, Callable[..., Finding]] = {
-    "oom_graph_capture": build_oom_graph_capture,
-    "oom_weights": build_oom_weights,
-    "oom_profiling": build_oom_profiling,
-    "oom_sampler_warmup": build_oom_sampler_warmup,
-    "out_of_memory": build_out_of_memory,
-    "gpu_memory_busy": build_gpu_memory_busy,
-    "kv_cache_no_memory": build_kv_cache_no_memory,
-    "max_model_len_exceeds_kv": build_max_model_len_exceeds_kv,
-    "max_model_len_exceeds_model": build_max_model_len_exceeds_model,
-    "gated_repo": build_gated_repo,
-    "repo_not_found": build_repo_not_found,
-    "hf_hub_unreachable": build_hf_hub_unreachable,
-    "disk_full": build_disk_full,
-    "shm_too_small": build_shm_too_small,
-    "trust_remote_code_required": build_trust_remote_code_required,
-    "unsupported_architecture": build_unsupported_architecture,
-    "vllm_too_old": build_vllm_too_old,
-    "unknown_quantization": build_unknown_quantization,
-    "quantization_unsupported": build_quantization_unsupported,
-    "unknown_argument": build_unknown_argument,
-    "tp_not_divisible": build_tp_not_divisible,
-    "no_kernel_image": build_no_kernel_image,
-    "libtorch_cuda_import": build_libtorch_cuda_import,
-    "fp4bmm_gfx942": build_fp4bmm_gfx942,
-    "gpu_kernel_crash": build_gpu_kernel_crash,
-    "jit_build_failed": build_jit_build_failed,
-    "kfd_permission": build_kfd_permission,
-    "cuda_visible_devices_empty": build_cuda_visible_devices_empty,
-    "no_gpu_visible": build_no_gpu_visible,
-    "port_in_use": build_port_in_use,
-    "rccl_error": build_rccl_error,
-    "engine_core_init_failed": build_engine_core_init_failed,
-    "worker_died": build_worker_died,
-    "graph_capture_hang": build_graph_capture_hang,
-    "incoherent_output": build_incoherent_output,
-}
+# =========================================================================== the registry
 
-FINDING_IDS: tuple[str, ...] = tuple(BUILDERS)  # every id a finding can have
+_OOM_WORDS = r"(?:out of memory|out-of-memory|\boom\b|oom-?kill|outofmemory)"
 
-RANKS: dict[str, int] = {rule_id: rank for rule_id, rank, _ in RULES}
-RANKS.update({"oom_graph_capture": 93, "oom_weights": 93, "oom_profiling": 93, "out_of_memory": 60})
 
-__all__ = ["BUILDERS", "EXCEPTION_START", "FINDING_IDS", "RANKS", "RULES"]
+def _gfx942_crash(ctx: DiagnoseContext) -> str | None:
+    """A crash pasted from gfx942 is the FP4 batched-GEMM one more often than not."""
+    return "fp4bmm_gfx942" if (ctx.gfx or "").startswith("gfx942") else None
+
+
+# Every known failure, registered once. The order is the order symptoms are tried in (the
+# specific before the general) and breaks ties between findings of equal rank on one line.
+REGISTRY = Registry(
+    [
+        Rule(
+            "graph_capture_hang",
+            99,
+            build_graph_capture_hang,
+            _capture_hang,
+            words(
+                r"hang|hung|stuck|freez|frozen|stall|no progress|no output|"
+                r"no new (?:log )?line",
+                r"graph|captur",
+            ),
+        ),
+        Rule(
+            "incoherent_output",
+            99,
+            build_incoherent_output,
+            _incoherent,
+            words(
+                r"garbage|gibberish|word salad|nonsense|incoherent|garbled|"
+                r"!!!!|random (?:characters|tokens|words)|junk|repeat(?:s|ing)? "
+                r"(?:the same|itself)|mojibake"
+            ),
+        ),
+        Rule(
+            "oom_sampler_warmup",
+            92,
+            build_oom_sampler_warmup,
+            _oom_sampler,
+            words(_OOM_WORDS, r"sampler", numbers=number_after(r"(\d+) dummy requests", "seqs")),
+        ),
+        Rule(
+            "oom_graph_capture",
+            93,
+            build_oom_graph_capture,
+            _oom_graph_capture,
+            words(_OOM_WORDS, r"graph|captur"),
+        ),
+        Rule(
+            "oom_weights",
+            93,
+            build_oom_weights,
+            _oom_weights,
+            words(_OOM_WORDS, r"load|weight|too (?:large|big)|does(?:n't| not) fit"),
+        ),
+        Rule(
+            "oom_profiling",
+            93,
+            build_oom_profiling,
+            _oom_profiling,
+            words(_OOM_WORDS, r"profil|warm|dummy"),
+        ),
+        Rule(
+            "gpu_memory_busy",
+            92,
+            build_gpu_memory_busy,
+            _gpu_memory_busy,
+            words(
+                r"free memory on device|memory (?:is )?(?:used|held|taken) by "
+                r"(?:another|other)|another process"
+            ),
+        ),
+        Rule(
+            "kv_cache_no_memory",
+            92,
+            build_kv_cache_no_memory,
+            _kv_no_memory,
+            words(r"no available memory for the cache blocks"),
+        ),
+        Rule(
+            "max_model_len_exceeds_model",
+            92,
+            build_max_model_len_exceeds_model,
+            _max_len_model,
+            words(
+                r"max.?model.?len|context length", r"max_position_embeddings|derived|config\.json"
+            ),
+        ),
+        Rule(
+            "max_model_len_exceeds_kv",
+            94,
+            build_max_model_len_exceeds_kv,
+            _max_len_kv,
+            words(
+                r"max.?model.?len|max seq len|context length|context",
+                r"kv.?cache",
+                numbers=number_after(
+                    r"(?:estimated maximum model length is|fits?(?: up to)?|max(?:imum)? "
+                    r"(?:fitting )?(?:length|len) (?:is )?)\s*(\d{3,})",
+                    "fits",
+                ),
+            ),
+        ),
+        Rule("out_of_memory", 60, build_out_of_memory, _out_of_memory, words(_OOM_WORDS)),
+        Rule(
+            "gated_repo",
+            97,
+            build_gated_repo,
+            _gated,
+            words(r"gated|\b40[13]\b|licen[cs]e|authorized list|awaiting a review"),
+        ),
+        Rule(
+            "repo_not_found",
+            90,
+            build_repo_not_found,
+            _repo_not_found,
+            words(r"repository not found|not a valid model identifier|\b404\b"),
+        ),
+        Rule(
+            "trust_remote_code_required",
+            96,
+            build_trust_remote_code_required,
+            _trust,
+            words(r"trust.?remote.?code|custom code"),
+        ),
+        Rule(
+            "fp4bmm_gfx942",
+            98,
+            build_fp4bmm_gfx942,
+            _fp4bmm,
+            words(
+                r"fp4.?bmm|(?:segfault|segmentation|illegal instruction).*"
+                r"(?:gfx942|mi300|mi325)|(?:gfx942|mi300|mi325).*(?:segfault|"
+                r"segmentation|illegal instruction)"
+            ),
+            supersedes=("gpu_kernel_crash",),  # the same crash, explained better
+        ),
+        Rule(
+            "gpu_kernel_crash",
+            45,
+            build_gpu_kernel_crash,
+            _kernel_crash,
+            words(
+                r"segfault|segmentation fault|illegal instruction|"
+                r"memory access fault|illegal memory access|core dumped",
+                instead=_gfx942_crash,
+            ),
+        ),
+        Rule(
+            "no_kernel_image",
+            96,
+            build_no_kernel_image,
+            _no_kernel,
+            words(r"invalid device function|no kernel image|code object|nobinaryforgpu"),
+        ),
+        Rule(
+            "libtorch_cuda_import",
+            96,
+            build_libtorch_cuda_import,
+            _libtorch_cuda,
+            words(r"libtorch_cuda|libcudart|_optional_torch_c_dlpack"),
+        ),
+        Rule(
+            "cuda_visible_devices_empty",
+            94,
+            build_cuda_visible_devices_empty,
+            _visible_empty,
+            words(r"(?:cuda|hip|rocr)_visible_devices", r"empty|''|\"\"|blank|unset"),
+            supersedes=("no_gpu_visible",),  # the reason no GPU is visible
+        ),
+        Rule(
+            "kfd_permission",
+            95,
+            build_kfd_permission,
+            _kfd,
+            words(r"/dev/kfd|\bkfd\b|render group|video group"),
+        ),
+        Rule(
+            "no_gpu_visible",
+            70,
+            build_no_gpu_visible,
+            _no_gpu,
+            words(
+                r"no (?:hip|cuda|rocm) gpus?|no gpus? (?:found|detected|available|"
+                r"visible)|failed to infer device type"
+            ),
+        ),
+        Rule(
+            "port_in_use",
+            96,
+            build_port_in_use,
+            _port,
+            words(
+                r"address already in use|port is already allocated|eaddrinuse|"
+                r"port \d+ (?:is )?(?:already )?(?:in use|taken|busy)"
+            ),
+        ),
+        Rule(
+            "vllm_too_old",
+            97,
+            build_vllm_too_old,
+            _too_old,
+            words(
+                r"does not recognize this architecture|(?:vllm|image).{0,30}"
+                r"(?:too old|outdated|old version)"
+            ),
+        ),
+        Rule(
+            "unsupported_architecture",
+            90,
+            build_unsupported_architecture,
+            _arch,
+            words(r"architecture", r"not supported|unsupported"),
+        ),
+        Rule(
+            "unknown_quantization",
+            90,
+            build_unknown_quantization,
+            _unknown_quant,
+            words(r"unknown quantization"),
+        ),
+        Rule(
+            "quantization_unsupported",
+            90,
+            build_quantization_unsupported,
+            _quant_unsupported,
+            words(r"quantization", r"not supported|unsupported"),
+        ),
+        Rule(
+            "disk_full",
+            93,
+            build_disk_full,
+            _disk_full,
+            words(r"no space left|disk (?:is )?full|out of disk"),
+        ),
+        Rule(
+            "shm_too_small",
+            91,
+            build_shm_too_small,
+            _shm,
+            words(r"/dev/shm|\bshm\b|shared memory"),
+        ),
+        Rule(
+            "hf_hub_unreachable",
+            85,
+            build_hf_hub_unreachable,
+            _hub_unreachable,
+            words(
+                r"hugging ?face|hf.?hub|\bhub\b",
+                r"connect|offline|unreachable|timed? ?out|resolve|network",
+            ),
+        ),
+        Rule(
+            "tp_not_divisible",
+            90,
+            build_tp_not_divisible,
+            _tp_heads,
+            words(r"divisible by tensor parallel"),
+        ),
+        Rule(
+            "jit_build_failed",
+            93,
+            build_jit_build_failed,
+            _jit,
+            words(r"ninja|jit|build(?:ing)? extension", r"fail|error"),
+        ),
+        Rule(
+            "unknown_argument",
+            80,
+            build_unknown_argument,
+            _unknown_argument,
+            words(r"unrecognized argument"),
+        ),
+        Rule("rccl_error", 55, build_rccl_error, _rccl, words(r"[nr]ccl")),
+        Rule(
+            "worker_died",
+            12,
+            build_worker_died,
+            _worker_died,
+            words(r"worker.{0,40}died|died unexpectedly"),
+        ),
+        Rule(
+            "engine_core_init_failed",
+            10,
+            build_engine_core_init_failed,
+            _engine_wrapper,
+            words(r"engine ?core|engine process failed"),
+        ),
+    ]
+)
+
+FINDING_IDS: tuple[str, ...] = REGISTRY.ids  # every id a finding can have
+
+__all__ = ["EXCEPTION_START", "FINDING_IDS", "REGISTRY"]

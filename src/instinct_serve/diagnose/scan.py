@@ -67,6 +67,7 @@ class Scan:
     phase_before: Mapping[int, str] = field(default_factory=dict)  # line index -> phase
     facts: dict[str, Any] = field(default_factory=dict)
     echo: frozenset[int] = field(init=False)
+    memo: dict[str, Any] = field(init=False, default_factory=dict)  # work rules share
 
     def __post_init__(self) -> None:
         self.echo = source_echo(self.lines)

@@ -41,18 +41,15 @@ class LaunchContext:
     notes: list[str] = field(default_factory=list)
 
     def flag(self, name: str) -> str | None:
-        """The last value of ``--name`` in the launch args (``--x v`` or ``--x=v``)."""
-        value: str | None = None
-        args = self.launch_args
-        for i, arg in enumerate(args):
-            if arg == name and i + 1 < len(args):
-                value = args[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-        return value
+        """The last value of ``--name`` in the launch args (``vllm_args.value``)."""
+        from instinct_serve import vllm_args
+
+        return vllm_args.value(self.launch_args, name)
 
     def has_flag(self, name: str) -> bool:
-        return any(a == name or a.startswith(name + "=") for a in self.launch_args)
+        from instinct_serve import vllm_args
+
+        return vllm_args.has(self.launch_args, name)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -174,13 +174,9 @@ class LaunchPlan:
     @property
     def served_model_name(self) -> str:
         """The name clients put in requests: vLLM serves the model id unless renamed."""
-        args = self.vllm_args
-        for i, arg in enumerate(args):
-            if arg == "--served-model-name" and i + 1 < len(args):
-                return args[i + 1]
-            if arg.startswith("--served-model-name="):
-                return arg.split("=", 1)[1]
-        return self.model
+        from instinct_serve import vllm_args
+
+        return vllm_args.value(self.vllm_args, "--served-model-name") or self.model
 
     def identity(self) -> dict[str, Any]:
         """What makes two launches the same endpoint (used for the plan hash and reuse)."""

@@ -1,7 +1,7 @@
 """The planner: a pure function from (hardware, catalog match, AMD config, fit, options) to a
 ``LaunchPlan``, with a ``Reason`` for every flag, variable, mount and choice.
 
-Nothing here does I/O. ``plan.assemble`` gathers the inputs (detect, catalog, Hub metadata,
+Nothing here does I/O. ``gather.plan`` gathers the inputs (detect, catalog, Hub metadata,
 the host's HF cache layout) and calls ``build_plan``; tests call it with hand-made inputs.
 
 Argument precedence, lowest first (the last value of a flag wins, and every flag set to two
@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve import __version__
-from instinct_serve.catalog.recipe import arg_units
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.labels import managed_labels
 from instinct_serve.plan.model import DEFAULT_PORT, FitSummary, LaunchPlan, Mount, Reason
 from instinct_serve.units import token_count
+from instinct_serve.vllm_args import Unit
+from instinct_serve.vllm_args import units as arg_units
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
@@ -77,12 +78,6 @@ class PlanInputs:
 # ----------------------------------------------------------------- argument helpers
 
 
-def _unit_value(tokens: list[str]) -> str:
-    if len(tokens) > 1:
-        return tokens[1]
-    return tokens[0].partition("=")[2]
-
-
 @dataclass
 class ArgMerge:
     """Merge argv from sources in precedence order; remember who set what."""
@@ -97,7 +92,7 @@ class ArgMerge:
             if name is None:
                 self.positional.extend(tokens)
                 continue
-            self.history.setdefault(name, []).append((source, _unit_value(tokens)))
+            self.history.setdefault(name, []).append((source, Unit(name, tokens).value or ""))
             if name not in self.units:
                 self.order.append(name)
             self.units[name] = (tokens, source)
@@ -111,7 +106,7 @@ class ArgMerge:
         return name in self.units
 
     def value(self, name: str) -> str | None:
-        return _unit_value(self.units[name][0]) if name in self.units else None
+        return Unit(name, self.units[name][0]).value if name in self.units else None
 
     def source(self, name: str) -> str | None:
         return self.units[name][1] if name in self.units else None

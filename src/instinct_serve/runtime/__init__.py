@@ -1,1 +1,2 @@
-"""Running endpoints: docker containers, health and warm-up probes, tunnels, startup phases."""
+"""Running endpoints: serve's deployer and backends (docker containers, native processes),
+health and warm-up probes, tunnels, the endpoints this tool started, diagnosing one."""

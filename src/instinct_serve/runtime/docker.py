@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from instinct_serve import vllm_args
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host, Result
 from instinct_serve.plan.labels import (
@@ -373,15 +374,6 @@ def merge_timestamped(stdout: str, stderr: str) -> str:
     return "".join(text + "\n" for _, _, text in entries)
 
 
-def _argv_value(argv: Sequence[str], flag: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(flag + "="):
-            return arg[len(flag) + 1 :]
-    return None
-
-
 # --------------------------------------------------------------------------- errors
 
 
@@ -605,7 +597,8 @@ class Docker:
             raise ValueError("Docker.run needs a detached `docker run -d ...` argv")
         args[0] = self.binary
         result = self.host.run(args, timeout=timeout, env=env)
-        name = _argv_value(args, "--name")
+        # docker's own options come before the image: the first --name is the container's
+        name = vllm_args.value(args, "--name", last=False) or None
         if not result.ok:
             error = _run_error(self.host, result, name)
             if name:

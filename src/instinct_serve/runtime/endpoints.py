@@ -56,8 +56,8 @@ class Row:
 
 def docker_rows(host: Host) -> tuple[list[Row], str | None]:
     """Managed containers, or (no rows, why) when Docker is not usable on the host."""
+    from instinct_serve.runtime.backend import LABEL_FIXES
     from instinct_serve.runtime.docker import Docker
-    from instinct_serve.runtime.serve import LABEL_FIXES
 
     try:
         found = Docker(host).list_managed()
@@ -81,6 +81,14 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
         for c in found
     ]
     return rows, None
+
+
+def native_status(running: bool, exit_code: int | None) -> str:
+    """``ps``'s status of a native process. No exit code means the process group was
+    killed before its wrapper could record one: ``instinct stop`` (or a kill) stopped it."""
+    if running:
+        return "running"
+    return "stopped" if exit_code is None else f"exited ({exit_code})"
 
 
 def native_rows(host: Host) -> list[Row]:
@@ -111,7 +119,7 @@ def native_rows(host: Host) -> list[Row]:
                 engine="native",
                 model=str(meta.get("model") or "") or None,
                 port=port if isinstance(port, int) else None,
-                status="running" if status.running else f"exited ({status.exit_code})",
+                status=native_status(status.running, status.exit_code),
                 running=status.running,
                 uptime_s=uptime,
                 health=None,

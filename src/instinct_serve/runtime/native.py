@@ -18,8 +18,8 @@ from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.runtime.backend import ExitInfo, Occupant, Target, launch_labels
 from instinct_serve.runtime.docker import Docker
-from instinct_serve.runtime.serve import ExitInfo, Occupant, Target, launch_labels
 
 META_ENGINE = "instinct-serve"
 
@@ -38,6 +38,14 @@ def target_of(status: launcher.ProcessStatus) -> Target:
         plan_hash=str(meta["plan_hash"]) if meta.get("plan_hash") else None,
         image=None,
     )
+
+
+def native_on_port(host: Host, port: int) -> Target | None:
+    """A running native endpoint of ours that was launched on ``port``, if any."""
+    for status in launcher.list_processes(host):
+        if status.running and status.process.meta.get("port") == port:
+            return target_of(status)
+    return None
 
 
 def native_argv(vllm_command: str, plan: LaunchPlan) -> list[str]:

@@ -7,28 +7,23 @@ same events the ``Deployer`` emits (``phase`` checking/planning, ``warning``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, NotReadyError
+from instinct_serve.runtime.events import EventSink, PhaseUpdate, WarningEvent
 
 if TYPE_CHECKING:
     from instinct_serve.checks import CheckReport
     from instinct_serve.hosts import Host
     from instinct_serve.options import PlanOptions, ServeOptions
     from instinct_serve.plan.model import PlanResult
-    from instinct_serve.runtime.serve import Backend, Deployer, ServeSettings
-
-EventSink = Callable[[dict[str, Any]], None]
+    from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.serve import Deployer
+    from instinct_serve.runtime.settings import ServeSettings
 
 DOCKER_CHECKS = frozenset({"docker_installed", "docker_daemon"})
-
-
-def event(kind: str, **fields: Any) -> dict[str, Any]:
-    """One progress event, shaped as the ``Deployer``'s own."""
-    return {"event": kind, "ts": round(time.time(), 3), **fields}
 
 
 def require_ready(
@@ -144,17 +139,17 @@ def prepare(
     catalog or arguments changed) raises ``plan_changed`` before anything is launched.
     """
     from instinct_serve.gather.plan import make_plan
-    from instinct_serve.runtime.serve import DockerBackend
+    from instinct_serve.runtime.docker_backend import DockerBackend
 
     def warn(message: str) -> None:
-        sink(event("warning", message=message))
+        sink(WarningEvent(message=message))
 
-    sink(event("phase", phase="checking", message=f"host {host.name}", progress=None, figures={}))
+    sink(PhaseUpdate(phase="checking", message=f"host {host.name}"))
     report = require_ready(host, opts.model, opts.port, opts.hf_cache, root, engine)
     for warning in report.warnings:
         if engine == "docker" or warning.id not in DOCKER_CHECKS:
             warn(f"{warning.id}: {warning.message}")
-    sink(event("phase", phase="planning", message=opts.model, progress=None, figures={}))
+    sink(PhaseUpdate(phase="planning", message=opts.model))
     result = make_plan(opts, host)
     if approved_hash is not None and result.plan.plan_hash != approved_hash:
         raise plan_changed(approved_hash, result)
@@ -168,7 +163,7 @@ def prepare(
 
 def serve_settings(opts: ServeOptions) -> ServeSettings:
     """How patient and forceful one serve is, from its options (CLI and MCP alike)."""
-    from instinct_serve.runtime.serve import ServeSettings
+    from instinct_serve.runtime.settings import ServeSettings
 
     given: dict[str, Any] = {
         "replace": opts.replace,

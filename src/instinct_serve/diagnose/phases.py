@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from instinct_serve.diagnose.failure_signals import STRONG_FAILURE
 from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, iter_lines
 
 Phase = Literal[
@@ -169,17 +170,6 @@ _ENGINE_VERSION = re.compile(r"^Initializing an? (?:(V0|V1) )?LLM engine \(v([^)
 _API_VERSION = re.compile(r"^vLLM API server version (\S+)")
 _BANNER_VERSION = re.compile(r"█\s+version (\d+\.\d+\S*)\s*$")
 
-# Failures. Strong signals end the start-up whatever came before; a bare exception line
-# before the server is ready is a soft failure that later progress lines can overrule
-# (some libraries log a traceback and carry on).
-_STRONG_FAILURE = re.compile(
-    r"Engine core initialization failed|EngineCore failed to start|"
-    r"Engine process failed to start|died unexpectedly|EngineDeadError|"
-    r"Got fatal signal from worker processes|Segmentation fault|Segfault encountered|"
-    r"Fatal Python error|Illegal instruction|Aborted \(core dumped\)|Bus error|"
-    r"Memory access fault by GPU|error while attempting to bind on address"
-)
-
 
 @dataclass
 class _Update:
@@ -200,7 +190,7 @@ class PhaseTracker:
 
     def __init__(self) -> None:
         self.phase: Phase = "starting"
-        self.message: str = "starting"
+        self.message: str = "no progress line yet"
         self.progress: float | None = None
         self.failed_line: str | None = None
         self.last_line_at: float | None = None
@@ -305,7 +295,10 @@ class PhaseTracker:
         text = line.text.strip()
         if not text:
             return None
-        if _STRONG_FAILURE.search(text) and line.errorish:
+        # A strong signal (``failure_signals``) ends the start-up whatever came before; a
+        # bare exception line before the server is ready is a soft failure that later
+        # progress lines can overrule (some libraries log a traceback and carry on).
+        if STRONG_FAILURE.search(text) and line.errorish:
             return _Update(phase="failed")
         for matcher in _MATCHERS:
             update = matcher(self, text)

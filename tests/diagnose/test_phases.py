@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from instinct_serve.runtime.phases import PhaseEvent, PhaseTracker, track
+from instinct_serve.diagnose.phases import PhaseEvent, PhaseTracker, track
 from tests.diagnose.logs import blocks, real_lines
 
 HEALTHY = "09_healthy_startup_MI300X_Llama-3.1-8B-Instruct_fp16_gmu0.9_vllm0.9.2dev_V0.log"

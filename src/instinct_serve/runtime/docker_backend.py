@@ -1,0 +1,145 @@
+"""Docker containers as a serve ``Backend``, through the docker CLI on the host."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from instinct_serve.errors import InstinctError
+from instinct_serve.hosts import Host
+from instinct_serve.plan.labels import LABEL_PLAN_HASH
+from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.runtime.backend import ExitInfo, Occupant, Target, launch_labels
+from instinct_serve.runtime.docker import Docker, PortHolder
+from instinct_serve.runtime.follower import LogFollower
+from instinct_serve.runtime.native import native_on_port
+
+PULL_TIMEOUT_S = 3 * 3600.0
+STOP_GRACE_S = 5
+
+
+class DockerBackend:
+    """Containers through the docker CLI on the host."""
+
+    engine = "docker"
+
+    def __init__(self, host: Host, docker: Docker | None = None) -> None:
+        self.host = host
+        self.docker = docker or Docker(host)
+
+    def target(self, name: str) -> Target | None:
+        info = self.docker.get(name)
+        if info is None:
+            return None
+        return Target(
+            name=info.name,
+            engine="docker",
+            managed=info.managed,
+            running=info.state.running,
+            status=info.state.status,
+            model=info.model,
+            port=info.port,
+            plan_hash=info.plan_hash,
+            image=info.image,
+        )
+
+    def same_plan(self, plan: LaunchPlan) -> Target | None:
+        wanted = plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)
+        found = self.docker.list_managed(labels={LABEL_PLAN_HASH: wanted}, include_stopped=False)
+        for info in found:
+            if info.state.running:
+                return self.target(info.name)
+        return None
+
+    def occupants(self, plan: LaunchPlan) -> list[Occupant]:
+        out: list[Occupant] = []
+        seen: set[str] = set()
+        named = self.target(plan.container_name)
+        if named is not None:
+            seen.add(named.name)
+            out.append(Occupant(named.describe(), named.managed, named))
+        for holder in self.docker.port_holders(plan.port):
+            if holder.container_name and holder.container_name in seen:
+                continue
+            out.append(self._occupant(holder))
+            if holder.container_name:
+                seen.add(holder.container_name)
+        return out
+
+    def _occupant(self, holder: PortHolder) -> Occupant:
+        if holder.managed and holder.container_name:
+            target = self.target(holder.container_name)
+            if target is not None:
+                return Occupant(target.describe(), True, target)
+        if holder.kind == "process":
+            native = native_on_port(self.host, holder.port)
+            if native is not None:
+                return Occupant(native.describe(), True, native)
+        return Occupant(holder.describe(), False)
+
+    def prepare(self, plan: LaunchPlan, on_line: Callable[[str], None]) -> None:
+        if self.docker.image_present(plan.image):
+            return
+        on_line(f"Unable to find image '{plan.image}' locally")
+        follower = LogFollower(self.docker.pull(plan.image))
+        tail: list[str] = []
+        deadline = time.monotonic() + PULL_TIMEOUT_S
+        try:
+            while not follower.ended and time.monotonic() < deadline:
+                line = follower.get(0.5)
+                if line is not None:
+                    tail = [*tail[-19:], line]
+                    on_line(line)
+            code = follower.proc.wait(timeout=30) if follower.ended else None
+        finally:
+            follower.close()
+        if code != 0:
+            said = next((ln for ln in reversed(tail) if ln.strip()), "no output")
+            raise InstinctError(
+                f"docker pull {plan.image} failed on {self.host.name}: {said.strip()}",
+                fix="check the image name and tag, the host's network or proxy "
+                "(docker info | grep -i proxy), `docker login` for private registries, or "
+                "bring the image over with `docker save | docker load`",
+                id="image_pull_failed",
+                details={"output_tail": tail},
+            )
+
+    def launch(self, plan: LaunchPlan, secrets: Mapping[str, str], fixes: Sequence[str]) -> str:
+        from instinct_serve.plan.render import docker_argv
+
+        labelled = copy.copy(plan)
+        labelled.labels = launch_labels(plan, fixes)
+        for mount in plan.mounts:
+            if not mount.read_only and not self.host.exists(mount.host_path):
+                # Docker would create it as root: make it as the host's user instead.
+                self.host.run(["mkdir", "-p", "--", mount.host_path], timeout=30)
+        self.docker.run(docker_argv(labelled), env=dict(secrets) or None)
+        return plan.container_name
+
+    def follow(self, name: str, since: float | None = None) -> subprocess.Popen[str]:
+        return self.docker.follow(name, since=since)
+
+    def exit_info(self, name: str) -> ExitInfo | None:
+        state = self.docker.inspect_state(name)
+        if state is None:
+            return ExitInfo(None, status="removed")
+        if state.running or state.status in ("created", "restarting"):
+            return None
+        return ExitInfo(state.exit_code, state.oom_killed, state.status)
+
+    def log_text(self, name: str, tail: int) -> str:
+        try:
+            return self.docker.logs(name, tail=tail)
+        except InstinctError:
+            return ""
+
+    def discard(self, name: str, *, keep: bool) -> bool:
+        try:
+            self.docker.stop(name, remove=not keep, grace_s=STOP_GRACE_S)
+        except InstinctError as exc:
+            if exc.id == "container_not_found":
+                return False
+            raise
+        return True

@@ -1,0 +1,31 @@
+"""The secrets a plan names (``HF_TOKEN``...), read on this machine for the launch.
+
+They reach the server only through the environment of the launching process (``docker run
+--env NAME``, over ssh on stdin): never an argument, a plan or a log line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from instinct_serve.paths import hf_token_file
+
+TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def local_secrets(names: Sequence[str]) -> dict[str, str]:
+    """Values for the plan's secret names: this process's environment, else (for the Hub
+    token) the file ``huggingface-cli login`` writes. Never printed, never in an argv."""
+    found: dict[str, str] = {}
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if not value and name in TOKEN_NAMES:
+            try:
+                with open(hf_token_file(), encoding="utf-8") as fh:
+                    value = fh.read().strip()
+            except OSError:
+                value = ""
+        if value and "\n" not in value:
+            found[name] = value
+    return found

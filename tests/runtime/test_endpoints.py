@@ -1,0 +1,59 @@
+"""``ps`` over real native processes: running, exited with a code, or stopped by us."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from instinct_serve.cli.main import main
+from instinct_serve.engine import launcher
+from instinct_serve.hosts import LocalHost
+from instinct_serve.runtime.endpoints import native_rows, native_status
+from tests.infra.fakebin import FakeBin
+
+META = {"engine": "instinct-serve", "model": "org/model", "port": 8000}
+
+
+def _ended(name: str) -> None:
+    host = LocalHost()
+    for _ in range(200):
+        status = launcher.status(host, name)
+        if status is not None and not status.running and status.exit_code is not None:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{name} did not end")
+
+
+def test_native_status_words() -> None:
+    assert native_status(True, None) == "running"
+    assert native_status(False, 3) == "exited (3)"
+    assert native_status(False, 0) == "exited (0)"
+    assert native_status(False, None) == "stopped"
+
+
+def test_ps_never_shows_exited_none(fakebin: FakeBin, capsys: pytest.CaptureFixture[str]) -> None:
+    fakebin.add("docker", {}, default=("", 0))  # Docker answers: no managed containers
+    host = LocalHost()
+    launcher.launch(host, "n-exited", ["sh", "-c", "exit 3"], meta=META)
+    launcher.launch(host, "n-stopped", ["sleep", "60"], meta=META)
+    launcher.launch(host, "n-running", ["sleep", "60"], meta=META)
+    try:
+        _ended("n-exited")
+        assert launcher.stop(host, "n-stopped").was_running
+        rows = {row.name: row for row in native_rows(host)}
+        assert rows["n-exited"].status == "exited (3)"
+        assert rows["n-stopped"].status == "stopped" and not rows["n-stopped"].running
+        assert rows["n-running"].status == "running" and rows["n-running"].running
+
+        with pytest.raises(SystemExit):
+            main(["ps", "--no-health", "--json"])
+        listed = {r["name"]: r["status"] for r in json.loads(capsys.readouterr().out)["endpoints"]}
+        assert listed == {"n-exited": "exited (3)", "n-stopped": "stopped", "n-running": "running"}
+        with pytest.raises(SystemExit):
+            main(["ps", "--no-health"])
+        human = capsys.readouterr().out
+        assert "stopped" in human and "exited (3)" in human and "None" not in human
+    finally:
+        launcher.stop(host, "n-running")
