@@ -261,12 +261,8 @@ class Progress:
             for key, value in event.items()
             if key not in ("event", "ts") and isinstance(value, str | int | float)
         )
-        from instinct_serve.runtime.events import phase_words
-
-        line = (
-            phase_words(label, text) if kind == "phase" else (f"{label}: {text}" if text else label)
-        )
-        message = Redactor(secret_values()).text(line)[:500]
+        # "phase_id: message": the stable id first, for an agent to branch on
+        message = Redactor(secret_values()).text(f"{label}: {text}" if text else label)[:500]
         try:
             anyio.from_thread.run(
                 partial(self.ctx.session.report_progress, float(self.count), None, message),

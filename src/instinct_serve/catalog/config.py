@@ -20,11 +20,11 @@ get ``--trust-remote-code`` and hermes tool calling.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from instinct_serve import vllm_args
-from instinct_serve.catalog.matching import GENERIC_ARGS, GENERIC_FEATURES, Match, required_vllm
+from instinct_serve.catalog.matching import Match, required_vllm
 from instinct_serve.catalog.overrides import (
     UNKNOWN,
     UNSUPPORTED,
@@ -156,13 +156,16 @@ def amd_config(
     features: Iterable[str] | None = None,
     modes: dict[str, str] | None = None,
     overrides: GpuOverrides | None = None,
+    model_config: Mapping[str, Any] | None = None,
 ) -> AmdConfig:
     """Merge every layer for ``match`` on ``gpu`` (a gfx target or a profile name).
 
     ``variant`` picks a recipe variant (default: the match's); ``features`` replaces the
     default feature set (recipes: all but opt-in; legacy/generic: all they have); ``modes``
     picks a mode of a single-select feature (``{"spec_decoding": "mtp"}``), else upstream's
-    default for the variant and GPU.
+    default for the variant and GPU. ``model_config``: the model's ``config.json`` when
+    known; a model outside the catalog takes its family's parsers and remote-code need
+    from it (``catalog.families``).
     """
     overrides = overrides or load_gpu_overrides()
     gfx, profile = resolve_gpu(gpu, overrides)
@@ -248,11 +251,20 @@ def amd_config(
         precision = legacy.precision
         context = legacy.context_length
     else:
-        layers.append(Layer("generic", list(GENERIC_ARGS), {}))
+        from instinct_serve.catalog.families import generic_launch
+
+        generic = generic_launch(match.model_id, model_config)
+        layers.append(Layer("generic", list(generic.args), {}))
         chosen = _select_features(
-            GENERIC_FEATURES, features, list(GENERIC_FEATURES), match.model_id
+            generic.features, features, list(generic.features), match.model_id
         )
-        layers.extend(Layer(f"feature {name}", GENERIC_FEATURES[name], {}) for name in chosen)
+        layers.extend(Layer(f"feature {name}", generic.features[name], {}) for name in chosen)
+        if model_config is None:
+            warnings.append(
+                f"{match.model_id} is outside the catalog and its config could not be read: "
+                "no remote code is trusted and the parsers follow its name; pass "
+                "`-- --trust-remote-code` if it ships custom code"
+            )
 
     ids = [match.model_id]
     if match.recipe is not None:

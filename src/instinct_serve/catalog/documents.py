@@ -66,7 +66,7 @@ def show_document(
     cross-checked against upstream's rendered command. ``warnings``: what the caller was
     told about the catalog (``store.checked_catalog``), else the catalog's own."""
     from instinct_serve.catalog.config import amd_config, compare_with_rendered
-    from instinct_serve.catalog.matching import GENERIC_ARGS, GENERIC_FEATURES, lookup
+    from instinct_serve.catalog.matching import lookup
 
     match = lookup(model, catalog)
     amd = amd_config(match, gpu, variant=variant) if gpu else None
@@ -82,12 +82,24 @@ def show_document(
         "catalog": catalog.summary(),
         "recipe": recipe_document(catalog, match.recipe) if match.recipe else None,
         "legacy": match.legacy.to_dict() if match.legacy else None,
-        "generic": {"args": list(GENERIC_ARGS), "features": GENERIC_FEATURES}
-        if match.kind == "generic"
-        else None,
+        "generic": _generic(match.model_id) if match.kind == "generic" else None,
         "amd": amd.to_dict() if amd else None,
         "upstream_rendered": rendered,
         "cross_check": cross,
         "default_image": catalog.docker_image,
         "warnings": catalog.warnings if warnings is None else warnings,
+    }
+
+
+def _generic(model_id: str) -> dict[str, Any]:
+    """The generic layer by name alone (``plan`` also reads the model's config)."""
+    from instinct_serve.catalog.families import family_of, generic_launch
+
+    launch = generic_launch(model_id, None)
+    family = family_of(model_id, None)
+    return {
+        "family": family.key if family else None,
+        "args": launch.args,
+        "features": launch.features,
+        "reasons": launch.reasons,
     }

@@ -34,8 +34,6 @@ from instinct_serve.errors import InstinctError, UsageError
 
 MatchKind = Literal["exact", "variant", "base_model", "legacy", "generic"]
 
-GENERIC_ARGS = ("--trust-remote-code",)
-GENERIC_FEATURES = {"tool_calling": ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]}
 
 _ID = r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$"
 # Date suffixes: YYMM (2507, 2512), MMDD (0905, 0731), YYYYMM (202606), YYYYMMDD.
@@ -368,8 +366,8 @@ def lookup(model_id: str, catalog: Catalog | None = None) -> Match:
         requested,
         "generic",
         requested,
-        "not in the recipes catalog: generic vLLM settings (trust remote code, hermes tool "
-        "calling)",
+        "not in the recipes catalog: generic vLLM settings (the tool and reasoning parsers "
+        "of its family; remote code only if its config needs it)",
         blacklist=listed(requested),
         catalog=catalog,
     )
