@@ -598,7 +598,20 @@ class PlanOptions(SizingOptions):
         check=_container_name,
         max_length=128,
     )
-    force: bool = opt(False, kind="bool", help="Launch even when memory is too tight.")
+    objective: str = opt(
+        "latency",
+        kind="choice",
+        choices=("latency", "throughput"),
+        help="What the TP serves: latency (the recipe's TP, else the smallest holding the "
+        "full context with safe headroom) or throughput (the smallest TP with safe "
+        "headroom, GPUs left for replicas).",
+    )
+    force: bool = opt(
+        False,
+        kind="bool",
+        help="Plan and launch what would be refused: memory too tight, weights or a GPU the "
+        "recipe does not support, a release image for a nightly-only recipe.",
+    )
     extra_args: list[str] = opt(
         [],
         kind="args",

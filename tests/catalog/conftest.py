@@ -129,8 +129,20 @@ def dead_url() -> str:
 # ---------------------------------------------------------------------- recipes API
 
 
+def upstream_pages() -> dict[str, dict[str, dict[str, Any]]]:
+    """Upstream's AMD renderings of the corpus (``tests/plan/upstream_render.py``, vendored
+    in ``tests/data/upstream_rendered_amd.json``), keyed by model id then GPU."""
+    from tests.plan.upstream_render import amd_rendered, load_document
+
+    renderings, _missing = load_document(
+        Path(__file__).resolve().parents[1] / "data" / "upstream_rendered_amd.json"
+    )
+    return amd_rendered(renderings)
+
+
 def api_documents(limit: int | None = None) -> dict[str, Any]:
-    """Path → JSON of a recipes-API-shaped site built from the corpus (renders simplified)."""
+    """Path → JSON of a recipes-API-shaped site built from the corpus, with upstream's own
+    AMD renderings of it."""
     from instinct_serve.catalog.parse import load_yaml, normalize
 
     docs: dict[str, Any] = {}
@@ -142,26 +154,13 @@ def api_documents(limit: int | None = None) -> dict[str, Any]:
         recipe = normalize(load_yaml(path.read_text(encoding="utf-8")))
         recipe.pop("guide", None)
         by_hw: dict[str, str] = {}
-        amd = (recipe.get("hardware_overrides") or {}).get("amd") or {}
-        for hw in ("mi300x", "mi355x"):
-            if (recipe["meta"].get("hardware") or {}).get(hw) == "unsupported":
+        model_id = recipe["model"]["model_id"]
+        for hw, page in upstream_pages().get(model_id, {}).items():
+            if hw not in ("mi300x", "mi355x"):
                 continue
             link = f"/{hf_id}/hw/{hw}.json"
             by_hw[hw] = link
-            model_id = recipe["model"]["model_id"]
-            argv = ["vllm", "serve", model_id, *recipe["model"].get("base_args", [])]
-            argv += ["--tensor-parallel-size", "8", *amd.get("extra_args", [])]
-            docs[link] = {
-                "hardware": hw,
-                "strategy": "single_node_tp",
-                "variant": "default",
-                "node_count": 1,
-                "deploy_type": "single_node",
-                "env": dict(amd.get("extra_env") or {}),
-                "docker_image": "vllm/vllm-openai-rocm:latest",
-                "command": " ".join(argv),
-                "argv": argv,
-            }
+            docs[link] = page
         recipe = {
             "hf_id": hf_id,
             "meta": recipe["meta"],

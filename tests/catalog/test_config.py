@@ -149,17 +149,24 @@ def test_legacy_and_generic(catalog: Catalog) -> None:
     assert legacy.context_length == 262144 and legacy.match == "legacy"
     mistral = amd_config(lookup("mistralai/Mistral-7B-Instruct-v0.3", catalog), "gfx950")
     assert mistral.args[:2] == ["--tokenizer-mode", "mistral"]
+    # outside the catalog: nothing guessed (no family in the name, no config to read)
     generic = amd_config(lookup("acme/unknown-7B", catalog), "gfx950")
-    assert generic.args == [
-        "--trust-remote-code",
-        "--enable-auto-tool-choice",
-        "--tool-call-parser",
-        "hermes",
-    ]
+    assert generic.args == []
     assert generic.env == {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_FP4BMM": "1"}
-    assert amd_config(lookup("acme/unknown-7B", catalog), "gfx950", features=[]).args == [
-        "--trust-remote-code"
-    ]
+    assert any("--trust-remote-code" in w for w in generic.warnings)
+    # its family's documented parsers, and remote code only when the config needs it
+    llama = amd_config(
+        lookup("acme/my-llama-3.1-8b-finetune", catalog),
+        "gfx942",
+        model_config={"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
+    )
+    assert llama.args == ["--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"]
+    custom = amd_config(
+        lookup("acme/odd-model", catalog),
+        "gfx942",
+        model_config={"architectures": ["OddForCausalLM"], "auto_map": {"AutoModel": "x.Y"}},
+    )
+    assert custom.args == ["--trust-remote-code"]
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def test_deepseek_v32_keeps_amd_block_size_and_env() -> None:
     assert doc["env"]["VLLM_ROCM_USE_AITER"] == "1"
     # no metadata offline: sized from the recipe's VRAM minimum instead, and said so
     assert doc["tensor_parallel_size"] > 1
-    assert any("could not size" in w for w in doc["warnings"])
+    assert any("no exact size for the model" in w for w in doc["warnings"])
 
 
 @pytest.mark.parametrize(
@@ -110,15 +110,19 @@ def test_legacy_model() -> None:
     assert doc["match"]["kind"] == "legacy"
     assert flag(doc["vllm_args"], "--tool-call-parser") == "hermes"
     # not in the shipped metadata and offline: planned, with the gap said out loud
-    assert any("could not size" in w for w in doc["warnings"])
+    assert any("no exact size for the model" in w for w in doc["warnings"])
 
 
 def test_unknown_model_gets_the_generic_config() -> None:
+    """Outside the catalog, unreadable config: no remote code, no guessed parser, sized from
+    the count in its name (was: --trust-remote-code and hermes whatever the model)."""
     doc = plan_doc(model="someorg/some-model-7B", gpu="mi300x", gpu_count=1)
     check_golden("generic_unknown", doc)
     assert doc["match"]["kind"] == "generic"
-    assert "--trust-remote-code" in doc["vllm_args"]
-    assert flag(doc["vllm_args"], "--tool-call-parser") == "hermes"
+    assert "--trust-remote-code" not in doc["vllm_args"]
+    assert flag(doc["vllm_args"], "--tool-call-parser") is None
+    assert any("-- --trust-remote-code" in w for w in doc["warnings"])
+    assert any(r["why"].startswith("TP 1: its name's count (7B)") for r in doc["reasons"])
 
 
 def test_blacklisted_model_is_refused_with_an_alternative() -> None:
@@ -372,7 +376,9 @@ def test_shell_format_is_the_docker_argv() -> None:
     assert proc.returncode == 0, proc.stderr
     argv = shlex.split(proc.stdout)
     assert argv[:3] == ["docker", "run", "-d"]
-    assert argv[argv.index("--model") + 1] == "Qwen/Qwen3.5-9B"
+    image = next(a for a in argv if a.startswith("vllm/vllm-openai-rocm:"))
+    assert argv[argv.index(image) + 1] == "Qwen/Qwen3.5-9B"  # vllm serve's positional model
+    assert "--model" not in argv
 
 
 def test_refusals_exit_nonzero_with_json_error() -> None:

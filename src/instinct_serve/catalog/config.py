@@ -310,42 +310,70 @@ def amd_config(
     )
 
 
+# Flags the planner decides for the launch (TP from the fit and the objective, the port, the
+# context the KV room holds): a difference there is a decision with its own reason in the
+# plan, not a difference of configuration.
+PLANNER_FLAGS = frozenset(
+    {
+        "--port",
+        "--host",
+        "--tensor-parallel-size",
+        "-tp",
+        "--distributed-executor-backend",
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--enable-auto-tool-choice",
+        "--served-model-name",
+    }
+)
+
+
 def compare_with_rendered(
     args: Iterable[str],
     env: dict[str, str],
     rendered_argv: Iterable[str],
     rendered_env: dict[str, str],
+    *,
+    own_env: Iterable[str] = (),
 ) -> list[str]:
-    """Differences between our args/env and upstream's rendering (for a cross-check warning).
+    """The differences that change behaviour between our args/env and upstream's rendering,
+    both ways: a flag or variable only one side sets, or sets to another value.
 
-    Only flags upstream sets are compared (we add parallelism and port flags of our own),
-    and ``vllm serve MODEL`` at the head of upstream's argv is skipped.
+    Flags the planner decides (``PLANNER_FLAGS``) and variables our own per-gfx data sets
+    (``own_env``: each has its reason in the plan) are left out; ``vllm serve MODEL`` at the
+    head of upstream's argv is skipped.
     """
-    from instinct_serve.vllm_args import is_flag
-    from instinct_serve.vllm_args import value as flag_value
+    from instinct_serve.vllm_args import units
 
-    ours = list(args)
     theirs = list(rendered_argv)
     if theirs[:2] == ["vllm", "serve"]:
         theirs = theirs[3:]
+
+    def flags(argv: list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for unit in units(argv):
+            if unit.name is not None and unit.name not in PLANNER_FLAGS:
+                found[unit.name] = unit.value or ""
+        return found
+
+    ours_f, theirs_f = flags(list(args)), flags(theirs)
     diffs: list[str] = []
-    seen: set[str] = set()
-    for tok in theirs:
-        if not is_flag(tok):
-            continue
-        name = tok.split("=", 1)[0]
-        if name in seen:
-            continue
-        seen.add(name)
-        want = flag_value(theirs, name)
-        have = flag_value(ours, name)
+    for name, want in theirs_f.items():
+        have = ours_f.get(name)
         if have is None:
             diffs.append(f"upstream sets {name}{' ' + want if want else ''}; we do not")
         elif want != have:
             diffs.append(f"{name}: upstream {want!r}, ours {have!r}")
+    for name, have in ours_f.items():
+        if name not in theirs_f:
+            diffs.append(f"we set {name}{' ' + have if have else ''}; upstream does not")
+    ours_only = set(own_env)
     for key, value in rendered_env.items():
         if key not in env:
             diffs.append(f"upstream sets {key}={value}; we do not")
         elif env[key] != value:
             diffs.append(f"{key}: upstream {value!r}, ours {env[key]!r}")
+    for key, value in env.items():
+        if key not in rendered_env and key not in ours_only:
+            diffs.append(f"we set {key}={value}; upstream does not")
     return diffs

@@ -52,8 +52,15 @@ def print_summary(con: Console, result: PlanResult, title: str = "Launch plan") 
     show_default=True,
     help="What to print.",
 )
+@click.option(
+    "--list",
+    "as_list",
+    is_flag=True,
+    help="List every precision x TP this target could run, ranked, with why the plan took "
+    "its pick.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def plan(fmt: str, as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
+def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     """Print the exact launch command for MODEL (default: Qwen/Qwen3.5-9B).
 
     \b
@@ -69,6 +76,8 @@ def plan(fmt: str, as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
 
     fmt = "json" if as_json else fmt
     opts = parse_cli(PlanOptions, kwargs, engine="native" if fmt == "native" else "docker")
+    if as_list:
+        return _list(opts, host_spec, as_json)
     result = plan_for(opts, get_host(host_spec), fallback_gpu=True)
     if fmt == "json":
         emit(result, True)
@@ -87,3 +96,60 @@ def plan(fmt: str, as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
 
     emit(result, False, human)
     return 0
+
+
+def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
+    """``plan --list``: the ranked choices (``gather.choices``)."""
+    from instinct_serve.gather.choices import plan_choices
+
+    host = get_host(host_spec)
+    if host.is_local:
+        opts.default_gpu = "mi300x"
+    listing = plan_choices(opts, host)
+    if not as_json:
+        for message in listing.warnings:
+            warn(message)
+
+    def human(con: Console) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table(
+            title=f"{escape(listing.model)} on {listing.target} ({listing.objective})",
+            title_justify="left",
+        )
+        for col in (
+            "",
+            "checkpoint",
+            "precision",
+            "TP",
+            "GiB/GPU",
+            "KV tokens",
+            "context",
+            "full-ctx x",
+            "verdict",
+        ):
+            table.add_column(col, no_wrap=col in ("checkpoint", "TP"))
+        for c in listing.choices:
+            table.add_row(
+                "[green]→[/]" if c.chosen else ("" if c.feasible else "[dim]✗[/]"),
+                escape(c.model_id.rsplit("/", 1)[-1]),
+                f"{c.precision or '?'} ({c.status})",
+                str(c.tp),
+                f"{c.weights_per_gpu_gib:g}" if c.weights_per_gpu_gib is not None else "?",
+                f"{c.kv_cache_tokens:,}" if c.kv_cache_tokens else "?",
+                f"{c.max_model_len:,}" if c.max_model_len else "?",
+                f"{c.full_context_concurrency:g}" if c.full_context_concurrency else "?",
+                escape(c.why_not or (c.verdict or "unsized")),
+            )
+        con.print(table)
+        if listing.chosen_why:
+            con.print(f"[green]→[/] chosen: {escape(listing.chosen_why)}")
+        elif listing.plan_error:
+            con.print(
+                f"[red]no plan:[/] {escape(str(listing.plan_error.get('message')))}"
+                f"\n  fix: {escape(str(listing.plan_error.get('fix')))}"
+            )
+
+    emit(listing.to_dict(), as_json, human)
+    return 0 if listing.plan_error is None else 1

@@ -50,18 +50,50 @@ def parse_parameter_count(text: str | None) -> float | None:
     return float(found.group(1)) * _SCALE[found.group(2).upper()]
 
 
+_NAME_COUNT = re.compile(r"(?<![A-Za-z])(?:(\d+)x)?(\d+(?:\.\d+)?)[Bb](?![A-Za-z0-9])")
+
+
+def parameter_count_from_name(model_id: str) -> str | None:
+    """``someorg/Model-7B-Instruct`` -> ``"7B"``, ``Mixtral-8x7B`` -> ``"56B"`` (an upper
+    bound: experts share attention); an active count (``-A22B``) is skipped. None when the
+    name has no count."""
+    name = model_id.rsplit("/", 1)[-1]
+    best: float | None = None
+    for found in _NAME_COUNT.finditer(name):
+        start = found.start()
+        if start > 0 and name[start - 1] in "Aa":  # A22B: active parameters
+            continue
+        count = float(found.group(2)) * (int(found.group(1)) if found.group(1) else 1)
+        best = max(best or 0.0, count)
+    return f"{best:g}B" if best else None
+
+
+@dataclass(frozen=True)
+class Need:
+    """The smallest TP that a size needs on given GPUs, and what says so."""
+
+    tp: int | None  # smallest power of two that fits; None: more GPUs than there are
+    gpus: int  # GPUs of this size it takes (not rounded to a power of two)
+    why: str
+
+
 @dataclass(frozen=True)
 class RoughSize:
-    """Weights from a count or a stated minimum, and the TP they need on given GPUs."""
+    """What is known without metadata: the weights' TP need (from a parameter count) and
+    the recipe's stated total VRAM (a hint of the shape its authors ran, not a gate)."""
 
-    weight_bytes: int
-    basis: str  # what the figure rests on, for the plan's reasons
-    min_tp: int | None  # smallest power of two that fits; None: more than gpu_count
-    gpus_needed: int  # GPUs of this size it takes (not rounded to a power of two)
+    weights: Need | None
+    stated: Need | None
 
-    @property
-    def fits(self) -> bool:
-        return self.min_tp is not None
+
+def _need(size: int, usable: int, gpu_count: int, why: str) -> Need:
+    if usable <= 0:
+        return Need(None, 0, why)
+    gpus = max(1, math.ceil(size / usable))
+    tp = 1
+    while tp < gpus:
+        tp *= 2
+    return Need(tp if tp <= gpu_count else None, gpus, why)
 
 
 def rough_size(
@@ -72,38 +104,30 @@ def rough_size(
     vram_bytes: int,
     gpu_count: int,
     utilization: float,
-) -> RoughSize | None:
-    """The weights and the smallest TP, from what is known; None when nothing is."""
-    params = parse_parameter_count(parameter_count)
-    per_param = BYTES_PER_PARAM.get((precision or "bf16").lower())
-    weights: int | None = None
-    basis = ""
-    if params is not None and per_param is not None:
-        weights = int(params * per_param)
-        basis = (
-            f"the recipe's parameter count ({parameter_count}) x {per_param:g} bytes per "
-            f"{precision or 'bf16'} parameter = {weights / GB:.0f} GB"
-        )
+    count_from: str = "the recipe's parameter count",
+) -> RoughSize:
+    """The TP the weights need (a count x the precision's bytes) and the TP the recipe's
+    stated VRAM spans, on ``gpu_count`` GPUs of ``vram_bytes`` at ``utilization``."""
     budget = int(vram_bytes * utilization) - OVERHEAD_BYTES
     usable = int(budget * (1 - MIN_KV_SHARE))
+    weights = None
+    params = parse_parameter_count(parameter_count)
+    per_param = BYTES_PER_PARAM.get((precision or "bf16").lower())
+    if params is not None and per_param is not None:
+        size = int(params * per_param)
+        weights = _need(
+            size,
+            usable,
+            gpu_count,
+            f"{count_from} ({parameter_count}) x {per_param:g} bytes per "
+            f"{precision or 'bf16'} parameter = {size / GB:.0f} GB of weights",
+        )
+    stated = None
     if vram_minimum_gb:
-        stated = int(vram_minimum_gb * GB)
-        # the recipe's figure is the total memory the authors ran with: weights and KV
-        if weights is None or stated > weights:
-            weights_need = stated
-            basis = (basis + "; " if basis else "") + (
-                f"the recipe states {vram_minimum_gb:g} GB of VRAM"
-            )
-        else:
-            weights_need = weights
-    elif weights is not None:
-        weights_need = weights
-    else:
-        return None
-    if usable <= 0:
-        return RoughSize(weights or weights_need, basis, None, 0)
-    gpus = max(1, math.ceil(weights_need / usable))
-    tp = 1
-    while tp < gpus:
-        tp *= 2
-    return RoughSize(weights or weights_need, basis, tp if tp <= gpu_count else None, gpus)
+        stated = _need(
+            int(vram_minimum_gb * GB),
+            usable,
+            gpu_count,
+            f"the recipe states {vram_minimum_gb:g} GB of VRAM",
+        )
+    return RoughSize(weights, stated)

@@ -15,7 +15,14 @@ from instinct_serve.errors import InstinctError
 from instinct_serve.hardware.target import catalog_key
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, Mount, PlanResult
-from instinct_serve.plan.planner import PlanInputs, build_plan, choose_tp, choose_variant
+from instinct_serve.plan.planner import (
+    PlanInputs,
+    TpDecision,
+    VariantChoice,
+    build_plan,
+    choose_tp,
+    choose_variant,
+)
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
     from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.hardware.target import Target
     from instinct_serve.hosts import Host
+    from instinct_serve.plan.refusals import Refusal
 
 
 # Used only if a synced cache has no resolved tag (Docker Hub was unreachable during sync).
@@ -199,23 +207,96 @@ def _is_moe(meta: ModelMeta | None, amd: AmdConfig, match: Match) -> bool:
     return bool(recipe is not None and "moe" in str(recipe.architecture or "").lower())
 
 
+def _decide_tp(
+    opts: PlanOptions,
+    inv: GpuInventory,
+    sizer: _Sizer,
+    variant: VariantChoice,
+    match: Match,
+    amd: AmdConfig,
+    ctx: LaunchContext,
+    found_refusals: list[Refusal],
+    recipe_tp: int | None,
+) -> TpDecision:
+    """``plan.decisions.choose_tp`` with the fits, the rough size and the model's shape."""
+    from instinct_serve.fit.rough import rough_size
+    from instinct_serve.plan.constraints import Shape, Situation
+
+    meta = sizer.meta(variant.model_id)
+    shape = None
+    if meta is not None:
+        from instinct_serve.fit.config import ModelConfig
+
+        try:
+            shape = Shape.of(ModelConfig(meta.config))
+        except Exception:  # an odd config: no constraint rather than no plan
+            shape = None
+    params, count_from = None, "the recipe's parameter count"
+    if meta is None:  # no metadata: the recipe's count (the legacy entry's, the name's)
+        if match.recipe is not None:
+            params = match.recipe.parameter_count
+        elif match.legacy is not None:
+            params, count_from = match.legacy.parameter_count, "the catalog's parameter count"
+        else:
+            from instinct_serve.fit.rough import parameter_count_from_name
+
+            params, count_from = parameter_count_from_name(variant.model_id), "its name's count"
+    rough = rough_size(
+        parameter_count=params,
+        precision=variant.precision,
+        vram_minimum_gb=variant.vram_minimum_gb,
+        vram_bytes=inv.vram_bytes or 0,
+        gpu_count=inv.gpu_count,
+        utilization=opts.gpu_memory_utilization
+        or sizer.options(None).gpu_memory_utilization
+        or 0.9,
+        count_from=count_from,
+    )
+    situation = Situation(env=dict(amd.env) | dict(opts.extra_env), vllm_version=ctx.vllm_version)
+    first = inv.gpus[0] if inv.gpus else None
+    return choose_tp(
+        opts,
+        gpu_count=inv.gpu_count,
+        fit_at=lambda tp: sizer.report(variant.model_id, tp),
+        recipe_tp=recipe_tp,
+        rough=rough,
+        shape=shape,
+        situation=situation,
+        gpu_label=(first.market_name or first.name) if first else "GPU",
+    )
+
+
 # ------------------------------------------------------------------------ entry point
 
 
-def make_plan(
+@dataclass
+class Setting:
+    """What every planning question starts from: the catalog, the GPUs, the model's match
+    and the gfx's configuration."""
+
+    catalog: Catalog
+    inventory: GpuInventory
+    hardware_source: str
+    warnings: list[str]
+    match: Match
+    overrides: Any
+    gpu_key: str
+    gfx_cfg: Any
+
+
+def setting(
     opts: PlanOptions, host: Host | None = None, inventory: GpuInventory | None = None
-) -> PlanResult:
-    """Everything ``instinct plan`` does, minus printing. Raises InstinctError to refuse."""
-    from instinct_serve import __version__
+) -> Setting:
+    """Validate, load the catalog, resolve the GPUs and the model (refusing a blacklisted
+    one): the first half of ``make_plan`` and of ``plan --list``."""
     from instinct_serve.catalog import (
-        amd_config,
         ensure_servable,
         load_catalog,
         load_gpu_overrides,
         lookup,
         staleness_warning,
     )
-    from instinct_serve.catalog.matching import check_model_id, vllm_gate
+    from instinct_serve.catalog.matching import check_model_id
 
     opts.validate()
     model = opts.model.strip()
@@ -223,7 +304,7 @@ def make_plan(
     if not os.path.isdir(model):
         check_model_id(model, catalog)
     hardware = resolve_hardware(opts, host, inventory)
-    inv, hw_source, warnings = hardware.inventory, hardware.source, list(hardware.notes)
+    inv, warnings = hardware.inventory, list(hardware.notes)
     warnings.extend(catalog.warnings)
     stale = staleness_warning(catalog)
     if stale:
@@ -233,17 +314,52 @@ def make_plan(
     overrides = load_gpu_overrides()
     gpu_key = catalog_key(inv)
     gfx_cfg = overrides.config(_gfx_of(gpu_key, inv))
+    return Setting(catalog, inv, hardware.source, warnings, match, overrides, gpu_key, gfx_cfg)
+
+
+def make_plan(
+    opts: PlanOptions, host: Host | None = None, inventory: GpuInventory | None = None
+) -> PlanResult:
+    """Everything ``instinct plan`` does, minus printing. Raises InstinctError to refuse."""
+    from instinct_serve import __version__
+    from instinct_serve.catalog import amd_config
+    from instinct_serve.catalog.matching import vllm_gate
+
+    base = setting(opts, host, inventory)
+    catalog, inv, hw_source, warnings = (
+        base.catalog,
+        base.inventory,
+        base.hardware_source,
+        base.warnings,
+    )
+    match, overrides, gpu_key, gfx_cfg = base.match, base.overrides, base.gpu_key, base.gfx_cfg
 
     # features: the recipe's defaults plus opt-ins asked for
     features = None
     if opts.features:
-        base = amd_config(match, gpu_key, overrides=overrides)
-        features = list(dict.fromkeys([*base.features, *opts.features]))
+        defaults = amd_config(match, gpu_key, overrides=overrides)
+        features = list(dict.fromkeys([*defaults.features, *opts.features]))
 
     hw, ctx = _fit_inputs(inv, hw_source, match, gpu_key, overrides)
     sizer = _Sizer(hw, ctx, opts)
-    variant = choose_variant(match, gfx_cfg.precision.status, sizer.verdict, opts.precision)
-    amd = amd_config(match, gpu_key, variant=variant.key, features=features, overrides=overrides)
+    requested_meta = sizer.meta(match.model_id) if match.kind in ("base_model", "generic") else None
+    from instinct_serve.fit.precision import checkpoint_precision
+
+    checkpoint = checkpoint_precision(
+        match.model_id, requested_meta.config if requested_meta is not None else None
+    )
+    variant = choose_variant(
+        match, gfx_cfg.precision.status, sizer.verdict, opts.precision, checkpoint
+    )
+    served_meta = sizer.meta(variant.model_id)
+    amd = amd_config(
+        match,
+        gpu_key,
+        variant=variant.key,
+        features=features,
+        overrides=overrides,
+        model_config=served_meta.config if served_meta is not None else None,
+    )
     ctx.launch_args = [*amd.args, *opts.extra_args]
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
@@ -267,22 +383,38 @@ def make_plan(
     if version:
         ctx.vllm_version = ".".join(str(p) for p in version)
 
-    # fit at the TP we will launch with
-    fit = sizer.report(variant.model_id, opts.tp)
+    # what must not launch here (refused unless --force)
+    from instinct_serve.plan import refusals
+
+    found_refusals = refusals.refusals(
+        refusals.Target(
+            gfx=gfx_cfg.gfx,
+            hw_id=amd.hardware_id,
+            precision=variant.precision,
+            precision_from=variant.precision_from,
+            model_id=variant.model_id,
+            support=gfx_cfg.precision,
+            args=ctx.launch_args,
+            image=image,
+            image_given=bool(opts.image),
+        ),
+        match,
+    )
+
+    # TP: from the objective, the fits at each TP, the recipe, the kernel constraints
     recipe_tp = (
         match.recipe.declared_tp(variant.key or "default", amd.hardware_id)
         if match.recipe is not None
+        and (match.kind != "base_model" or variant.vram_minimum_gb is not None)
         else None
     )
-    if fit is not None and opts.tp is None and fit.min_tp_required is not None:
-        # size at the TP we will launch with, so the verdict is about that launch
-        tp, _why = choose_tp(opts, fit, recipe_tp, inv.gpu_count, inv.vram_bytes)
-        fit = sizer.report(variant.model_id, tp) or fit
+    tp = _decide_tp(opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp)
+    fit = sizer.report(variant.model_id, tp.tp)
     alternatives: list[dict[str, Any]] = []
     if fit is not None and not fit.fits:
         from instinct_serve.fit import find_alternatives
 
-        alts, _skipped = find_alternatives(variant.model_id, ctx, hw, sizer.options(opts.tp))
+        alts, _skipped = find_alternatives(variant.model_id, ctx, hw, sizer.options(tp.tp))
         alternatives = [a.to_dict() for a in alts]
 
     hf_mount: Mount | None = None
@@ -304,7 +436,8 @@ def make_plan(
         fit=fit,
         fit_problem=sizer.problems.get(variant.model_id),
         is_moe=_is_moe(sizer.metas.get(variant.model_id), amd, match),
-        recipe_tp=recipe_tp,
+        tp=tp,
+        refusals=found_refusals,
         alternatives=alternatives,
         image_problem=image_problem,
         warnings=warnings,
@@ -360,20 +493,26 @@ def _fit_inputs(
 
 
 def _cross_check(plan: LaunchPlan, catalog: Catalog, match: Match, amd: AmdConfig) -> None:
-    """Compare with upstream's own rendered AMD command when synced from the recipes API."""
+    """Compare with upstream's own rendered AMD command for this checkpoint (the variant's
+    own page when the catalog has one) when synced from the recipes API."""
     if match.recipe is None or not amd.hardware_id:
         return
-    rendered = catalog.rendered(match.recipe.model_id, amd.hardware_id)
+    rendered = catalog.rendered(plan.model, amd.hardware_id)
+    if rendered is None and plan.model == match.recipe.model_id:
+        rendered = catalog.rendered(match.recipe.model_id, amd.hardware_id)
     if rendered is None:
         return
     from instinct_serve.catalog import compare_with_rendered
 
-    diffs = compare_with_rendered(plan.vllm_args, plan.env, rendered.argv, rendered.env)
+    own = {k for k, src in amd.env_sources.items() if src.startswith("gpu ")}
+    diffs = compare_with_rendered(
+        plan.vllm_args, plan.env, rendered.argv, rendered.env, own_env=own
+    )
     plan.recipe_cross_check = {"hardware": amd.hardware_id, "differences": diffs}
     if diffs:
         plan.warnings.append(
             f"differs from the recipes site's {amd.hardware_id} command in {len(diffs)} "
-            "place(s): see recipe_cross_check"
+            "place(s) that change behaviour: see recipe_cross_check"
         )
 
 

@@ -17,18 +17,38 @@ different values is reported in ``conflicts``):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve import __version__
-from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.errors import InstinctError
 from instinct_serve.options import PlanOptions
+from instinct_serve.plan.decisions import (
+    FIT_OK,
+    TpDecision,
+    VariantChoice,
+    choose_tp,
+    choose_variant,
+)
 from instinct_serve.plan.labels import managed_labels
 from instinct_serve.plan.model import DEFAULT_PORT, FitSummary, LaunchPlan, Mount, Reason
+from instinct_serve.plan.refusals import Refusal
 from instinct_serve.units import token_count
 from instinct_serve.vllm_args import Unit
 from instinct_serve.vllm_args import units as arg_units
+
+__all__ = [
+    "FIT_OK",
+    "ArgMerge",
+    "PlanInputs",
+    "TpDecision",
+    "VariantChoice",
+    "build_plan",
+    "choose_tp",
+    "choose_variant",
+    "container_name",
+]
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
@@ -37,16 +57,6 @@ if TYPE_CHECKING:
     from instinct_serve.hardware.inventory import GpuInventory
 
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-FIT_OK = ("safe", "tight")
-
-
-@dataclass
-class VariantChoice:
-    key: str | None
-    model_id: str
-    precision: str | None
-    reason: str
-    vram_minimum_gb: float | None = None  # the recipe's stated total VRAM need
 
 
 @dataclass
@@ -66,7 +76,8 @@ class PlanInputs:
     fit: FitReport | None = None
     fit_problem: str | None = None  # why there is no fit report
     is_moe: bool = False
-    recipe_tp: int | None = None
+    tp: TpDecision | None = None  # decided by gather (it needs the fits at several TPs)
+    refusals: list[Refusal] = field(default_factory=list)
     alternatives: list[dict[str, Any]] = field(default_factory=list)
     image_problem: str | None = None  # the image is older than the recipe needs
     warnings: list[str] = field(default_factory=list)
@@ -141,126 +152,6 @@ def container_name(model_id: str, port: int) -> str:
     return f"vllm-{slug}" if port == DEFAULT_PORT else f"vllm-{slug}-{port}"
 
 
-def _choice(var: Any, reason: str) -> VariantChoice:
-    return VariantChoice(var.key, var.model_id, var.precision, reason, var.vram_minimum_gb)
-
-
-def choose_variant(
-    match: Match,
-    precision_status: Callable[[str | None], str],
-    fits: Callable[[str], str | None],
-    forced: str | None,
-) -> VariantChoice:
-    """Pick the recipe variant to serve.
-
-    ``precision_status(p)`` says native/emulated/unsupported/unknown on this gfx;
-    ``fits(model_id)`` gives a fit verdict (or None when unknown), computed lazily.
-    Order: an explicit checkpoint the user named; ``--precision``; the default variant when
-    it fits; else the variant that fits with a native precision, then an emulated one.
-    """
-    recipe = match.recipe
-    if recipe is None or not recipe.variants:
-        precision = match.legacy.precision if match.legacy is not None else None
-        return VariantChoice(None, match.model_id, precision, "the model has no variants")
-    variants = list(recipe.variants.values())
-    default = recipe.default_variant
-
-    if forced:
-        want = forced.strip().lower()
-        chosen = [v for v in variants if (v.precision or "").lower() == want]
-        if not chosen:
-            have = sorted({(v.precision or "?") for v in variants})
-            raise UsageError(
-                f"{recipe.model_id} has no {forced} variant",
-                fix="available precisions: " + ", ".join(have),
-                id="unknown_precision",
-            )
-        var = chosen[0]
-        if precision_status(var.precision) == "unsupported":
-            raise UsageError(
-                f"{var.precision} weights do not run on this GPU ({var.model_id})",
-                fix="pick another --precision (NVFP4 is an NVIDIA-only format)",
-                id="unsupported_precision",
-            )
-        return _choice(var, f"--precision {forced} selects variant {var.key!r}")
-
-    if match.kind == "variant" and match.variant is not None:
-        var = match.variant
-        return _choice(var, f"you asked for the {var.precision or var.key} checkpoint")
-
-    def status(v: Any) -> str:
-        return precision_status(v.precision)
-
-    default_status = status(default)
-    if default_status != "unsupported":
-        verdict = fits(default.model_id)
-        if verdict is None or verdict in FIT_OK:
-            how = "fits" if verdict else "is the recipe default (its fit could not be checked)"
-            return _choice(
-                default,
-                f"default variant ({default.precision or 'default precision'}, "
-                f"{default_status} here) {how}",
-            )
-    ranked = sorted(
-        (v for v in variants if v is not default and status(v) in ("native", "emulated")),
-        key=lambda v: 0 if status(v) == "native" else 1,
-    )
-    for var in ranked:
-        if fits(var.model_id) in FIT_OK:
-            why = (
-                f"the default {default.precision or 'variant'} does not fit here; "
-                f"{var.precision} is {status(var)} on this GPU and fits"
-            )
-            if default_status == "unsupported":
-                why = f"the default {default.precision} does not run on ROCm; {var.precision} fits"
-            return _choice(var, why)
-    return _choice(
-        default, "no variant fits; keeping the recipe default (see the fit and alternatives)"
-    )
-
-
-def choose_tp(
-    options: PlanOptions,
-    fit: FitReport | None,
-    recipe_tp: int | None,
-    gpu_count: int,
-    vram_bytes_per_gpu: int | None = None,
-    vram_minimum_gb: float | None = None,
-) -> tuple[int, str]:
-    """Tensor parallelism: the user's; else the larger of what fits and what the recipe
-    validated (when enough GPUs are present); without a fit, the recipe's stated VRAM
-    minimum spread over whole GPUs; else 1."""
-    if options.tp is not None:
-        if options.tp > gpu_count:
-            raise UsageError(
-                f"--tp {options.tp} needs {options.tp} GPUs, but {gpu_count} are available",
-                fix=f"use --tp {1 << (gpu_count.bit_length() - 1)} or more GPUs",
-                id="tp_exceeds_gpus",
-            )
-        return options.tp, "--tp given"
-    need = fit.min_tp_required if fit is not None else None
-    if need is not None:
-        why = f"the smallest power of two whose share of the weights fits ({need})"
-    elif fit is None and vram_minimum_gb and vram_bytes_per_gpu:
-        need = 1
-        while need * vram_bytes_per_gpu < vram_minimum_gb * 1e9 and need * 2 <= gpu_count:
-            need *= 2
-        why = (
-            f"the model could not be sized; the recipe states {vram_minimum_gb:g} GB of VRAM, "
-            f"which takes {need} GPU(s)"
-        )
-    else:
-        need = 1
-        why = (
-            "the model could not be sized: one GPU (pass --tp to choose)"
-            if fit is None
-            else "one GPU"
-        )
-    if recipe_tp and recipe_tp > need and recipe_tp <= gpu_count:
-        return recipe_tp, f"the recipe's validated TP {recipe_tp} (the fit needs {need})"
-    return need, why
-
-
 def _env_with_conflicts(
     amd: AmdConfig,
     reasons: list[Reason],
@@ -301,16 +192,15 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     conflicts: list[dict[str, Any]] = []
     gpu_count = inp.inventory.gpu_count
 
-    tp, tp_why = choose_tp(
-        opts,
-        fit,
-        inp.recipe_tp,
-        gpu_count,
-        inp.inventory.vram_bytes,
-        inp.variant.vram_minimum_gb,
-    )
+    _refuse(inp)
+    if inp.tp is None:
+        raise InstinctError("the plan has no TP decision", id="internal_plan_error")
+    tp, tp_why = inp.tp.tp, inp.tp.why
     _guard_fit(inp)
 
+    for refusal in inp.refusals:  # only here with --force
+        warnings.append(f"--force: launching although {refusal.message}")
+        reasons.append(Reason(f"forced past {refusal.id}", refusal.source, refusal.message))
     # --- hardware and docker flags
     reasons.append(Reason("model", inp.match.kind, inp.match.explanation))
     reasons.append(Reason("variant", "planner", inp.variant.reason))
@@ -392,7 +282,11 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
 
     if tp > 1 or merge.has("--tensor-parallel-size"):
         merge.add(["--tensor-parallel-size", str(tp)], "planner (fit)")
-        reasons.append(Reason(f"--tensor-parallel-size {tp}", "fit", tp_why))
+        reasons.append(Reason(f"--tensor-parallel-size {tp}", "planner", tp_why))
+    if inp.tp.need_why:
+        reasons.append(Reason("tp minimum", "fit", inp.tp.need_why))
+    for skipped in inp.tp.skipped:
+        reasons.append(Reason("tp constraint", "kernels", skipped))
     if tp > 1 and inp.is_moe and not merge.has("--distributed-executor-backend"):
         merge.add(["--distributed-executor-backend", "mp"], "planner")
         reasons.append(
@@ -507,7 +401,11 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         if env.get(key, None) == "":
             env.pop(key)
     if fit is None and inp.fit_problem:
-        warnings.append(f"could not size the model: {inp.fit_problem}")
+        basis = f"; TP {tp} rests on an estimate ({inp.tp.need_why})" if inp.tp.need_why else ""
+        warnings.append(
+            f"no exact size for the model: {inp.fit_problem}{basis}; the context limit is the "
+            "model's own, unchecked against the KV room"
+        )
     if fit is not None and fit.verdict == "tight":
         warnings.append(
             "memory is tight: if graph capture runs out of memory, serve relaunches once with "
@@ -563,6 +461,27 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
 
 def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+def _refuse(inp: PlanInputs) -> None:
+    """Stop a plan that cannot run here (``plan.refusals``), unless ``--force``."""
+    if not inp.refusals:
+        return
+    if not inp.options.force:
+        first = inp.refusals[0]
+        raise InstinctError(
+            first.message,
+            fix=first.fix + " (or --force to launch anyway)",
+            id=first.id,
+            details={
+                "source": first.source,
+                "refusals": [
+                    {"id": r.id, "message": r.message, "fix": r.fix, "source": r.source}
+                    for r in inp.refusals
+                ],
+                **first.details,
+            },
+        )
 
 
 def _guard_fit(inp: PlanInputs) -> None:

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
     from instinct_serve.catalog.overrides import PrecisionSupport
 
 NIGHTLY_IMAGE = "vllm/vllm-openai-rocm:nightly"
+# Most fundamental first: the first refusal is the one a user is told.
+PRIORITY = (
+    "unsupported_precision",
+    "variant_not_for_gpu",
+    "gpu_unsupported_by_recipe",
+    "unsupported_quantization",
+    "needs_nightly",
+)
 PRECISION_SOURCE = "data/gpu_overrides.json precision table for {gfx}"
 
 
@@ -96,21 +104,20 @@ def refusals(target: Target, match: Match) -> list[Refusal]:
                 Refusal(
                     "gpu_unsupported_by_recipe",
                     f"the recipe {recipe.model_id} marks {hw} as unsupported",
-                    "use one of the GPUs the recipe verifies"
-                    + _verified(recipe)
-                    + ", or --force to try anyway",
+                    "use one of the GPUs the recipe verifies" + _verified(recipe),
                     f"vllm-project/recipes {recipe.source_path or recipe.model_id}: "
                     f"meta.hardware.{hw}",
                 )
             )
         variant = match.variant
         if variant is not None and not variant.supports_hardware(hw):
+            alts = _alternatives(match, support, variant.model_id)
             found.append(
                 Refusal(
                     "variant_not_for_gpu",
                     f"variant {variant.key} of {recipe.model_id} lists only "
                     f"{', '.join(variant.supported_hardware or [])}, not {hw}",
-                    "choose another variant with --precision, or --force",
+                    "serve " + alts[0] if alts else "serve another variant of the recipe",
                     f"vllm-project/recipes {recipe.source_path or recipe.model_id}: "
                     f"variants.{variant.key}.supported_hardware",
                 )
@@ -128,7 +135,8 @@ def refusals(target: Target, match: Match) -> list[Refusal]:
                     {"image": NIGHTLY_IMAGE},
                 )
             )
-    return found
+    order = list(PRIORITY)
+    return sorted(found, key=lambda r: order.index(r.id))
 
 
 def _verified(recipe: Any) -> str:

@@ -1,9 +1,10 @@
 """Renderers: one ``LaunchPlan`` as docker argv, a shell line, native ``vllm serve``, a compose
 service or Kubernetes objects. Pure functions: the same plan always renders the same text.
 
-The official ``vllm/vllm-openai-rocm`` image's entrypoint is the OpenAI server, so
-``docker run ... IMAGE --model ID <engine args>`` (vLLM's ROCm docker docs) is the container
-command. Secrets are referenced by name only in every format.
+The official ``vllm/vllm-openai-rocm`` image's entrypoint is ``vllm serve``
+(docker/Dockerfile.rocm), so ``docker run ... IMAGE MODEL <engine args>`` is the container
+command: the model is ``vllm serve``'s positional argument (``--model`` is deprecated
+there). Secrets are referenced by name only in every format.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ K8S_STARTUP_PERIOD_S = 10
 
 
 def container_args(plan: LaunchPlan) -> list[str]:
-    """What follows the image name: the engine arguments of the OpenAI server."""
-    return ["--model", plan.model, *plan.vllm_args]
+    """What follows the image name: ``vllm serve``'s positional model, then its arguments."""
+    return [plan.model, *plan.vllm_args]
 
 
 def docker_argv(plan: LaunchPlan) -> list[str]:

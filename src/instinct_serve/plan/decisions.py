@@ -1,0 +1,343 @@
+"""The planner's decisions that matter most on a real GPU: which checkpoint, and which TP.
+
+* The checkpoint asked for is the checkpoint served. A recipe found through a base-model
+  match (``Qwen3-8B-AWQ`` -> the ``Qwen3-8B`` recipe) lends its flags and env, from the
+  variant of the same precision when it has one; the weights, their precision and their
+  size are the requested repository's.
+* TP follows an objective. ``latency`` (the default): the TP the recipe states for this GPU
+  when it does; else the GPUs the user gave; else the smallest TP that holds the model's
+  full context (or the one asked for) with safe headroom. ``throughput``: the smallest TP
+  with safe headroom, leaving GPUs for more replicas. Every TP obeys the kernel constraints
+  (``plan.constraints``) and is at least what the weights need: from the fit when the
+  metadata is known, else from the recipe's parameter count or stated VRAM
+  (``fit.rough``). When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
+
+Pure: the fits at each TP come in through a callable the adapter builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.plan.constraints import Shape, Situation, tp_problems
+from instinct_serve.plan.model import FitSummary
+
+if TYPE_CHECKING:
+    from instinct_serve.catalog.matching import Match
+    from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.fit.rough import RoughSize
+    from instinct_serve.options import PlanOptions
+
+FIT_OK = ("safe", "tight")
+OBJECTIVES = ("latency", "throughput")
+
+
+@dataclass
+class VariantChoice:
+    """The checkpoint to serve and where its flags come from."""
+
+    key: str | None  # the recipe variant whose flags and env apply
+    model_id: str  # the checkpoint served
+    precision: str | None
+    reason: str
+    vram_minimum_gb: float | None = None  # the recipe's stated total VRAM need
+    precision_from: str = "the recipe"  # where the precision was read
+
+
+def _choice(var: Any, reason: str) -> VariantChoice:
+    return VariantChoice(
+        var.key, var.model_id, var.precision, reason, var.vram_minimum_gb, "the recipe's variant"
+    )
+
+
+def choose_variant(
+    match: Match,
+    precision_status: Callable[[str | None], str],
+    fits: Callable[[str], str | None],
+    forced: str | None,
+    checkpoint: tuple[str | None, str] = (None, ""),
+) -> VariantChoice:
+    """Pick the checkpoint to serve and the variant whose flags apply.
+
+    ``precision_status(p)``: native/emulated/unsupported/unknown on this gfx; ``fits(id)``:
+    a fit verdict (None when unknown), computed lazily; ``checkpoint``: the requested
+    checkpoint's own precision and where it was read (its config, else its name).
+    Order: the checkpoint the user named (a variant's id, or a base-model match, served as
+    asked); ``--precision``; the default variant when it fits; else the variant that fits
+    with a native precision, then an emulated one.
+    """
+    recipe = match.recipe
+    own, own_from = checkpoint
+    if recipe is None or not recipe.variants:
+        precision = match.legacy.precision if match.legacy is not None else own
+        where = "the legacy entry" if match.legacy is not None else own_from
+        return VariantChoice(
+            None, match.model_id, precision, "the model has no variants", None, where
+        )
+    variants = list(recipe.variants.values())
+    default = recipe.default_variant
+
+    if match.kind == "base_model":
+        same = [v for v in variants if own and (v.precision or "").lower() == own]
+        lent = same[0] if same else default
+        if forced and own and forced.strip().lower() != own:
+            raise UsageError(
+                f"{match.model_id} stores {own} weights ({own_from}); --precision {forced} "
+                f"names another checkpoint",
+                fix=f"drop --precision, or name the {forced} checkpoint itself "
+                f"(`instinct recipes show {recipe.model_id}` lists them)",
+                id="conflicting_precision",
+            )
+        lends = f"its {lent.precision} variant's" if same else f"its default ({lent.key}) variant's"
+        if own is None:  # neither its config nor its name says: a release of the same line
+            own, own_from = lent.precision, f"assumed from the recipe's {lent.key} variant"
+            how = own_from
+        else:
+            how = f"read from {own_from}"
+        return VariantChoice(
+            lent.key,
+            match.model_id,
+            own,
+            f"you asked for {match.model_id}: it is served as asked ({own or 'its precision'}, "
+            f"{how}); the recipe {recipe.model_id} lends {lends} flags and env",
+            lent.vram_minimum_gb if same or own == lent.precision else None,
+            own_from,
+        )
+
+    if forced:
+        want = forced.strip().lower()
+        chosen = [v for v in variants if (v.precision or "").lower() == want]
+        if not chosen:
+            have = sorted({(v.precision or "?") for v in variants})
+            raise UsageError(
+                f"{recipe.model_id} has no {forced} variant",
+                fix="available precisions: " + ", ".join(have),
+                id="unknown_precision",
+            )
+        var = chosen[0]
+        if precision_status(var.precision) == "unsupported":
+            raise UsageError(
+                f"{var.precision} weights do not run on this GPU ({var.model_id})",
+                fix="pick another --precision (NVFP4 is an NVIDIA-only format)",
+                id="unsupported_precision",
+            )
+        return _choice(var, f"--precision {forced} selects variant {var.key!r}")
+
+    if match.kind == "variant" and match.variant is not None:
+        var = match.variant
+        return _choice(var, f"you asked for the {var.precision or var.key} checkpoint")
+
+    def status(v: Any) -> str:
+        return precision_status(v.precision)
+
+    default_status = status(default)
+    if default_status != "unsupported":
+        verdict = fits(default.model_id)
+        if verdict is None or verdict in FIT_OK:
+            how = "fits" if verdict else "is the recipe default (its fit could not be checked)"
+            return _choice(
+                default,
+                f"default variant ({default.precision or 'default precision'}, "
+                f"{default_status} here) {how}",
+            )
+    ranked = sorted(
+        (v for v in variants if v is not default and status(v) in ("native", "emulated")),
+        key=lambda v: 0 if status(v) == "native" else 1,
+    )
+    for var in ranked:
+        if fits(var.model_id) in FIT_OK:
+            why = (
+                f"the default {default.precision or 'variant'} does not fit here; "
+                f"{var.precision} is {status(var)} on this GPU and fits"
+            )
+            if default_status == "unsupported":
+                why = f"the default {default.precision} does not run on ROCm; {var.precision} fits"
+            return _choice(var, why)
+    if default_status == "unsupported" and ranked:
+        var = ranked[0]
+        return _choice(
+            var,
+            f"the default {default.precision} does not run on ROCm; {var.precision} is "
+            f"{status(var)} here (its fit could not be checked)",
+        )
+    return _choice(
+        default, "no variant fits; keeping the recipe default (see the fit and alternatives)"
+    )
+
+
+# ----------------------------------------------------------------------------- TP
+
+
+@dataclass
+class TpDecision:
+    """The TP, why, what the weights need, and which TPs were ruled out and why."""
+
+    tp: int
+    why: str
+    need: int | None  # the smallest TP the weights (or the recipe's VRAM) need
+    need_why: str
+    skipped: list[str] = field(default_factory=list)
+
+    def reasons(self) -> list[str]:
+        return [self.why, *([self.need_why] if self.need_why else []), *self.skipped]
+
+
+def _powers(limit: int) -> list[int]:
+    out, tp = [], 1
+    while tp <= limit:
+        out.append(tp)
+        tp *= 2
+    return out
+
+
+def _full(report: FitReport | None) -> bool:
+    """Holds the full context (or the requested one) with safe headroom."""
+    if report is None:
+        return False
+    return (
+        report.verdict == "safe"
+        and (
+            report.requested_fits if report.requested_max_model_len else not report.context_limited
+        )
+        is not False
+    )
+
+
+def _label(count: int) -> str:
+    return f"{count} GPU{'s' if count != 1 else ''}"
+
+
+def choose_tp(
+    options: PlanOptions,
+    *,
+    gpu_count: int,
+    fit_at: Callable[[int], FitReport | None],
+    recipe_tp: int | None,
+    rough: RoughSize | None,
+    shape: Shape | None,
+    situation: Situation,
+    gpu_label: str = "GPU",
+) -> TpDecision:
+    """The tensor-parallel size of the launch (see the module doc). Raises to refuse."""
+    skipped: list[str] = []
+    allowed: list[int] = []
+    for tp in _powers(gpu_count):
+        problems = tp_problems(tp, shape, situation)
+        if problems:
+            skipped.append(f"TP {tp} ruled out: {problems[0][1]}")
+        else:
+            allowed.append(tp)
+    if options.tp is not None:
+        if options.tp > gpu_count:
+            raise UsageError(
+                f"--tp {options.tp} needs {options.tp} GPUs, but {gpu_count} are available",
+                fix=f"use --tp {_powers(gpu_count)[-1]} or more GPUs",
+                id="tp_exceeds_gpus",
+            )
+        problems = tp_problems(options.tp, shape, situation)
+        if problems and not options.force:
+            raise UsageError(
+                f"--tp {options.tp}: {problems[0][1]}",
+                fix=f"use one of {', '.join(map(str, allowed)) or 'none'} (or --force)",
+                id="tp_not_allowed",
+                details={"allowed": allowed},
+            )
+        return TpDecision(options.tp, "--tp given", None, "", skipped)
+
+    need, need_why, exact = _need(fit_at, rough)
+    if need is None and not allowed:
+        raise InstinctError("no TP satisfies the model's constraints", id="no_valid_tp")
+    if need is None:
+        raise UsageError(
+            f"{options.model} could not be sized (no metadata, no parameter count, no stated "
+            "VRAM): the tensor-parallel size cannot be chosen safely",
+            fix="pass --tp N, or make the model's config readable (HF_TOKEN for a gated "
+            "model, HF_ENDPOINT for a mirror, or a local directory)",
+            id="unsized_model",
+        )
+    fitting = [tp for tp in allowed if tp >= need]
+    if not fitting:
+        gpus = need if need < 1 << 20 else None
+        first = fit_at(1)
+        raise InstinctError(
+            f"{options.model} needs {need_why}; this host has {_label(gpu_count)} "
+            f"({gpu_label})" + (f"; ruled out: {'; '.join(skipped)}" if skipped else ""),
+            fix=(f"use a host with {gpus} such GPUs" if gpus else "use a larger host")
+            + " (several nodes are planned in a later release), a smaller or quantized "
+            "checkpoint (`instinct plan --list`), or --tp with --force",
+            id="does_not_fit",
+            details={
+                "need_tp": gpus,
+                "gpu_count": gpu_count,
+                "skipped": skipped,
+                "fit": FitSummary.of(first).to_dict() if first is not None else None,
+            },
+        )
+    objective = getattr(options, "objective", "latency")
+    asked = options.gpus is not None or options.gpu_count is not None
+    if objective == "latency":
+        if recipe_tp is not None and recipe_tp in fitting:
+            return TpDecision(
+                recipe_tp, f"the recipe's TP for this GPU ({recipe_tp})", need, need_why, skipped
+            )
+        if asked:
+            tp = fitting[-1]
+            return TpDecision(
+                tp, f"latency: the {_label(gpu_count)} you gave (TP {tp})", need, need_why, skipped
+            )
+        start, start_why = need, ""
+        stated = rough.stated if rough is not None else None
+        if stated is not None and stated.tp in fitting and (stated.tp or 0) > start:
+            start, start_why = stated.tp or start, f"; the recipe's shape: {stated.why}"
+        candidates = [tp for tp in fitting if tp >= start]
+        if not exact:
+            why = f"latency: the smallest TP the estimate allows ({start}){start_why}"
+            return TpDecision(start, why, need, need_why, skipped)
+        for tp in candidates:
+            if _full(fit_at(tp)):
+                why = (
+                    f"latency: the smallest TP that holds the full context with safe headroom "
+                    f"({tp}){start_why}"
+                )
+                return TpDecision(tp, why, need, need_why, skipped)
+        tp = candidates[-1]
+        why = f"latency: no TP holds the full context with safe headroom; TP {tp} holds the most"
+        return TpDecision(tp, why, need, need_why, skipped)
+    for tp in fitting:
+        report = fit_at(tp)
+        if report is None or report.verdict == "safe":
+            why = f"throughput: the smallest TP with safe headroom ({tp}), GPUs left for replicas"
+            return TpDecision(tp, why, need, need_why, skipped)
+    why = f"throughput: the smallest TP that fits ({fitting[0]})"
+    return TpDecision(fitting[0], why, need, need_why, skipped)
+
+
+def _need(
+    fit_at: Callable[[int], FitReport | None], rough: RoughSize | None
+) -> tuple[int | None, str, bool]:
+    """The smallest TP the weights need, what says so, and whether it is exact (from the
+    fit) rather than an estimate. Without metadata or a count, the recipe's stated VRAM is
+    the only size there is."""
+    report = fit_at(1)
+    if report is not None:
+        weights = f"{report.weights.loaded_bytes / 1e9:.0f} GB of weights"
+        if report.requested_fits is False and report.weights_fit:
+            # the weights fit: the requested length alone is too long (refused with its own
+            # id once the TP is chosen, unless --force)
+            return 1, f"TP 1 for {weights} (the requested length aside)", True
+        if report.min_tp_required is not None:
+            return report.min_tp_required, f"TP {report.min_tp_required} for {weights}", True
+        if report.min_tp_unbounded is not None:
+            need = report.min_tp_unbounded
+            return need, f"TP {need} ({_label(need)}) for {weights}", True
+        return 1 << 30, f"more GPUs than any node has for {weights}", True
+    for known in (rough.weights, rough.stated) if rough is not None else ():
+        if known is not None:
+            if known.tp is not None:
+                return known.tp, f"TP {known.tp}: {known.why}", False
+            tp = 1 << max(known.gpus - 1, 1).bit_length()  # the power of two that holds it
+            return tp, f"TP {tp} ({_label(known.gpus)} at least): {known.why}", False
+    return None, "", False
