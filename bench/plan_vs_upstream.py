@@ -428,6 +428,17 @@ def _refusal(r: Rendering, ours: Ours) -> Difference:
             "vllm/vllm-openai-rocm:nightly, command-synthesis.js computeDockerMeta); we only "
             "know released tags and refuse a recipe newer than them",
         )
+    if ours.error_id == "needs_nightly":
+        return _diff(
+            "refusal",
+            "plan",
+            "renders",
+            err,
+            OURS,
+            "refused_needs_nightly",
+            f"upstream renders it with {r.docker_image}; we refuse the release image and offer "
+            "the nightly tag explicitly (issue 13: a moving tag is the user's choice)",
+        )
     if ours.error_id in ("does_not_fit", "too_tight"):
         return _diff(
             "refusal",
@@ -461,6 +472,17 @@ def _upstream_refusal(m: NotRendered, ours: Ours) -> Difference:
         cat = "upstream_omni"
     else:
         cat = "upstream_not_rendered"
+    if cat == "upstream_precision_gate" and ours.model != m.model_id:
+        return _diff(
+            "refusal",
+            "plan",
+            "no page",
+            f"plans {ours.model} TP {ours.tp}",
+            OURS,
+            "variant_for_amd",
+            f"upstream gives {m.hardware} no page for the {m.model_id} default ({reason}); we "
+            f"serve the recipe's variant that runs here, {ours.model} (its own page upstream)",
+        )
     warned = [w for w in ours.warnings if m.hardware in w or "unsupported" in w]
     return _diff(
         "refusal",
@@ -649,6 +671,30 @@ def _tp_difference(r: Rendering, ours: Ours) -> Difference | None:
             f"vram_minimum_gb {share:g} exceeds one GPU's share of the node, so upstream uses "
             f"the whole node ({per_gpu}); its auto-fit is binary: 1 or all GPUs, never 2/4 "
             f"(autoFitTp){ours_why}",
+        )
+    if rule == "autofit_one_gpu" and ours.tp > up and "full context" in ours_why:
+        return _diff(
+            "tp",
+            "tensor_parallel_size",
+            up,
+            ours.tp,
+            OURS,
+            "tp_full_context",
+            f"vram_minimum_gb {share:g} fits one GPU (upstream TP 1), but at TP 1 the KV room "
+            f"does not hold the model's full context: our latency rule grows TP until it "
+            f"does{ours_why}",
+        )
+    if rule == "autofit_one_gpu" and ours.tp > up and "estimate" in ours_why:
+        return _diff(
+            "tp",
+            "tensor_parallel_size",
+            up,
+            ours.tp,
+            OURS,
+            "tp_estimate_headroom",
+            f"vram_minimum_gb {share:g} fits one GPU's memory (upstream TP 1); our estimate of "
+            f"the weights leaves less than the KV share we require on one GPU at vLLM's "
+            f"utilization{ours_why}",
         )
     if rule == "autofit_one_gpu":
         return _diff(

@@ -159,6 +159,12 @@ def test_qwen3_235b_2507_on_mi325x_keeps_its_full_context() -> None:
     doc = plan("Qwen/Qwen3-235B-A22B-Instruct-2507", gpu="mi325x")
     assert doc["tensor_parallel_size"] >= 4  # was 2 with the context cut to 102k
     assert not doc["context_limited"]
+    assert "spans the node" in reason(doc, "--tensor-parallel-size")
+
+
+def test_latency_grows_tp_until_the_full_context_fits() -> None:
+    doc = plan("meta-llama/Llama-3.3-70B-Instruct")  # at TP 1 the KV holds 129k of 131k
+    assert doc["tensor_parallel_size"] == 2 and not doc["context_limited"]
     assert "full context" in reason(doc, "--tensor-parallel-size")
 
 
@@ -169,10 +175,18 @@ def test_throughput_takes_the_smallest_safe_tp() -> None:
     assert "throughput" in reason(throughput, "--tensor-parallel-size")
 
 
-def test_the_gpus_given_are_filled_for_latency() -> None:
-    doc = plan("Qwen/Qwen3.5-9B", gpu_count=4)
-    assert doc["tensor_parallel_size"] == 4
+def test_a_small_model_is_not_spread_over_the_node() -> None:
     assert plan("Qwen/Qwen3.5-9B")["tensor_parallel_size"] == 1
+    assert plan("Qwen/Qwen3.5-9B", gpu_count=4)["tensor_parallel_size"] == 1
+
+
+def test_the_recipes_own_tp_flag_and_tep_strategy_decide_for_latency() -> None:
+    minimax = plan("MiniMaxAI/MiniMax-M2")  # hardware_overrides.amd passes TP 2
+    assert minimax["tensor_parallel_size"] == 2
+    flash = plan("deepseek-ai/DeepSeek-V4-Flash", gpu="mi355x")  # single_node_tep
+    assert flash["tensor_parallel_size"] == 8
+    assert "--enable-expert-parallel" in flash["vllm_args"]
+    assert any(r["source"] == "strategy single_node_tep" for r in flash["reasons"])
 
 
 def test_aiter_mla_heads_per_rank_by_vllm_release() -> None:
@@ -245,7 +259,7 @@ def test_plan_list_ranks_every_precision_and_tp_with_the_pick_first() -> None:
     listing = plan_choices(PlanOptions(model="deepseek-ai/DeepSeek-R1", gpu="mi300x"))
     first = listing.choices[0]
     assert first.chosen and first.tp == 8 and first.feasible
-    assert listing.chosen_why and "full context" in listing.chosen_why
+    assert listing.chosen_why and "spans the node" in listing.chosen_why
     nvfp4 = [c for c in listing.choices if c.precision == "nvfp4"]
     assert nvfp4 and all(not c.feasible and "no kernel" in (c.why_not or "") for c in nvfp4)
     tp4 = next(c for c in listing.choices if c.tp == 4 and c.model_id == first.model_id)

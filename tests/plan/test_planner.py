@@ -75,8 +75,9 @@ def test_default_model_on_one_mi300x() -> None:
 def test_moe_235b_on_eight_mi300x_uses_tp_and_mp_backend() -> None:
     doc = plan_doc(model="Qwen/Qwen3-235B-A22B-Instruct-2507", gpu="mi300x")
     check_golden("qwen3-235b_8x_mi300x", doc)
-    assert doc["tensor_parallel_size"] == 4
-    assert flag(doc["vllm_args"], "--tensor-parallel-size") == "4"
+    # the recipe states 564 GB: its MI300X command spans the node (was TP 4, issue 13)
+    assert doc["tensor_parallel_size"] == 8
+    assert flag(doc["vllm_args"], "--tensor-parallel-size") == "8"
     assert flag(doc["vllm_args"], "--distributed-executor-backend") == "mp"
     assert doc["verdict"] in ("safe", "tight")
 

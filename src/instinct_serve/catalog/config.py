@@ -112,6 +112,21 @@ class AmdConfig:
         }
 
 
+def default_strategy(recipe: Any) -> str:
+    """The recipe's single-node strategy: its ``default_strategy`` when that is a single-node
+    one it lists as compatible, else ``single_node_tp`` (upstream's recommendStrategy for
+    one node)."""
+    wanted = recipe.data.get("default_strategy")
+    compatible = recipe.compatible_strategies
+    if (
+        isinstance(wanted, str)
+        and wanted.startswith("single_node_")
+        and (not compatible or wanted in compatible)
+    ):
+        return wanted
+    return "single_node_tp"
+
+
 def resolve_gpu(gpu: str, overrides: GpuOverrides | None = None) -> tuple[str, str | None]:
     """``gfx942``/``mi300x``/``MI355X`` → (gfx, profile key or None)."""
     overrides = overrides or load_gpu_overrides()
@@ -157,6 +172,7 @@ def amd_config(
     modes: dict[str, str] | None = None,
     overrides: GpuOverrides | None = None,
     model_config: Mapping[str, Any] | None = None,
+    strategies: Mapping[str, Any] | None = None,
 ) -> AmdConfig:
     """Merge every layer for ``match`` on ``gpu`` (a gfx target or a profile name).
 
@@ -165,7 +181,9 @@ def amd_config(
     picks a mode of a single-select feature (``{"spec_decoding": "mtp"}``), else upstream's
     default for the variant and GPU. ``model_config``: the model's ``config.json`` when
     known; a model outside the catalog takes its family's parsers and remote-code need
-    from it (``catalog.families``).
+    from it (``catalog.families``). ``strategies``: upstream's strategy definitions
+    (``Catalog.strategies``); the recipe's default single-node strategy adds its flags
+    (``single_node_tep``: ``--enable-expert-parallel``) and its ``strategy_overrides``.
     """
     overrides = overrides or load_gpu_overrides()
     gfx, profile = resolve_gpu(gpu, overrides)
@@ -200,6 +218,37 @@ def amd_config(
                     f"variant {var.key} hardware_overrides.{hw}", exact.extra_args, exact.extra_env
                 )
             )
+        strategy = default_strategy(recipe)
+        doc = (strategies or {}).get(strategy)
+        if isinstance(doc, dict):
+            layers.append(
+                Layer(
+                    f"strategy {strategy}",
+                    [str(a) for a in doc.get("vllm_args") or []],
+                    {str(k): str(v) for k, v in (doc.get("env") or {}).items()},
+                )
+            )
+        over = recipe.strategy_overrides.get(strategy)
+        if isinstance(over, dict):
+            layers.append(
+                Layer(
+                    f"strategy_overrides.{strategy}",
+                    [str(a) for a in over.get("extra_args") or []],
+                    {str(k): str(v) for k, v in (over.get("extra_env") or {}).items()},
+                )
+            )
+            hw_over = over.get("hardware_overrides")
+            hw_over = hw_over if isinstance(hw_over, dict) else {}
+            for key in ("amd", hw):
+                entry = hw_over.get(key) if key else None
+                if isinstance(entry, dict):
+                    layers.append(
+                        Layer(
+                            f"strategy_overrides.{strategy}.hardware_overrides.{key}",
+                            [str(a) for a in entry.get("extra_args") or []],
+                            {str(k): str(v) for k, v in (entry.get("extra_env") or {}).items()},
+                        )
+                    )
         if recipe.amd is not None:
             layers.append(
                 Layer("recipe hardware_overrides.amd", recipe.amd.extra_args, recipe.amd.extra_env)

@@ -69,7 +69,7 @@ def show_document(
     from instinct_serve.catalog.matching import lookup
 
     match = lookup(model, catalog)
-    amd = amd_config(match, gpu, variant=variant) if gpu else None
+    amd = amd_config(match, gpu, variant=variant, strategies=catalog.strategies) if gpu else None
     rendered = cross = None
     if amd is not None and amd.hardware_id and match.recipe is not None:
         found = catalog.rendered(match.recipe.model_id, amd.hardware_id)

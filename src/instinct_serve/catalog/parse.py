@@ -51,6 +51,7 @@ class Skipped:
 class ParseResult:
     recipes: dict[str, ParsedRecipe] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
+    strategies: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> strategy
     _lower: dict[str, str] = field(default_factory=dict, repr=False)
 
     def add(self, item: ParsedRecipe | Skipped) -> None:
@@ -195,4 +196,22 @@ def parse_corpus(root: Path) -> ParseResult:
     result = ParseResult()
     for path, rel in recipe_files(root):
         result.add(parse_recipe_file(path, rel))
+    result.strategies = parse_strategies(root)
     return result
+
+
+def parse_strategies(root: Path) -> dict[str, dict[str, Any]]:
+    """``strategies/*.yaml`` of a recipes checkout (name -> its vllm_args, env, parallel flag,
+    deploy type, hardware match); a malformed file is left out."""
+    found: dict[str, dict[str, Any]] = {}
+    folder = root / "strategies"
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            data = normalize(load_yaml(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, RecipeFileError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            found[data["name"]] = data
+    return found

@@ -81,8 +81,9 @@ def build_snapshot(
         recipes={k: (v.source_path, v.data) for k, v in parsed.recipes.items()},
         skipped=[s.to_dict() for s in parsed.skipped],
         extra={
+            "strategies": parsed.strategies,
             "docker_tag_origin": "explicit"
             if docker_tag
-            else "inferred: newest min_vllm_version of a non-nightly recipe in this commit"
+            else "inferred: newest min_vllm_version of a non-nightly recipe in this commit",
         },
     )

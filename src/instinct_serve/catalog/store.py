@@ -187,6 +187,13 @@ class Catalog:
             return None
         return f"{SITE_URL}/{path[len('models/') :].rsplit('.', 1)[0]}"
 
+    @property
+    def strategies(self) -> dict[str, dict[str, Any]]:
+        """Upstream's serving strategies (``strategies/*.yaml``) by name; {} when the cache
+        predates them or the source had none."""
+        found = self.extra.get("strategies")
+        return found if isinstance(found, dict) else {}
+
     def rendered(self, model_id: str, hardware: str) -> RenderedCommand | None:
         """Upstream's rendered command for ``model_id`` on ``hardware`` (API syncs only)."""
         key = self.key_for(model_id)

@@ -84,6 +84,9 @@ class RoughSize:
 
     weights: Need | None
     stated: Need | None
+    # the recipe's stated VRAM is more than one GPU: upstream compares it with the GPU's
+    # figure in its taxonomy (MI300X 192, MI325X 256, MI355X 288: the GiB the driver shows)
+    stated_spans_gpus: bool = False
 
 
 def _need(size: int, usable: int, gpu_count: int, why: str) -> Need:
@@ -123,6 +126,7 @@ def rough_size(
             f"{precision or 'bf16'} parameter = {size / GB:.0f} GB of weights",
         )
     stated = None
+    spans = bool(vram_minimum_gb) and (vram_minimum_gb or 0) > round(vram_bytes / GIB)
     if vram_minimum_gb:
         stated = _need(
             int(vram_minimum_gb * GB),
@@ -130,4 +134,4 @@ def rough_size(
             gpu_count,
             f"the recipe states {vram_minimum_gb:g} GB of VRAM",
         )
-    return RoughSize(weights, stated)
+    return RoughSize(weights, stated, spans)

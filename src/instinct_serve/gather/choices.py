@@ -110,7 +110,13 @@ def plan_choices(opts: PlanOptions, host: Host | None = None) -> ChoiceList:
     support = base.gfx_cfg.precision
     for model_id, precision, key in candidates:
         status = support.status(precision)
-        amd = amd_config(match, base.gpu_key, variant=key, overrides=base.overrides)
+        amd = amd_config(
+            match,
+            base.gpu_key,
+            variant=key,
+            overrides=base.overrides,
+            strategies=base.catalog.strategies,
+        )
         ctx.launch_args = [*amd.args, *opts.extra_args]
         sizer.reports.clear()
         meta = sizer.meta(model_id)

@@ -207,6 +207,39 @@ def _is_moe(meta: ModelMeta | None, amd: AmdConfig, match: Match) -> bool:
     return bool(recipe is not None and "moe" in str(recipe.architecture or "").lower())
 
 
+def _recipe_tp(match: Match, variant: VariantChoice, amd: AmdConfig, gpus: int) -> int | None:
+    """The TP the recipe documents for this GPU, as upstream renders it: a
+    ``--tensor-parallel-size`` in its merged AMD args wins (the last flag wins), then
+    tensor+expert parallel's whole node (single_node_tep: "TP must be set to GPU count"),
+    then the variant's or strategy's declared ``tp``. None for a base-model match whose
+    checkpoint is another precision than the recipe's variants (their shapes differ)."""
+    from instinct_serve import vllm_args
+    from instinct_serve.catalog.config import default_strategy
+
+    recipe = match.recipe
+    if recipe is None or (match.kind == "base_model" and variant.vram_minimum_gb is None):
+        return None
+    given = None
+    for layer in amd.layers:  # upstream's order: only a flag after its parallel flag wins
+        value = vllm_args.value(layer.args, "--tensor-parallel-size", "-tp")
+        if value is not None:
+            given = value if _after_parallel_flag(layer.name) else None
+    if given and given.isdigit():
+        return int(given)
+    if default_strategy(recipe) == "single_node_tep" and gpus > 1:
+        return 1 << (gpus.bit_length() - 1)
+    return recipe.declared_tp(variant.key or "default", amd.hardware_id)
+
+
+def _after_parallel_flag(layer: str) -> bool:
+    """Whether upstream applies this layer's args after its own ``--tensor-parallel-size``
+    (command-synthesis.js: base, variant, the variant's per-GPU override and the strategy
+    come before it; strategy overrides, AMD hardware overrides and features after)."""
+    return "hardware_overrides.amd" in layer or layer.startswith(
+        ("strategy_overrides.", "feature ", "gpu ")
+    )
+
+
 def _decide_tp(
     opts: PlanOptions,
     inv: GpuInventory,
@@ -337,7 +370,7 @@ def make_plan(
     # features: the recipe's defaults plus opt-ins asked for
     features = None
     if opts.features:
-        defaults = amd_config(match, gpu_key, overrides=overrides)
+        defaults = amd_config(match, gpu_key, overrides=overrides, strategies=catalog.strategies)
         features = list(dict.fromkeys([*defaults.features, *opts.features]))
 
     hw, ctx = _fit_inputs(inv, hw_source, match, gpu_key, overrides)
@@ -359,6 +392,7 @@ def make_plan(
         features=features,
         overrides=overrides,
         model_config=served_meta.config if served_meta is not None else None,
+        strategies=catalog.strategies,
     )
     ctx.launch_args = [*amd.args, *opts.extra_args]
     ctx.context_length = amd.context_length or ctx.context_length
@@ -396,18 +430,13 @@ def make_plan(
             support=gfx_cfg.precision,
             args=ctx.launch_args,
             image=image,
-            image_given=bool(opts.image),
+            image_pinned=bool(opts.image or amd.image),
         ),
         match,
     )
 
     # TP: from the objective, the fits at each TP, the recipe, the kernel constraints
-    recipe_tp = (
-        match.recipe.declared_tp(variant.key or "default", amd.hardware_id)
-        if match.recipe is not None
-        and (match.kind != "base_model" or variant.vram_minimum_gb is not None)
-        else None
-    )
+    recipe_tp = _recipe_tp(match, variant, amd, inv.gpu_count)
     tp = _decide_tp(opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp)
     fit = sizer.report(variant.model_id, tp.tp)
     alternatives: list[dict[str, Any]] = []

@@ -197,6 +197,7 @@ def sync(
         recipes={k: (v.source_path, v.data) for k, v in parsed.recipes.items()},
         skipped=[s.to_dict() for s in parsed.skipped],
         rendered=rendered,
+        extra={"strategies": parsed.strategies} if parsed.strategies else None,
     )
     written, write_s = _write(doc)
     timings = {k: v for k, v in info.items() if k.endswith("_s")}

@@ -5,8 +5,8 @@
   variant of the same precision when it has one; the weights, their precision and their
   size are the requested repository's.
 * TP follows an objective. ``latency`` (the default): the TP the recipe states for this GPU
-  when it does; else the GPUs the user gave; else the smallest TP that holds the model's
-  full context (or the one asked for) with safe headroom. ``throughput``: the smallest TP
+  when it does; else the smallest TP that holds the model's full context (or the one asked
+  for) with safe headroom, growing up to the GPUs there are. ``throughput``: the smallest TP
   with safe headroom, leaving GPUs for more replicas. Every TP obeys the kernel constraints
   (``plan.constraints``) and is at least what the weights need: from the fit when the
   metadata is known, else from the recipe's parameter count or stated VRAM
@@ -277,21 +277,22 @@ def choose_tp(
             },
         )
     objective = getattr(options, "objective", "latency")
-    asked = options.gpus is not None or options.gpu_count is not None
     if objective == "latency":
         if recipe_tp is not None and recipe_tp in fitting:
             return TpDecision(
                 recipe_tp, f"the recipe's TP for this GPU ({recipe_tp})", need, need_why, skipped
             )
-        if asked:
-            tp = fitting[-1]
-            return TpDecision(
-                tp, f"latency: the {_label(gpu_count)} you gave (TP {tp})", need, need_why, skipped
-            )
         start, start_why = need, ""
         stated = rough.stated if rough is not None else None
-        if stated is not None and stated.tp in fitting and (stated.tp or 0) > start:
-            start, start_why = stated.tp or start, f"; the recipe's shape: {stated.why}"
+        if stated is not None and rough is not None and rough.stated_spans_gpus:
+            # the recipe's own command for this GPU spans the node when its stated VRAM is
+            # more than one GPU holds (upstream autoFitTp: 1 or all GPUs, never between)
+            tp = fitting[-1]
+            why = (
+                f"latency: the recipe's command for this GPU spans the node (TP {tp}): "
+                f"{stated.why}, more than one GPU holds"
+            )
+            return TpDecision(tp, why, need, need_why, skipped)
         candidates = [tp for tp in fitting if tp >= start]
         if not exact:
             why = f"latency: the smallest TP the estimate allows ({start}){start_why}"

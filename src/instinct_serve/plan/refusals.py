@@ -51,7 +51,7 @@ class Target:
     support: PrecisionSupport
     args: list[str]  # the merged vLLM arguments
     image: str
-    image_given: bool  # --image (the user chose; never second-guessed)
+    image_pinned: bool  # --image, or an image the recipe pins: never second-guessed
 
 
 def _alternatives(match: Match, support: PrecisionSupport, model_id: str) -> list[str]:
@@ -122,7 +122,7 @@ def refusals(target: Target, match: Match) -> list[Refusal]:
                     f"variants.{variant.key}.supported_hardware",
                 )
             )
-        if recipe.nightly_required and not target.image_given and "nightly" not in target.image:
+        if recipe.nightly_required and not target.image_pinned and "nightly" not in target.image:
             found.append(
                 Refusal(
                     "needs_nightly",
