@@ -1,7 +1,7 @@
 """``serve`` with ``confirm`` through MCP, against the real dockerd and the vLLM test double.
 
 The same setup as ``tests/serve`` (the registry-free test image, a check root where the GPU
-checks pass, the session's /dev/kfd stand-ins): one session serves, sees the startup
+checks pass, stand-in device nodes in a temp root): one session serves, sees the startup
 phases as progress notifications, lists, tails and stops the endpoint; another cancels a
 serve mid-start and the container it launched is removed.
 """

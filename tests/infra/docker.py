@@ -19,11 +19,10 @@ Fixtures
     ``vllm/vllm-openai-rocm`` image (vLLM ``docker/Dockerfile.rocm``, stage ``vllm-openai``),
     so the planner's argv (``IMAGE --model M --port P ...``) runs unchanged. Tagged by a hash
     of its inputs and reused while they do not change. About 2 s to build.
-``amd_device_standins`` (session)
-    ``/dev/kfd`` and ``/dev/dri/renderD128`` as stand-ins (character devices 1:3, the null
-    device) when absent, so the mandatory ``--device /dev/kfd --device /dev/dri`` flags are
-    exercised, never skipped. Only what the tests created is removed, and only when no other
-    live test session still uses it.
+``device_root`` (session)
+    A temp tree with stand-in ``/dev/kfd`` and ``/dev/dri/renderD*`` character devices (1:3,
+    the null device), handed to docker as ``--device ROOT/dev/kfd:/dev/kfd``: the mandatory
+    AMD device flags are exercised, never skipped, and the host's /dev is never touched.
 ``docker_names`` (function)
     ``docker_names("prefix")`` gives a unique container name, removed (``rm -f``) after the
     test when it carries this session's test label.
@@ -38,8 +37,6 @@ the real planner).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -72,7 +69,6 @@ IMAGE_REPO = "instinct-serve-test/vllm-double"
 IMAGE_RECIPE = "4"  # bump to force a rebuild when the recipe below changes
 IMAGE_ENTRYPOINT = ["vllm", "serve"]  # vllm/vllm-openai-rocm: docker/Dockerfile.rocm
 DAEMON_START_TIMEOUT_S = 30.0
-DEVICE_STANDINS = ("/dev/kfd", "/dev/dri/renderD128")
 _STATE_DIR = Path(tempfile.gettempdir()) / "instinct-serve-test-devices"
 
 # Not needed by a stdlib HTTP server, and large: left out of the test image.
@@ -515,6 +511,7 @@ def build_test_image() -> TestImage:
         if out.returncode != 0:
             raise RuntimeError(f"docker import failed: {out.stderr.strip()}")
     _remove_old_tags(tag)
+    _created.append(tag)
     return TestImage(tag, time.monotonic() - start, False, python)
 
 
@@ -548,21 +545,35 @@ def derived_test_image(base: TestImage, env: Mapping[str, str]) -> str:
         )
         if out.returncode != 0:
             raise RuntimeError(f"docker build failed: {out.stderr.strip()}")
+        _created.append(tag)
     return tag
 
 
 _built: list[TestImage] = []
+_created: list[str] = []  # image tags this session made: removed when it ends
+
+
+def remove_created_images() -> list[str]:
+    """Remove the images this session created (children first); leave those it found."""
+    removed = []
+    for tag in reversed(_created):
+        out = subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, text=True)
+        if out.returncode == 0:
+            removed.append(tag)
+    _created.clear()
+    return removed
 
 
 @pytest.fixture(scope="session")
-def vllm_test_image(docker_daemon: DockerDaemon) -> TestImage:
+def vllm_test_image(docker_daemon: DockerDaemon) -> Iterator[TestImage]:
     """The registry-free image whose ``vllm serve`` is the test double (module docstring)."""
     try:
         image = build_test_image()
     except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
         pytest.fail(f"could not build the vLLM test image: {exc}")
     _built.append(image)
-    return image
+    yield image
+    remove_created_images()  # the machine is left with the images it had
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -574,71 +585,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 # --------------------------------------------------------------------------- AMD devices
 
 
-@dataclass(frozen=True)
-class DeviceStandins:
-    """The AMD device paths present for the session, and which of them are stand-ins."""
-
-    paths: tuple[str, ...]
-    created: tuple[str, ...]
-
-
-def _is_standin(path: str) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 1 and os.minor(st.st_rdev) == 3
-
-
-@contextlib.contextmanager
-def _device_state() -> Iterator[dict[str, list[object]]]:
-    """The shared record of stand-ins and the test sessions using them, under a lock."""
-    _STATE_DIR.mkdir(mode=0o700, exist_ok=True)
-    with open(_STATE_DIR / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        path = _STATE_DIR / "state.json"
-        state: dict[str, list[object]] = {"created": [], "users": []}
-        if path.exists():
-            with contextlib.suppress(ValueError):
-                state.update(json.loads(path.read_text()))
-        state["users"] = [p for p in state["users"] if isinstance(p, int) and _pid_alive(p)]
-        yield state
-        path.write_text(json.dumps(state))
-
-
 @pytest.fixture(scope="session")
-def amd_device_standins() -> Iterator[DeviceStandins]:
-    """``/dev/kfd`` and ``/dev/dri/renderD128`` exist for the session (stand-ins if absent)."""
-    missing = [p for p in DEVICE_STANDINS if not os.path.exists(p)]
-    if missing and os.geteuid() != 0:
-        unavailable(f"{', '.join(missing)} absent and only root can create stand-ins")
-    created: list[str] = []
-    with _device_state() as state:
-        state["users"].append(os.getpid())
-        for path in DEVICE_STANDINS:
-            if os.path.exists(path):
-                continue
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-            except OSError as exc:
-                unavailable(f"cannot create the stand-in {path}: {exc}")
-            created.append(path)
-            state["created"].append(path)
-    try:
-        yield DeviceStandins(DEVICE_STANDINS, tuple(created))
-    finally:
-        with _device_state() as state:
-            users = [p for p in state["users"] if p != os.getpid()]
-            state["users"] = list(users)
-            if not users:
-                for path in [str(p) for p in state["created"]]:
-                    if _is_standin(path):  # never a real device
-                        os.unlink(path)
-                    parent = os.path.dirname(path)
-                    if parent == "/dev/dri" and os.path.isdir(parent) and not os.listdir(parent):
-                        os.rmdir(parent)
-                state["created"] = []
+def device_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in root with ``/dev/kfd`` and ``/dev/dri/renderD*`` character devices (1:3,
+    the null device), for ``--device ROOT/dev/kfd:/dev/kfd``: the mandatory AMD device
+    flags are exercised while the host's own /dev is never touched."""
+    if os.geteuid() != 0:
+        unavailable("only root can create the stand-in device nodes docker --device needs")
+    from tests.infra.fakeroot import build_gpu_root
+
+    return build_gpu_root(tmp_path_factory.mktemp("device-root")).path
 
 
 # --------------------------------------------------------------------------- docker argv
@@ -654,8 +610,12 @@ def amd_run_argv(
     env: Mapping[str, str] | None = None,
     args: Sequence[str] = (),
     host_ip: str = "127.0.0.1",
+    device_root: Path | None = None,
 ) -> list[str]:
-    """A ``docker run -d`` argv with the mandatory ROCm flags (vLLM docs for ROCm)."""
+    """A ``docker run -d`` argv with the mandatory ROCm flags (vLLM docs for ROCm); with
+    ``device_root`` the devices come from that stand-in tree, as ``serve --root`` does."""
+    kfd = f"{device_root}/dev/kfd:/dev/kfd" if device_root else "/dev/kfd"
+    dri = f"{device_root}/dev/dri:/dev/dri" if device_root else "/dev/dri"
     argv = [
         "docker",
         "run",
@@ -668,9 +628,9 @@ def amd_run_argv(
         "--security-opt",
         "seccomp=unconfined",
         "--device",
-        "/dev/kfd",
+        kfd,
         "--device",
-        "/dev/dri",
+        dri,
         "--ipc=host",
         "-p",
         f"{host_ip}:{port}:{port}",

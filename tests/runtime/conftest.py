@@ -7,12 +7,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from instinct_serve.plan.labels import managed_labels
 from instinct_serve.runtime.docker import Docker
-from tests.infra.docker import DeviceStandins, DockerDaemon, TestImage, amd_run_argv, free_port
+from tests.infra.docker import DockerDaemon, TestImage, amd_run_argv, free_port
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Launcher:
     daemon: DockerDaemon
     image: TestImage
     names: Callable[[str], str]
+    device_root: Path
 
     def argv(
         self,
@@ -60,6 +62,7 @@ class Launcher:
             labels=labels,
             env=double_env,
             args=args,
+            device_root=self.device_root,
         )
 
     def launch(self, docker: Docker, prefix: str = "rt", **kw: object) -> Launched:
@@ -74,10 +77,10 @@ class Launcher:
 def launcher(
     docker_daemon: DockerDaemon,
     vllm_test_image: TestImage,
-    amd_device_standins: DeviceStandins,
+    device_root: Path,
     docker_names: Callable[[str], str],
 ) -> Launcher:
-    return Launcher(docker_daemon, vllm_test_image, docker_names)
+    return Launcher(docker_daemon, vllm_test_image, docker_names, device_root)
 
 
 def running(docker: Docker, name: str) -> Callable[[], bool]:

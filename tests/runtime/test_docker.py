@@ -85,7 +85,10 @@ def test_serve_path_on_a_managed_container(docker: Docker, launcher: Launcher) -
     c = launcher.launch(docker, "managed", load_s=3.0, args=["--max-model-len", "8192"])
     host_config = raw_inspect(c.name)["HostConfig"]
     assert isinstance(host_config, dict)
-    assert {d["PathOnHost"] for d in host_config["Devices"]} == {"/dev/kfd", "/dev/dri"}
+    devices = {(d["PathOnHost"], d["PathInContainer"]) for d in host_config["Devices"]}
+    # the stand-in tree's nodes, seen inside as the real paths; the host's /dev untouched
+    assert (f"{launcher.device_root}/dev/kfd", "/dev/kfd") in devices
+    assert (f"{launcher.device_root}/dev/dri", "/dev/dri") in devices
     inside = subprocess.run(
         ["docker", "exec", c.name, "python3", "-c", DEVICE_CHECK],
         capture_output=True,
@@ -337,7 +340,8 @@ def test_run_failures_carry_dockers_reason(docker: Docker, launcher: Launcher) -
     assert docker.get(second) is None  # no half-created container left behind
 
     argv = launcher.argv(launcher.names("nodev"), free_port())
-    argv[argv.index("/dev/kfd")] = "/dev/instinct-no-such-device"
+    kfd = next(a for a in argv if a.endswith(":/dev/kfd"))
+    argv[argv.index(kfd)] = "/dev/instinct-no-such-device"
     with pytest.raises(InstinctError) as device:
         docker.run(argv)
     assert device.value.id == "device_missing"

@@ -5,7 +5,7 @@ test double in the registry-free test image, and (for ``--host``) the loopback s
 --hf-cache TMP --port FREE --name UNIQUE --yes --root GPU_ROOT --json`` and returns the
 parsed JSON Lines. ``--root`` points the host checks at a temp tree where the GPU checks
 pass (this machine has no amdgpu driver); the containers still get the real
-``--device /dev/kfd --device /dev/dri`` flags, satisfied by the session's stand-ins.
+``--device /dev/kfd --device /dev/dri`` flags, pointed at the stand-in nodes of the root.
 
 The double's behaviour is baked into a derived image (``derived_test_image``), because the
 docker argv comes from the real planner. Every container a test's serve may create is
@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 
 from tests.infra.docker import (
-    DeviceStandins,
     DockerDaemon,
     TestImage,
     derived_test_image,
@@ -189,7 +188,6 @@ class Serve:
 def serve(
     docker_daemon: DockerDaemon,
     vllm_test_image: TestImage,
-    amd_device_standins: DeviceStandins,
     gpu_root: Path,
     tmp_path: Path,
 ) -> Iterator[Serve]:

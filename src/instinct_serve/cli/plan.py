@@ -32,13 +32,15 @@ def print_summary(con: Console, result: PlanResult, title: str = "Launch plan") 
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
+    from rich.markup import escape
+
     from instinct_serve.plan.summary import summary_rows
 
     for key, value in summary_rows(result):
-        table.add_row(key, value)
+        table.add_row(key, escape(value))
     con.print(table)
-    for message in result.plan.warnings:
-        con.print(f"[yellow]![/] {message}")
+    for message in result.plan.warnings:  # warnings on stderr, whatever ``con`` prints to
+        warn(message)
 
 
 @click.command("plan")

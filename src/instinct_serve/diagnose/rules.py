@@ -24,9 +24,10 @@ from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.registry import Registry, Rule, number_after, words
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.diagnose.shell import issue_search
+from instinct_serve.hardware.profiles import GFX_TARGETS
 
 ROCM_IMAGE = "vllm/vllm-openai-rocm"
-INSTINCT_GFX = ("gfx90a", "gfx942", "gfx950")
+INSTINCT_GFX = GFX_TARGETS  # the gfx targets of the vLLM ROCm images (hardware.profiles)
 
 
 def _at(hit: Hit | None, count: int = 1) -> dict[str, Any]:
@@ -40,15 +41,40 @@ def _gfx(ctx: DiagnoseContext) -> str:
     return (ctx.gfx or "").split(":")[0].lower()
 
 
+# The memory-saving formats worth suggesting, in order, as the precision table names them
+# (data/gpu_overrides.json); the table says which run natively or emulated on each gfx.
+_SUGGESTED = (
+    ("fp8_fnuz", "FP8"),
+    ("fp8_ocp", "FP8"),
+    ("mxfp4", "MXFP4"),
+    ("int4", "AWQ/GPTQ int4"),
+)
+
+
+def _smaller_precisions(gfx: str) -> tuple[list[str], list[str]]:
+    """The suggested formats a gfx runs natively, and emulated."""
+    from instinct_serve.catalog.overrides import load_gpu_overrides
+
+    support = load_gpu_overrides().config(gfx).precision
+    native = [w for n, w in _SUGGESTED if n in support.native]
+    emulated = [w for n, w in _SUGGESTED if n in support.emulated and w not in native]
+    return list(dict.fromkeys(native)), list(dict.fromkeys(emulated))
+
+
 def _quant_suggestion(ctx: DiagnoseContext) -> str:
+    """A checkpoint format that needs less memory and runs on this gfx (from the precision
+    table, the one list of what runs where)."""
     gfx = _gfx(ctx)
-    if gfx == "gfx950":
-        return "an FP8 or MXFP4 checkpoint (both native on gfx950)"
-    if gfx == "gfx942":
-        return "an FP8 checkpoint (native on gfx942)"
-    if gfx == "gfx90a":
-        return "an AWQ or GPTQ int4 checkpoint (MI250X has no FP8)"
-    return "an FP8 (gfx942/gfx950), MXFP4 (gfx950) or AWQ/GPTQ int4 checkpoint"
+    if gfx in INSTINCT_GFX:
+        native, emulated = _smaller_precisions(gfx)
+        if native:
+            return f"an {' or '.join(native)} checkpoint (native on {gfx})"
+        return f"an {' or '.join(emulated)} checkpoint (weight-only on {gfx})"
+    parts = []
+    for target in INSTINCT_GFX:
+        native, emulated = _smaller_precisions(target)
+        parts.append(f"{', '.join(native or emulated)} on {target}")
+    return "a quantized checkpoint your GPU runs (" + "; ".join(parts) + ")"
 
 
 def _model_words(ctx: DiagnoseContext) -> str:
@@ -934,7 +960,7 @@ def build_no_kernel_image(ctx: DiagnoseContext, cuda_build: bool = False, **at: 
             "wheel installed over it, or HSA_OVERRIDE_GFX_VERSION pointing at the wrong ISA."
         )
     fix = (
-        f"Use {ROCM_IMAGE} (built for gfx90a, gfx942 and gfx950) or a rocm/vllm image for your "
+        f"Use {ROCM_IMAGE} (built for {', '.join(INSTINCT_GFX)}) or a rocm/vllm image for your "
         "GPU, and do not set HSA_OVERRIDE_GFX_VERSION on Instinct GPUs."
     )
     if gfx and gfx not in INSTINCT_GFX:

@@ -25,9 +25,12 @@ class DockerBackend:
 
     engine = "docker"
 
-    def __init__(self, host: Host, docker: Docker | None = None) -> None:
+    def __init__(self, host: Host, docker: Docker | None = None, device_root: str = "") -> None:
         self.host = host
         self.docker = docker or Docker(host)
+        # the check root (hidden --root: tests, chroots) also prefixes the devices passed
+        # to the container, so a stand-in tree is used instead of the host's /dev
+        self.device_root = device_root.rstrip("/")
 
     def target(self, name: str) -> Target | None:
         info = self.docker.get(name)
@@ -115,7 +118,10 @@ class DockerBackend:
             if not mount.read_only and not self.host.exists(mount.host_path):
                 # Docker would create it as root: make it as the host's user instead.
                 self.host.run(["mkdir", "-p", "--", mount.host_path], timeout=30)
-        self.docker.run(docker_argv(labelled), env=dict(secrets) or None)
+        argv = docker_argv(labelled)
+        if self.device_root:
+            argv = rooted_devices(argv, self.device_root)
+        self.docker.run(argv, env=dict(secrets) or None)
         return plan.container_name
 
     def follow(self, name: str, since: float | None = None) -> subprocess.Popen[str]:
@@ -143,3 +149,19 @@ class DockerBackend:
                 return False
             raise
         return True
+
+
+def rooted_devices(argv: list[str], root: str) -> list[str]:
+    """``--device /dev/X`` -> ``--device ROOT/dev/X:/dev/X`` (the container still sees
+    /dev/X): the devices of a stand-in root, for tests and chroots."""
+    out: list[str] = []
+    take = False
+    for token in argv:
+        if take and token.startswith("/dev/") and ":" not in token:
+            token = f"{root}{token}:{token}"
+        elif token.startswith("--device=/dev/") and ":" not in token:
+            path = token.split("=", 1)[1]
+            token = f"--device={root}{path}:{path}"
+        take = token == "--device"
+        out.append(token)
+    return out

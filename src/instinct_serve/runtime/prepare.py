@@ -156,7 +156,9 @@ def prepare(
     for message in result.warnings:
         warn(message)
     backend: Backend = (
-        native_backend(host, result, warn) if engine == "native" else DockerBackend(host)
+        native_backend(host, result, warn)
+        if engine == "native"
+        else DockerBackend(host, device_root=root)
     )
     return Prepared(host, result, backend, engine)
 
