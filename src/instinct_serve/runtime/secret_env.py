@@ -16,7 +16,7 @@ TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 def local_secrets(names: Sequence[str]) -> dict[str, str]:
     """Values for the plan's secret names: this process's environment, else (for the Hub
-    token) the file ``huggingface-cli login`` writes. Never printed, never in an argv."""
+    token) the file ``hf auth login`` writes. Never printed, never in an argv."""
     found: dict[str, str] = {}
     for name in names:
         value = os.environ.get(name, "").strip()
