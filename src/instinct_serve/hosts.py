@@ -27,7 +27,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Protocol, runtime_checkable
+from typing import IO, NamedTuple, Protocol, runtime_checkable
 
 from instinct_serve.errors import HostError, UsageError
 
@@ -35,8 +35,7 @@ DEFAULT_TIMEOUT_S = 60.0
 SSH_CONNECT_TIMEOUT_S = 10
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     """The outcome of one command: exit status, both streams, and how long it took."""
 
     argv: tuple[str, ...]

@@ -27,6 +27,9 @@ def to_jsonable(obj: Any) -> Any:
     to_dict = getattr(obj, "to_dict", None)
     if callable(to_dict) and not isinstance(obj, type):
         return to_jsonable(to_dict())
+    as_dict = getattr(obj, "_asdict", None)
+    if isinstance(obj, tuple) and callable(as_dict):  # a NamedTuple record
+        return to_jsonable(as_dict())
     if isinstance(obj, list | tuple | set | frozenset):
         return [to_jsonable(v) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
 
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.profiles import gpu_choices
@@ -48,8 +48,7 @@ MAX_TEXT = 4096
 MAX_ITEMS = 64
 
 
-@dataclass(frozen=True)
-class Opt:
+class Opt(NamedTuple):
     """How one option is spelled, converted, bounded and explained."""
 
     kind: Kind

@@ -10,8 +10,8 @@ import os
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 APP = "instinct-serve"
 
@@ -50,8 +50,7 @@ CONTAINER_HF_HOME = "/root/.cache/huggingface"  # where vLLM images keep the HF 
 _VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 
-@dataclass(frozen=True)
-class HfLocations:
+class HfLocations(NamedTuple):
     """Where huggingface_hub keeps its files on one machine, and which variable decided."""
 
     home: str  # HF_HOME

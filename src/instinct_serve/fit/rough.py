@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from instinct_serve.units import GB, GIB
 
@@ -38,19 +38,19 @@ BYTES_PER_PARAM: dict[str, float] = {
 OVERHEAD_BYTES = 3 * GIB  # activations, graphs and the non-torch share, per GPU (rough)
 MIN_KV_SHARE = 0.1  # leave at least this share of the budget for the KV cache
 
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBT])\s*$", re.IGNORECASE)
+_COUNT = r"^\s*(\d+(?:\.\d+)?)\s*([KMBT])\s*$"
 _SCALE = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 
 
 def parse_parameter_count(text: str | None) -> float | None:
     """``"235B"`` -> 2.35e11; ``"1.5T"``, ``"600M"``; None for anything else."""
-    found = _COUNT.match(text or "")
+    found = re.match(_COUNT, text or "", re.IGNORECASE)
     if not found:
         return None
     return float(found.group(1)) * _SCALE[found.group(2).upper()]
 
 
-_NAME_COUNT = re.compile(r"(?<![A-Za-z])(?:(\d+)x)?(\d+(?:\.\d+)?)[Bb](?![A-Za-z0-9])")
+_NAME_COUNT = r"(?<![A-Za-z])(?:(\d+)x)?(\d+(?:\.\d+)?)[Bb](?![A-Za-z0-9])"
 
 
 def parameter_count_from_name(model_id: str) -> str | None:
@@ -59,7 +59,7 @@ def parameter_count_from_name(model_id: str) -> str | None:
     name has no count."""
     name = model_id.rsplit("/", 1)[-1]
     best: float | None = None
-    for found in _NAME_COUNT.finditer(name):
+    for found in re.finditer(_NAME_COUNT, name):
         start = found.start()
         if start > 0 and name[start - 1] in "Aa":  # A22B: active parameters
             continue
@@ -68,8 +68,7 @@ def parameter_count_from_name(model_id: str) -> str | None:
     return f"{best:g}B" if best else None
 
 
-@dataclass(frozen=True)
-class Need:
+class Need(NamedTuple):
     """The smallest TP that a size needs on given GPUs, and what says so."""
 
     tp: int | None  # smallest power of two that fits; None: more GPUs than there are
@@ -77,8 +76,7 @@ class Need:
     why: str
 
 
-@dataclass(frozen=True)
-class RoughSize:
+class RoughSize(NamedTuple):
     """What is known without metadata: the weights' TP need (from a parameter count) and
     the recipe's stated total VRAM (a hint of the shape its authors ran, not a gate)."""
 

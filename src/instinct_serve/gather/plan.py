@@ -51,18 +51,22 @@ def resolve_hardware(
     no host; else ``inventory`` when the caller already detected, else ``detect`` on the
     host. ``opts.default_gpu`` is used when detection finds nothing (``instinct plan`` on a
     laptop); without it no GPU is an error (exit 3)."""
-    from instinct_serve.gather.detect import detect
     from instinct_serve.hardware.target import resolve_target
-    from instinct_serve.hosts import LocalHost
 
-    target = host or LocalHost()
-    if inventory is not None:
-        return resolve_target(
-            opts, lambda: inventory, host_name=target.name, default_gpu=opts.default_gpu
-        )
-    return resolve_target(
-        opts, lambda: detect(target), host_name=target.name, default_gpu=opts.default_gpu
-    )
+    if host is None:
+        from instinct_serve.hosts import LocalHost
+
+        host = LocalHost()
+    target = host
+
+    def detected() -> GpuInventory:
+        if inventory is not None:
+            return inventory
+        from instinct_serve.gather.detect import detect  # only when no GPU is named
+
+        return detect(target)
+
+    return resolve_target(opts, detected, host_name=target.name, default_gpu=opts.default_gpu)
 
 
 # ------------------------------------------------------------------------ HF cache

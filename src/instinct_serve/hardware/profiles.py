@@ -7,7 +7,7 @@ VRAM is what the driver reports per GPU (amd-smi's "MB" are MiB), not the market
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.inventory import Gpu, GpuInventory
@@ -15,8 +15,7 @@ from instinct_serve.hardware.inventory import Gpu, GpuInventory
 MIB = 2**20
 
 
-@dataclass(frozen=True)
-class GpuProfile:
+class GpuProfile(NamedTuple):
     """A GPU model's facts for planning without hardware (``--gpu``)."""
 
     key: str

@@ -8,14 +8,12 @@ first forward), so the planner leaves it out, and says why, before anything is l
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
 
-@dataclass(frozen=True)
-class Shape:
+class Shape(NamedTuple):
     """The dimensions that TP shards, read from the model's config."""
 
     num_attention_heads: int
@@ -48,8 +46,7 @@ class Shape:
         )
 
 
-@dataclass(frozen=True)
-class Situation:
+class Situation(NamedTuple):
     """What else decides whether a constraint applies: the environment and vLLM release."""
 
     env: dict[str, str]
@@ -70,8 +67,7 @@ class Situation:
             return True
 
 
-@dataclass(frozen=True)
-class Constraint:
+class Constraint(NamedTuple):
     """One rule: when it applies, which TPs it allows, why, and where it is stated."""
 
     id: str

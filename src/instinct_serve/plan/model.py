@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instinct_serve.options import DEFAULT_PORT
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
@@ -31,8 +31,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Reason:
+class Reason(NamedTuple):
     """Why one element of the plan is there: ``item`` came from ``source`` because ``why``."""
 
     item: str
@@ -43,8 +42,7 @@ class Reason:
         return {"item": self.item, "source": self.source, "why": self.why}
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(NamedTuple):
     host_path: str
     container_path: str
     read_only: bool = False
@@ -53,8 +51,7 @@ class Mount:
         return f"{self.host_path}:{self.container_path}" + (":ro" if self.read_only else "")
 
 
-@dataclass(frozen=True)
-class FitSummary:
+class FitSummary(NamedTuple):
     """What the plan keeps of the fit at its TP (typed until the JSON edge)."""
 
     verdict: str

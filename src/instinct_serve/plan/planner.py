@@ -479,7 +479,7 @@ def _refuse(inp: PlanInputs) -> None:
                     {"id": r.id, "message": r.message, "fix": r.fix, "source": r.source}
                     for r in inp.refusals
                 ],
-                **first.details,
+                **(first.details or {}),
             },
         )
 

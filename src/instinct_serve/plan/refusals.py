@@ -7,8 +7,7 @@ cites where the fact comes from. ``--force`` turns a refusal into a warning. Pur
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instinct_serve import vllm_args
 
@@ -28,19 +27,17 @@ PRIORITY = (
 PRECISION_SOURCE = "data/gpu_overrides.json precision table for {gfx}"
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(NamedTuple):
     """Why this plan would not start here, what to do, and the source of the rule."""
 
     id: str
     message: str
     fix: str
     source: str
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """What the rules look at."""
 
     gfx: str
