@@ -417,8 +417,12 @@ def vllm_temp_files(log_text: str) -> list[str]:
 
 def remove_vllm_temp_files(host: Host, proc: NativeProcess) -> list[str]:
     """Remove the rendezvous files this process's vLLM left (named in its log); the paths
-    removed. Nothing else: the exact ``vllm_dist_<32 hex>`` names from its own log only."""
-    paths = vllm_temp_files(host.read_text(proc.log_path) or "")
+    removed. Nothing else: the exact ``vllm_dist_<32 hex>`` names from its own log only.
+    The log is searched where it lies (it grows with every request: not read whole)."""
+    found = host.run(
+        ["grep", "-o", "-E", r"distributed_init_method=file://[^ ]+", proc.log_path], timeout=60
+    )
+    paths = vllm_temp_files(found.stdout) if found.ok else []
     if paths:
         host.run(["rm", "-f", "--", *paths], timeout=30)
     return paths
