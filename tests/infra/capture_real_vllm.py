@@ -83,6 +83,8 @@ class Recorder:
         self.doc["cache_root"] = str(setup.root)
 
     def run(self, name: str, **fields: Any) -> None:
+        # the 1-minute load average when the run ended: the machine may be shared
+        fields["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
         self.doc["runs"][name] = fields
         self.save()
 
