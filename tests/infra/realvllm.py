@@ -268,6 +268,11 @@ class RealServer:
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
+        from instinct_serve.engine.launcher import vllm_temp_files
+
+        for path in vllm_temp_files(self.text()):  # vLLM never removes its rendezvous file
+            with contextlib.suppress(OSError):
+                os.remove(path)
         return self.proc.returncode
 
 
