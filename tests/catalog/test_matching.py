@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from instinct_serve.catalog.matching import (
@@ -175,11 +177,39 @@ def test_strip_suffixes() -> None:
     assert strip_suffixes("model-9999") == ("model-9999", [])
 
 
-@pytest.mark.parametrize("bad", ["", "Qwen3.5-9B", "a/b/c", "/x", "org/", "a b/c", "--help/x"])
+@pytest.mark.parametrize("bad", ["", "Qwen3.5-9B", "a/b/c", "org/", "a b/c", "--help/x"])
 def test_invalid_ids_are_usage_errors(catalog: Catalog, bad: str) -> None:
     with pytest.raises(UsageError) as info:
         lookup(bad, catalog)
     assert info.value.exit_code == ExitCode.USAGE and info.value.id == "bad_model_id"
+
+
+def test_a_local_model_directory_is_served_as_it_is(catalog: Catalog, tmp_path: Path) -> None:
+    model = tmp_path / "SmolLM2-135M-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    match = lookup(str(model), catalog)
+    assert (match.kind, match.model_id, match.recipe, match.suggestions) == (
+        "generic",
+        str(model),
+        None,
+        (),
+    )
+    assert f"local model directory {model} (LlamaForCausalLM)" in match.explanation
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [("/x", "model_dir_not_found"), ("./no-such-dir", "model_dir_not_found"), ("DIR", "invalid")],
+)
+def test_a_path_that_is_not_a_model_directory_says_so(
+    catalog: Catalog, tmp_path: Path, path: str, error: str
+) -> None:
+    text = str(tmp_path) if path == "DIR" else path  # an existing directory without config
+    with pytest.raises(UsageError) as info:
+        lookup(text, catalog)
+    assert info.value.exit_code == ExitCode.USAGE
+    assert info.value.id == (error if error != "invalid" else "model_dir_invalid")
 
 
 @pytest.mark.parametrize(

@@ -90,6 +90,27 @@ def test_rocm_cli_python_with_a_cpu_torch_has_no_cpu_fallback(
     assert any("CPU-only build" in r and "no CPU fallback" in r for r in found.engine.reasons)
 
 
+def test_a_cpu_engine_allowed_by_the_user_is_usable_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = make_env(tmp_path / "cpu", torch="2.12.0+cpu", kind="cpu", vllm="0.11.0+cpu")
+    monkeypatch.setenv("INSTINCT_VLLM_PYTHON", str(python))
+    monkeypatch.setenv("INSTINCT_ALLOW_CPU_ENGINE", "1")
+
+    found = discover(LocalHost())
+
+    assert found.engine is not None and found.usable and found.engine.reasons == []
+    assert found.engine.cpu_only
+    (warning,) = found.engine.warnings
+    assert warning.startswith("CPU-only engine: vLLM 0.11.0+cpu with torch 2.12.0+cpu")
+    doc = found.engine.to_dict()
+    assert (doc["cpu_only"], doc["serves_on"], doc["vllm_build"]) == (True, "cpu", "cpu")
+    assert require_usable(found) is found.engine
+
+    monkeypatch.setenv("INSTINCT_ALLOW_CPU_ENGINE", "0")  # only a true value allows it
+    assert not discover(LocalHost()).usable
+
+
 def test_broken_torch_and_missing_vllm_are_reasons(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

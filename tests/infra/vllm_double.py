@@ -42,7 +42,10 @@ environment, because the argv is produced by the real planner and must stay unch
 
 Every log line it prints comes verbatim from ``tests/fixtures/logs`` (real vLLM runs), except
 its own banner (prefixed ``vllm-double:``) and the API-server lines printed when it turns
-healthy, which follow the format of vLLM's ``api_server.py``/``launcher.py``/uvicorn.
+healthy, which are the real vLLM 0.32 lines (``tests/fixtures/logs/real-vllm-cpu/``) with
+this run's pid, time, address and the double's routes filled in. Its answers (bodies and
+error shapes) are shaped as the real vLLM 0.32's (``real-vllm-cpu/responses.json``).
+``tests/realvllm/test_double_matches_real.py`` holds both to the captures.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ HEALTHY_LOG = "09_healthy_startup_MI300X_Llama-3.1-8B-Instruct_fp16_gmu0.9_vllm0
 V1_EXCERPTS_LOG = "09c_healthy_startup_V1_excerpts.log"
 OOM_LOG = "02_oom_during_cuda_graph_capture.log"
 DEFAULT_REPLAY = "01_engine_core_init_failed_flashinfer_jit_cause.log"
+
+DEFAULT_MAX_MODEL_LEN = 131072  # when the command line names none (Llama-3.1-8B's)
+FINGERPRINT = "vllm-0.0.0-double"
+BAD = "Bad Request"  # the error type of vLLM 0.32's request-validation 400s
 
 # vLLM's answer to a chat request for a base model whose tokenizer has no chat template.
 NO_CHAT_TEMPLATE = (
@@ -223,23 +230,29 @@ def _index(lines: list[str], needle: str) -> int:
     return next(i for i, s in enumerate(lines) if needle in s)
 
 
+# The routes the double serves, in the order (and with the methods) the real vLLM 0.32
+# lists them; a real server has many more (tests/fixtures/logs/real-vllm-cpu/01_...log).
+ROUTES = (
+    ("/version", "GET"),
+    ("/health", "GET"),
+    ("/v1/models", "GET"),
+    ("/ping", "GET"),
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
+)
+
+
 def api_server_lines(args: Args) -> list[str]:
-    """What vLLM's API server prints once the engine is up (format of vLLM 0.9-0.11)."""
+    """What vLLM 0.32's API server prints once the engine is up (real lines, this run's
+    pid, time and address)."""
     stamp = time.strftime("%m-%d %H:%M:%S")
     host = "0.0.0.0" if args.host in ("", "0.0.0.0") else args.host
-    routes = [
-        ("/health", "GET"),
-        ("/v1/models", "GET"),
-        ("/v1/chat/completions", "POST"),
-        ("/v1/completions", "POST"),
-        ("/version", "GET"),
-    ]
+    head = f"(APIServer pid={os.getpid()}) INFO {stamp}"
     lines = [
-        f"INFO {stamp} [api_server.py:1333] Starting vLLM API server 0 on "
-        f"http://{host}:{args.port}",
-        f"INFO {stamp} [launcher.py:38] Available routes are:",
+        f"{head} [entry.py:140] Starting vLLM server on http://{host}:{args.port}",
+        f"{head} [launcher.py:186] Available routes are:",
     ]
-    lines += [f"INFO {stamp} [launcher.py:46] Route: {r}, Methods: {m}" for r, m in routes]
+    lines += [f"{head} [launcher.py:195] Route: {r}, Methods: {m}" for r, m in ROUTES]
     lines += [
         f"INFO:     Started server process [{os.getpid()}]",
         "INFO:     Waiting for application startup.",
@@ -277,6 +290,36 @@ def _salad(kind: str, n_words: int) -> str:
 def _tokens(text: str) -> list[str]:
     """Words with their leading space: the double's notion of a token."""
     return re.findall(r"\s*\S+", text)
+
+
+def _prompt_text(path: str, body: dict[str, Any]) -> str:
+    if path == "/v1/completions":
+        prompt = body.get("prompt")
+        return prompt if isinstance(prompt, str) else json.dumps(prompt)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return ""
+    return " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+
+
+# vLLM 0.32 (entrypoints/serve/exception_handling/utils.py: sanitize_message) strips file
+# paths from every error message it returns.
+_PATHS = (
+    re.compile(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+"),
+    re.compile(r"(?:/[\w\-]+)+/[\w\-]+\.\w+"),
+)
+
+
+def sanitize(message: str) -> str:
+    for pattern in _PATHS:
+        message = pattern.sub("<path>", message)
+    return message.strip()
+
+
+def validation(kind: str, loc: str, msg: str) -> str:
+    """The message of vLLM 0.32's 400 for a request that fails validation (one error)."""
+    detail = {"type": kind, "loc": loc, "msg": msg or "Field required", "input": "<dict>"}
+    return f"1 validation error:\n  {detail}"
 
 
 def answer(prompt: str, max_tokens: int, incoherent: bool) -> tuple[str, str]:
@@ -338,9 +381,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _error(self, code: int, message: str, typ: str, param: str | None = None) -> None:
-            self._send(
-                code, {"error": {"message": message, "type": typ, "param": param, "code": code}}
-            )
+            body = {"message": sanitize(message), "type": typ, "param": param, "code": code}
+            self._send(code, {"error": body})
 
         def _authorized(self) -> bool:
             key = state.args.api_key
@@ -369,26 +411,52 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 return
             if not self._ready() or not self._authorized():
                 return
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length)
             try:
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"null")
-                if not isinstance(body, dict):
-                    raise ValueError("body is not a JSON object")
+                body = json.loads(raw or b"null")
             except ValueError as exc:
-                self._error(400, f"invalid JSON body: {exc}", "BadRequestError")
+                pos = getattr(exc, "pos", 0)
+                msg = getattr(exc, "msg", str(exc))
+                self._error(400, validation("json_invalid", f"body.{pos}", msg), BAD, f"body.{pos}")
+                return
+            if not isinstance(body, dict):
+                self._error(400, validation("model_attributes_type", "body", ""), BAD, "body")
+                return
+            if path == "/v1/chat/completions" and "messages" not in body:
+                self._error(400, validation("missing", "body.messages", ""), BAD, "body.messages")
                 return
             model = body.get("model")
             if model not in state.args.names:
-                self._error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+                names = ", ".join(state.args.names)
+                message = f"The model `{model}` does not exist. Valid aliases: {names}."
+                self._error(404, message, "NotFoundError", "model")
+                return
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            limit = state.args.max_model_len or DEFAULT_MAX_MODEL_LEN
+            if max_tokens > limit:
+                message = (
+                    f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. "
+                    f"Please request fewer output tokens. (parameter=max_tokens, "
+                    f"value={max_tokens})"
+                )
+                self._error(400, message, "BadRequestError", "max_tokens")
+                return
+            prompt_text = _prompt_text(path, body)
+            if len(_tokens(prompt_text)) >= limit:
+                message = (
+                    f"This model's maximum context length is {limit} tokens. However, your "
+                    f"prompt contains at least {limit + 1} input tokens, which exceeds this "
+                    "limit even without any output tokens. Please reduce the length of the "
+                    f"input prompt. (parameter=input_tokens, value={limit + 1})"
+                )
+                self._error(400, message, "BadRequestError", "input_tokens")
                 return
             self._first_request_delay()
-            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
             incoherent = state.mode == "incoherent"
             if path == "/v1/completions":
-                prompt = body.get("prompt")
-                text_prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
-                text, finish = answer(text_prompt, max_tokens, incoherent)
-                self._send(200, self._completion(model, text_prompt, text, finish))
+                text, finish = answer(prompt_text, max_tokens, incoherent)
+                self._send(200, self._completion(model, prompt_text, text, finish))
             elif os.environ.get("VLLM_DOUBLE_NO_CHAT_TEMPLATE") == "1":
                 self._error(400, NO_CHAT_TEMPLATE, "BadRequestError")
             else:
@@ -423,7 +491,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                         "owned_by": "vllm",
                         "root": state.args.model or name,
                         "parent": None,
-                        "max_model_len": state.args.max_model_len or 131072,
+                        "max_model_len": state.args.max_model_len or DEFAULT_MAX_MODEL_LEN,
                         "permission": [
                             {
                                 "id": f"modelperm-{uuid.uuid4().hex}",
@@ -452,11 +520,13 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 "total_tokens": p + c,
                 "completion_tokens": c,
                 "prompt_tokens_details": None,
+                "completion_tokens_details": None,
             }
 
+        # Both bodies have exactly the fields of vLLM 0.32's (real-vllm-cpu/responses.json).
         def _completion(self, model: str, prompt: str, text: str, finish: str) -> dict[str, Any]:
             return {
-                "id": f"cmpl-{uuid.uuid4().hex}",
+                "id": f"cmpl-{uuid.uuid4().hex[:16]}",
                 "object": "text_completion",
                 "created": int(time.time()),
                 "model": model,
@@ -467,16 +537,23 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                         "logprobs": None,
                         "finish_reason": finish,
                         "stop_reason": None,
+                        "token_ids": None,
                         "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                        "routed_experts": None,
                     }
                 ],
+                "service_tier": None,
+                "system_fingerprint": FINGERPRINT,
                 "usage": self._usage(prompt, text),
                 "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
             }
 
         def _chat(self, model: str, prompt: str, text: str, finish: str) -> dict[str, Any]:
             return {
-                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": model,
@@ -485,18 +562,29 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                         "index": 0,
                         "message": {
                             "role": "assistant",
-                            "reasoning_content": None,
                             "content": text,
-                            "tool_calls": [],
+                            "refusal": None,
+                            "annotations": None,
+                            "audio": None,
+                            "function_call": None,
+                            "reasoning": None,
                         },
                         "logprobs": None,
                         "finish_reason": finish,
                         "stop_reason": None,
+                        "token_ids": None,
+                        "routed_experts": None,
                     }
                 ],
+                "service_tier": None,
+                "system_fingerprint": FINGERPRINT,
                 "usage": self._usage(prompt, text),
                 "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "prompt_text": None,
                 "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
             }
 
     return Handler

@@ -74,7 +74,7 @@ def test_healthy_startup_prints_only_real_vllm_lines(vllm_double_local: StartDou
         line
         for _, line in double.lines
         if not line.startswith("vllm-double:")
-        and "[api_server.py" not in line
+        and "[entry.py" not in line
         and "[launcher.py" not in line
         and not line.startswith("INFO:     ")
     ]
@@ -88,7 +88,7 @@ def test_healthy_startup_prints_only_real_vllm_lines(vllm_double_local: StartDou
         "GPU KV cache size: 42,656 tokens",
         "Capturing CUDA graph shapes: 100%",
         "Graph capturing finished in 35 secs",
-        "Starting vLLM API server 0 on http://127.0.0.1:",
+        "Starting vLLM server on http://127.0.0.1:",
         "Application startup complete.",
     ):
         assert phase_line in text
@@ -181,7 +181,9 @@ def test_openai_shapes(vllm_double_local: StartDouble) -> None:
         assert comp["choices"][0]["text"].startswith(" Paris")
         missing = http.post("/v1/completions", json={"model": "org/base", "prompt": "x"})
         assert missing.status_code == 404
-        assert missing.json()["error"]["message"] == "The model `org/base` does not exist."
+        assert missing.json()["error"]["message"] == (
+            "The model `org/base` does not exist. Valid aliases: served."
+        )
 
 
 def test_sigterm_ends_it_promptly(vllm_double_local: StartDouble) -> None:

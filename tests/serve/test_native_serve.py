@@ -78,6 +78,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         assert status is not None and status.running
         assert "--enforce-eager" in status.process.argv
         assert status.process.argv[0] == native_env["INSTINCT_VLLM_COMMAND"]
+        assert status.process.argv[3:5] == ["--host", "127.0.0.1"]  # not vLLM's 0.0.0.0
         pids = launcher.group_pids(host, status.process)
         double = [p for p in pids if "vllm_double" in Path(f"/proc/{p}/cmdline").read_text()]
         assert double and _environ(double[0])["HIP_VISIBLE_DEVICES"] == "1"
@@ -138,3 +139,24 @@ def test_an_unknown_failure_quotes_the_servers_last_line(tmp_path: Path, gpu_roo
     finally:
         if launcher.load(LocalHost(), name) is not None:
             launcher.stop(LocalHost(), name)
+
+
+def test_the_native_argv_binds_loopback_unless_told_otherwise() -> None:
+    from instinct_serve.plan.model import LaunchPlan
+    from instinct_serve.runtime.native import native_argv
+
+    plan = LaunchPlan(MODEL, MODEL, "", "n", port=8123, engine="native")
+    plan.vllm_args = ["--port", "8123"]
+    assert native_argv("/v/bin/vllm", plan) == [
+        "/v/bin/vllm",
+        "serve",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+    ]
+    for given in (["--host", "0.0.0.0"], ["--host=::"]):
+        plan.vllm_args = ["--port", "8123", *given]
+        argv = native_argv("/v/bin/vllm", plan)
+        assert argv[3:] == plan.vllm_args and "127.0.0.1" not in argv

