@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.docker import DeviceStandins, DockerDaemon, free_port
+from tests.infra.docker import DockerDaemon, free_port
 from tests.infra.realvllm import Setup, build_image
 from tests.realvllm.conftest import cli, serve_args, tier_env
 from tests.serve.conftest import Run, docker, inspect
@@ -48,7 +48,6 @@ class DockerServed:
 def docker_served(
     real_vllm: Setup,
     real_image: str,
-    amd_device_standins: DeviceStandins,
     gpu_root: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[DockerServed]:
@@ -112,7 +111,6 @@ def test_ps_logs_and_stop_of_the_container(docker_served: DockerServed) -> None:
 def test_a_local_model_directory_through_docker(
     real_vllm: Setup,
     real_image: str,
-    amd_device_standins: DeviceStandins,
     gpu_root: Path,
     tmp_path: Path,
 ) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from instinct_serve.runtime.phases import track
 
+from instinct_serve.diagnose.phases import track
 from tests.infra import vllm_double
 from tests.infra.docker import LocalDouble, start_local_double
 from tests.realvllm import captured

@@ -215,11 +215,6 @@ def test_stop_ends_every_process_and_leaves_nothing_behind(served: Served) -> No
     assert "[shutdown] API server: shutdown triggered" in after
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs: runtime/endpoints.py native_rows to use launcher.ProcessStatus.describe() "
-    "('stopped (exit 0)' instead of 'exited (0)'); see TODO-tool-fixes.md",
-)
 def test_ps_after_stop_says_it_was_stopped(served: Served) -> None:
     ps = cli(["ps", "--json"], served.env, timeout=60)
     rows = {r["name"]: r for r in json.loads(ps.stdout)["endpoints"]}

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from instinct_serve.runtime.phases import track
 
+from instinct_serve.diagnose.phases import track
 from tests.realvllm import captured
 from tests.serve.conftest import run_cli
 

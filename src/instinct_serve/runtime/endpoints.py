@@ -83,14 +83,6 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
     return rows, None
 
 
-def native_status(running: bool, exit_code: int | None) -> str:
-    """``ps``'s status of a native process. No exit code means the process group was
-    killed before its wrapper could record one: ``instinct stop`` (or a kill) stopped it."""
-    if running:
-        return "running"
-    return "stopped" if exit_code is None else f"exited ({exit_code})"
-
-
 def native_rows(host: Host) -> list[Row]:
     """Native vLLM processes ``serve --engine native`` launched (not other launches)."""
     from instinct_serve.engine import launcher
@@ -119,7 +111,7 @@ def native_rows(host: Host) -> list[Row]:
                 engine="native",
                 model=str(meta.get("model") or "") or None,
                 port=port if isinstance(port, int) else None,
-                status=native_status(status.running, status.exit_code),
+                status=status.describe(),
                 running=status.running,
                 uptime_s=uptime,
                 health=None,
