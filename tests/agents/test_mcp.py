@@ -22,6 +22,7 @@ from tests.infra.fakebin import FakeBin
 TOOLS = {
     "detect",
     "check",
+    "recipes_search",
     "recipes_show",
     "fit",
     "plan",

@@ -217,7 +217,7 @@ def test_a_path_that_is_not_a_model_directory_says_so(
     [
         ("qwen3.5-9b", "Qwen/Qwen3.5-9B"),
         (" Qwen3.5-9B ", "Qwen/Qwen3.5-9B"),
-        ("gpt-oss", "openai/gpt-oss-20b"),
+        ("gpt-oss", "openai/gpt-oss-120b"),
     ],
 )
 def test_a_bare_name_is_answered_with_the_ids_it_means(
@@ -227,7 +227,8 @@ def test_a_bare_name_is_answered_with_the_ids_it_means(
         lookup(bare, catalog)
     assert f"did you mean {meant}?" in str(info.value)
     assert info.value.fix is not None and meant in info.value.fix
-    assert name_matches("gpt-oss", catalog) == ["openai/gpt-oss-20b", "openai/gpt-oss-120b"]
+    # ranked by the catalog (references), not by the shortest name (issue 18)
+    assert name_matches("gpt-oss", catalog) == ["openai/gpt-oss-120b", "openai/gpt-oss-20b"]
     assert name_matches("zzzzqqq", catalog) == [] and name_matches("a/b/c", catalog) == []
 
 

@@ -23,6 +23,7 @@ from instinct_serve.agents.inputs import (
     DiagnoseInput,
     JobInput,
     LogsInput,
+    RecipesSearchInput,
     RecipesShowInput,
     ServeExtras,
     StatusInput,
@@ -107,6 +108,25 @@ def recipes_show(inp: RecipesShowInput) -> Outcome:
     catalog, warnings = checked_catalog()
     # the catalog's warnings and its staleness in the document: an agent reads no stderr
     return Outcome(_doc(show_document(catalog, inp.model, inp.gpu, inp.variant, warnings)))
+
+
+def recipes_search(inp: RecipesSearchInput) -> Outcome:
+    """``instinct recipes search QUERY --json``: the ranked recipes and why each ranks."""
+    from instinct_serve.catalog.search import search
+    from instinct_serve.catalog.store import checked_catalog
+    from instinct_serve.gather.search import search_target
+
+    catalog, warnings = checked_catalog()
+    gpu_count = str(inp.gpu_count) if inp.gpu_count is not None else None
+    target = search_target(inp.gpu, gpu_count, inp.host)
+    hits = search(catalog, inp.query, target, limit=inp.limit)
+    doc = {
+        "query": inp.query,
+        "target": target._asdict() if target else None,
+        "results": [h.to_dict() for h in hits],
+        "warnings": warnings,
+    }
+    return Outcome(doc, int(ExitCode.OK if hits else ExitCode.FAILED))
 
 
 def fit(inp: JobInput) -> Outcome:

@@ -106,6 +106,17 @@ class RecipesShowInput(ToolInput):
     variant: Text | None = Field(default=None, description="Recipe variant for the AMD view.")
 
 
+class RecipesSearchInput(ToolInput):
+    """``instinct recipes search``: which recipes a few words mean, ranked for the GPUs."""
+
+    query: Text = Field(description='A few words: "qwen3", "deepseek r1", "gpt-oss".')
+    gpu: Text | None = Field(
+        default=None, description="Rank for this GPU (mi300x, gfx942, ...); default: detect."
+    )
+    gpu_count: int | None = Field(default=None, ge=1, le=1024)
+    limit: int = Field(default=10, ge=1, le=100)
+
+
 class JobInput(ToolInput):
     """An input generated from a job's options type (``options.FitRequest``, ...): same
     names, help and bounds as the CLI. ``options()`` runs the type's own ``parse``, so a

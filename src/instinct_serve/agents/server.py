@@ -103,6 +103,16 @@ TOOLS: dict[str, Tool] = {
             read_only=False,
         ),
         Tool(
+            "recipes_search",
+            "Find recipes by name",
+            'Which catalog models a few words mean ("qwen3", "deepseek"), ranked for the GPUs '
+            "(default: detected): the words, fits, verified on this GPU, references "
+            "(`instinct recipes search --json`). Use it before plan/serve when the user names "
+            "a family rather than an org/name id.",
+            inputs.RecipesSearchInput,
+            core.recipes_search,
+        ),
+        Tool(
             "recipes_show",
             "Show a model's recipe",
             "How a model resolves in the vLLM recipes catalog, and with gpu the merged AMD "

@@ -220,13 +220,15 @@ def _local_architectures(path: str) -> list[str]:
 
 
 def name_matches(text: str, catalog: Catalog, n: int = 3) -> list[str]:
-    """Catalog ids whose name contains ``text`` (shortest first), else close ones."""
+    """The catalog ids a bare name most likely means (``catalog.search``: the words, then
+    how often other recipes refer to it), else close ones."""
     query = text.strip().lower()
     if not query or "/" in query.strip("/") or len(query) < 2:
         return []
-    ids = sorted({r.model_id for r in catalog.recipes()}, key=lambda mid: (len(mid), mid))
-    contained = [mid for mid in ids if query in mid.split("/", 1)[-1].lower()]
-    return contained[:n] or close_matches(query, n=n, catalog=catalog)
+    from instinct_serve.catalog.search import search
+
+    found = [hit.model_id for hit in search(catalog, query, limit=n)]
+    return found or close_matches(query, n=n, catalog=catalog)
 
 
 def _split(model_id: str) -> tuple[str, str]:

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import emit, json_option, print_wrapped, progress, warn
+from instinct_serve.cli.common import (
+    emit,
+    host_option,
+    json_option,
+    print_wrapped,
+    progress,
+    warn,
+)
 from instinct_serve.hardware.profiles import UPSTREAM_HARDWARE, gpu_choices
 
 if TYPE_CHECKING:
@@ -143,6 +150,51 @@ def list_cmd(task: str | None, as_json: bool) -> int:
 
 
 # ------------------------------------------------------------------------------- show
+
+
+@recipes.command("search")
+@click.argument("query", nargs=-1, required=True)
+@click.option("--gpu", metavar="GPU", help=f"Rank for this GPU: {GPU_HELP}.")
+@click.option("--gpu-count", metavar="N", help="Number of GPUs (with --gpu).")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 100))
+@host_option
+@json_option
+def search_cmd(
+    query: tuple[str, ...],
+    gpu: str | None,
+    gpu_count: str | None,
+    limit: int,
+    host_spec: str | None,
+    as_json: bool,
+) -> int:
+    """Which recipes QUERY means ("qwen3", "deepseek r1"), ranked for the GPUs: the words,
+    then whether it fits, whether the recipe verified this GPU, and how often other
+    recipes refer to it. Without --gpu the host's GPUs are detected (none: no fit column)."""
+    from instinct_serve.catalog.search import search
+    from instinct_serve.gather.search import search_target
+
+    catalog, warnings = _checked_catalog(as_json)
+    target = search_target(gpu, gpu_count, host_spec)
+    hits = search(catalog, " ".join(query), target, limit=limit)
+    doc = {
+        "query": " ".join(query),
+        "target": target._asdict() if target else None,
+        "results": [h.to_dict() for h in hits],
+        "warnings": warnings,
+    }
+
+    def human(con: Console) -> None:
+        if not hits:
+            con.print(f"no recipe matches {' '.join(query)!r}: `instinct recipes list`")
+            return
+        where = f" for {target.label}" if target else ""
+        con.print(f"[bold]{len(hits)} recipes for {' '.join(query)!r}{where}[/]")
+        for hit in hits:
+            print_wrapped(con, f"{hit.model_id}  {hit.parameter_count or '?'}")
+            print_wrapped(con, hit.why, indent="    ")
+
+    emit(doc, as_json, human)
+    return 0 if hits else 1
 
 
 @recipes.command("show")
