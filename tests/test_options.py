@@ -29,7 +29,7 @@ MATRIX: list[tuple[str, str, tuple[str, ...], dict[str, str], tuple[str, ...]]] 
         "gpu",
         "--gpu",
         ("mi300x", "gfx942", "MI-355X", "AMD Instinct MI325X"),
-        {"h100": "unknown_gpu_profile", "gfx1100": "unknown_gpu_profile"},
+        {"h100": "not_amd_gpu", "RTX 4090": "not_amd_gpu", "gfx1100": "unknown_gpu_profile"},
         SHARED,
     ),
     ("gfx", "--gfx", ("gfx950",), {"gfx000": "unknown_gpu_profile"}, SHARED),

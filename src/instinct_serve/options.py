@@ -291,6 +291,13 @@ def _convert(name: str, spec: Opt, value: Any) -> Any:
         try:
             get_profile(text)
         except UsageError as exc:
+            if exc.id == "not_amd_gpu":  # an NVIDIA name: say so, with its own id
+                raise UsageError(
+                    f"{spec.spelling(name)} {text}: {exc.message}",
+                    fix=exc.fix,
+                    id=exc.id,
+                    details={"option": name},
+                ) from None
             raise _fail(name, spec, value, "is not a GPU this tool plans for", exc.fix) from None
         return text
     problem = spec.check(text) if spec.check else None

@@ -30,6 +30,7 @@ def test_every_check_has_a_stable_id_and_order() -> None:
         "dev_kfd",
         "dev_dri",
         "visible_devices_empty",
+        "gpu_supported",
         "rocm_version",
         "numa_balancing",
         "hf_token",

@@ -50,8 +50,12 @@ def test_loose_names(name: str) -> None:
 
 def test_unknown_profile_and_bad_count() -> None:
     with pytest.raises(UsageError) as exc:
-        get_profile("h100")
+        get_profile("mi999")
     assert exc.value.id == "unknown_gpu_profile" and "mi355x" in (exc.value.fix or "")
+    with pytest.raises(UsageError) as nvidia:  # not "did you mean an MI": what it is
+        get_profile("H100")
+    assert nvidia.value.id == "not_amd_gpu" and "NVIDIA" in nvidia.value.message
+    assert "vllm/vllm-openai" in (nvidia.value.fix or "")
     assert PROFILES["mi355x"].inventory(2).gpu_count == 2
     with pytest.raises(UsageError):
         PROFILES["mi355x"].inventory(0)

@@ -74,10 +74,12 @@ def _doc(obj: Any) -> dict[str, Any]:
 def detect(inp: DetectInput) -> Outcome:
     """``instinct detect --json``."""
     from instinct_serve.gather.detect import detect as detect_gpus
+    from instinct_serve.hardware.scope import document
 
     inventory = detect_gpus(_host(inp.host), sysfs_root=inp.sysfs_root)
-    code = ExitCode.OK if inventory.gpu_count else ExitCode.NOT_READY
-    return Outcome(_doc(inventory), int(code))
+    doc = document(inventory)
+    code = ExitCode.OK if doc["supported"] else ExitCode.NOT_READY
+    return Outcome(doc, int(code))
 
 
 def check(inp: CheckInput) -> Outcome:

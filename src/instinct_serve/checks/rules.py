@@ -288,6 +288,33 @@ def check_rocm_version(probe: Probe, options: CheckOptions) -> Check:
     )
 
 
+def check_gpu_supported(probe: Probe, options: CheckOptions) -> Check:
+    """The host's GPUs are AMD Instinct GPUs this tool serves (``hardware.scope``): a plan
+    for --gpu mi300x must not launch on a consumer Radeon."""
+    from instinct_serve.gather.detect import detect
+    from instinct_serve.hardware.scope import scope_of
+
+    inventory = detect(probe.host, probe.root or "/")
+    if not inventory.gpus:
+        return Check("gpu_supported", "skip", "no AMD GPU detected (see amdgpu_driver)")
+    scope = scope_of(inventory)
+    names = sorted({g.market_name or g.name for g in inventory.gpus})
+    if scope.supported:
+        return Check(
+            "gpu_supported",
+            "ok",
+            f"{inventory.gpu_count} x {', '.join(names)} ({inventory.gfx_version})",
+            details={"kind": scope.kind},
+        )
+    return Check(
+        "gpu_supported",
+        "error",
+        scope.message,
+        fix=scope.fix,
+        details={"kind": scope.kind, "gpus": names},
+    )
+
+
 def check_numa_balancing(probe: Probe, options: CheckOptions) -> Check:
     path = probe.path("/proc/sys/kernel/numa_balancing")
     text = probe.read(path)
@@ -529,6 +556,7 @@ CHECKS: dict[str, CheckFn] = {
     "dev_kfd": check_dev_kfd,
     "dev_dri": check_dev_dri,
     "visible_devices_empty": check_visible_devices,
+    "gpu_supported": check_gpu_supported,
     "rocm_version": check_rocm_version,
     "numa_balancing": check_numa_balancing,
     "hf_token": check_hf_token,

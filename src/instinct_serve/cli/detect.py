@@ -1,8 +1,9 @@
 """``instinct detect``: the GPUs of a host (local or ``--host user@h``).
 
 The ``--json`` path imports no rich (nor pydantic/httpx): agents call it often.
-Exit 0 when GPUs are found, 3 (environment not ready) when none are; the document is
-printed either way so the reason and the hint are visible.
+Exit 0 when GPUs this tool serves are found, 3 (environment not ready) when none are or
+they are not Instinct GPUs it serves (``supported`` false, with ``support``: what they are
+and what to do); the document is printed either way.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ def detect(as_json: bool, host_spec: str | None, sysfs_root: str) -> int:
 
     host = get_host(host_spec)
     inventory = detect_gpus(host, sysfs_root=sysfs_root)
-    emit(inventory, as_json, lambda con: render(con, inventory, host.name))
-    return int(ExitCode.OK if inventory.gpu_count else ExitCode.NOT_READY)
+    from instinct_serve.hardware.scope import document, scope_of
+
+    emit(document(inventory), as_json, lambda con: render(con, inventory, host.name))
+    # GPUs this tool does not serve (a consumer Radeon, an old Instinct) are not "ready"
+    return int(ExitCode.OK if scope_of(inventory).supported else ExitCode.NOT_READY)
 
 
 def vram_text(n_bytes: int | None) -> str:
@@ -96,3 +100,9 @@ def render(con: Console, inventory: GpuInventory, host_name: str) -> None:
         warn(message)
     if inventory.hint:
         warn(inventory.hint)
+    if inventory.gpus:
+        from instinct_serve.hardware.scope import scope_of
+
+        scope = scope_of(inventory)
+        if not scope.supported:
+            warn(f"{scope.message}; {scope.fix}")

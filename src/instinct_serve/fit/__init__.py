@@ -27,24 +27,59 @@ API for the planner (``estimate`` and ``alternatives`` are pure; the rest are ad
 
 from __future__ import annotations
 
-from instinct_serve.fit.catalog_link import (
-    LaunchContext,
-    find_alternatives,
-    fit_options,
-    launch_context,
-)
-from instinct_serve.fit.estimate import (
-    Alternative,
-    Candidate,
-    FitOptions,
-    FitReport,
-    HardwareSpec,
-    alternatives,
-    estimate,
-)
-from instinct_serve.fit.meta import ModelMeta
-from instinct_serve.fit.sources import load_model_meta, load_shipped, shipped_model_ids
-from instinct_serve.fit.vllm import DEFAULT_VLLM_VERSION
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below, typed; at run time each loads on first use
+    from instinct_serve.fit.catalog_link import (
+        LaunchContext,
+        find_alternatives,
+        fit_options,
+        launch_context,
+    )
+    from instinct_serve.fit.estimate import (
+        Alternative,
+        Candidate,
+        FitOptions,
+        FitReport,
+        HardwareSpec,
+        alternatives,
+    )
+    from instinct_serve.fit.meta import ModelMeta
+    from instinct_serve.fit.sources import load_model_meta, load_shipped, shipped_model_ids
+    from instinct_serve.fit.vllm import DEFAULT_VLLM_VERSION
+
+_LAZY: dict[str, str] = {
+    "Alternative": "instinct_serve.fit.estimate",
+    "Candidate": "instinct_serve.fit.estimate",
+    "DEFAULT_VLLM_VERSION": "instinct_serve.fit.vllm",
+    "FitOptions": "instinct_serve.fit.estimate",
+    "FitReport": "instinct_serve.fit.estimate",
+    "HardwareSpec": "instinct_serve.fit.estimate",
+    "LaunchContext": "instinct_serve.fit.catalog_link",
+    "ModelMeta": "instinct_serve.fit.meta",
+    "alternatives": "instinct_serve.fit.estimate",
+    "find_alternatives": "instinct_serve.fit.catalog_link",
+    "fit_options": "instinct_serve.fit.catalog_link",
+    "launch_context": "instinct_serve.fit.catalog_link",
+    "load_model_meta": "instinct_serve.fit.sources",
+    "load_shipped": "instinct_serve.fit.sources",
+    "shipped_model_ids": "instinct_serve.fit.sources",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a submodule on first use of one of its names: importing one part of ``fit``
+    (``fit.rough``) does not load the estimator, the Hub client and the catalog link.
+    (``estimate`` is also a submodule's name: import it from ``fit.estimate``.)"""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_VLLM_VERSION",
@@ -56,7 +91,6 @@ __all__ = [
     "LaunchContext",
     "ModelMeta",
     "alternatives",
-    "estimate",
     "find_alternatives",
     "fit_options",
     "launch_context",

@@ -66,7 +66,13 @@ def resolve_hardware(
 
         return detect(target)
 
-    return resolve_target(opts, detected, host_name=target.name, default_gpu=opts.default_gpu)
+    return resolve_target(
+        opts,
+        detected,
+        host_name=target.name,
+        default_gpu=opts.default_gpu,
+        refuse_unsupported=True,
+    )
 
 
 # ------------------------------------------------------------------------ HF cache
@@ -150,7 +156,7 @@ class _Sizer:
     problems: dict[str, str] = field(default_factory=dict)
 
     def options(self, tp: int | None) -> FitOptions:
-        from instinct_serve.fit import fit_options
+        from instinct_serve.fit.catalog_link import fit_options
 
         fopts, _notes = fit_options(
             self.ctx,
@@ -166,7 +172,7 @@ class _Sizer:
             return self.metas[model_id]
         if model_id in self.problems:
             return None
-        from instinct_serve.fit import load_model_meta
+        from instinct_serve.fit.sources import load_model_meta
 
         try:
             meta = load_model_meta(model_id)
@@ -183,7 +189,7 @@ class _Sizer:
             if meta is None:
                 self.reports[key] = None
             else:
-                from instinct_serve.fit import estimate
+                from instinct_serve.fit.estimate import estimate
 
                 self.reports[key] = estimate(meta, self.hw, self.options(tp))
         return self.reports[key]
@@ -445,7 +451,7 @@ def make_plan(
     fit = sizer.report(variant.model_id, tp.tp)
     alternatives: list[dict[str, Any]] = []
     if fit is not None and not fit.fits:
-        from instinct_serve.fit import find_alternatives
+        from instinct_serve.fit.catalog_link import find_alternatives
 
         alts, _skipped = find_alternatives(variant.model_id, ctx, hw, sizer.options(tp.tp))
         alternatives = [a.to_dict() for a in alts]
@@ -509,7 +515,8 @@ def _gfx_of(gpu_key: str, inv: GpuInventory) -> str:
 def _fit_inputs(
     inv: GpuInventory, source: str, match: Match, gpu_key: str, overrides: Any
 ) -> tuple[HardwareSpec, LaunchContext]:
-    from instinct_serve.fit import HardwareSpec, LaunchContext
+    from instinct_serve.fit.catalog_link import LaunchContext
+    from instinct_serve.fit.estimate import HardwareSpec
 
     hw = HardwareSpec.from_inventory(inv, source)
     prec = overrides.config(_gfx_of(gpu_key, inv)).precision

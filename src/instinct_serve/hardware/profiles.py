@@ -158,6 +158,9 @@ def get_profile(name: str) -> GpuProfile:
         found = family(key)
         if found is not None:
             return found
+    if is_nvidia_name(name):
+        message, fix = nvidia_answer(name)
+        raise UsageError(message, fix=fix, id="not_amd_gpu")
     raise UsageError(
         f"unknown GPU {name!r}",
         fix="use one of: " + gpu_choices(),
@@ -168,3 +171,29 @@ def get_profile(name: str) -> GpuProfile:
 def is_gfx(name: str) -> bool:
     """``gfx942`` and friends (a target, not a product)."""
     return _key(name).startswith("gfx")
+
+
+VLLM_CUDA_IMAGE = "vllm/vllm-openai"
+
+# NVIDIA product names people type for --gpu (data-center, workstation and GeForce lines).
+_NVIDIA = re.compile(
+    r"^(?:nvidia)?(?:[abhlv]\d{2,3}[a-z]*|gb?[23]00|b[12]00|gh200|rtx\w*|gtx\w*|tesla\w*"
+    r"|quadro\w*|titan\w*|dgx\w*)$"
+)
+
+
+def is_nvidia_name(name: str) -> bool:
+    """``h100``, ``A100-80GB``, ``RTX 4090``, ``GB200``: an NVIDIA GPU's name."""
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    key = re.sub(r"\d+gb$", "", key)
+    return bool(_NVIDIA.match(key))
+
+
+def nvidia_answer(name: str) -> tuple[str, str]:
+    """The message and fix for an NVIDIA GPU named where an AMD one is expected."""
+    return (
+        f"{name} is an NVIDIA GPU: instinct-serve serves AMD Instinct GPUs "
+        f"({', '.join(GFX_TARGETS)})",
+        f"on NVIDIA, run vLLM's CUDA image ({VLLM_CUDA_IMAGE}) or `vllm serve` directly; "
+        "here, name an AMD GPU (--gpu mi300x)",
+    )

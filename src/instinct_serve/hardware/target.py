@@ -59,6 +59,7 @@ def resolve_target(
     *,
     host_name: str = "this machine",
     default_gpu: str | None = None,
+    refuse_unsupported: bool = False,
 ) -> Target:
     """The GPUs for ``opts``. ``detect`` runs detection (None: no host to ask);
     ``default_gpu`` is the profile used when detection finds no GPU, else that is an error
@@ -100,6 +101,7 @@ def resolve_target(
                 )
         else:
             notes.extend(inv.warnings)
+            _scope_check(inv, host_name, refuse_unsupported, notes)
             if opts.gpu_count is not None:
                 if opts.gpu_count > inv.gpu_count:
                     raise UsageError(
@@ -126,6 +128,25 @@ def resolve_target(
     if inv.gfx_version == "mixed":
         notes.append("the GPUs differ: sized for the smallest; restrict with --gpus")
     return Target(inv, source, notes)
+
+
+def _scope_check(inv: GpuInventory, host_name: str, refuse: bool, notes: list[str]) -> None:
+    """Detected GPUs this tool does not serve (a consumer Radeon, an old Instinct): refused
+    for a launch plan (no settings for them exist here), said in a note otherwise
+    (``hardware.scope``)."""
+    from instinct_serve.hardware.scope import scope_of
+
+    scope = scope_of(inv)
+    if scope.supported:
+        return
+    if refuse:
+        raise NotReadyError(
+            f"{host_name}: {scope.message}",
+            fix=scope.fix,
+            id="unsupported_gpu",
+            details={"kind": scope.kind},
+        )
+    notes.append(f"{scope.message} ({scope.fix})")
 
 
 def catalog_key(inventory: GpuInventory) -> str:

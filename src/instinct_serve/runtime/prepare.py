@@ -27,12 +27,19 @@ DOCKER_CHECKS = frozenset({"docker_installed", "docker_daemon"})
 
 
 def require_ready(
-    host: Host, model: str, port: int, hf_cache: str | None, root: str, engine: str
+    host: Host,
+    model: str,
+    port: int,
+    hf_cache: str | None,
+    root: str,
+    engine: str,
+    force: bool = False,
 ) -> CheckReport:
     """``instinct check`` for this launch; ``NotReadyError`` naming the first blocker.
 
     The port check is left to the deployer (it knows which holders it may replace), and
-    Docker does not matter on the native route.
+    Docker does not matter on the native route; ``force`` (``--force``) launches on GPUs
+    this tool does not serve (``gpu_supported``).
     """
     from instinct_serve.checks import CheckOptions, run_checks
     from instinct_serve.checks.hub import model_is_gated
@@ -41,6 +48,8 @@ def require_ready(
     options = CheckOptions(model=model, model_gated=gated, port=port, hf_cache=hf_cache, root=root)
     report = run_checks(host, options)
     ignored = {"port_free"} | (DOCKER_CHECKS if engine == "native" else set())
+    if force:
+        ignored.add("gpu_supported")
     errors = [c for c in report.errors if c.id not in ignored]
     if errors:
         first = errors[0]
@@ -145,7 +154,9 @@ def prepare(
         sink(WarningEvent(message=message))
 
     sink(PhaseUpdate(phase="checking", message=f"host {host.name}"))
-    report = require_ready(host, opts.model, opts.port, opts.hf_cache, root, engine)
+    report = require_ready(
+        host, opts.model, opts.port, opts.hf_cache, root, engine, force=opts.force
+    )
     for warning in report.warnings:
         if engine == "docker" or warning.id not in DOCKER_CHECKS:
             warn(f"{warning.id}: {warning.message}")
