@@ -156,3 +156,16 @@ def mi355x(i: int) -> GpuSpec:
         compute_partition="SPX",
         memory_partition="NPS1",
     )
+
+
+def radeon_7900xt(i: int = 0) -> GpuSpec:
+    """A consumer Radeon RX 7900 XT (gfx1100, 20 GiB): detected, but not served."""
+    return GpuSpec(
+        gfx_target_version=110000,
+        device_id=0x744C,
+        bdf=f"0000:{0x03 + i:02x}:00.0",
+        render_minor=128 + i,
+        vram_bytes=20464 * MIB,
+        simd_count=168,
+        card=i,
+    )

@@ -18,12 +18,12 @@ from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hardware.inventory import Gpu, GpuInventory
 from instinct_serve.hardware.profiles import GFX_TARGETS
 from instinct_serve.hardware.scope import document, scope_of
-from instinct_serve.hardware.target import resolve_target
+from instinct_serve.hardware.target import catalog_key, resolve_target
 from instinct_serve.options import FitRequest, PlanOptions
 from tests.checks.conftest import run_one
 from tests.hardware import sysfs_tree
 from tests.hardware.conftest import ROCM_QUERY, fixture
-from tests.hardware.sysfs_tree import GpuSpec, mi300x
+from tests.hardware.sysfs_tree import mi300x, radeon_7900xt
 from tests.infra.fakebin import FakeBin
 
 INSTINCT = Path(sys.executable).with_name("instinct")
@@ -59,7 +59,7 @@ def test_kinds_by_gfx(gfx: str, kind: str) -> None:
     scope = scope_of(inv(gfx))
     assert (scope.supported, scope.kind) == (kind == "instinct", kind)
     if not scope.supported:
-        assert gfx in scope.message and "--gfx gfx90a --force" in scope.fix
+        assert gfx in scope.message and "--force" in scope.fix and "gfx90a" in scope.fix
 
 
 def test_one_unserved_gpu_makes_the_host_unserved() -> None:
@@ -84,15 +84,23 @@ def test_detect_on_a_radeon_exits_3_and_says_what_it_is(tools: FakeBin, root: Pa
     assert "consumer Radeon" in human.stderr
 
 
-def test_plan_on_a_radeon_is_refused_even_forced(tools: FakeBin, root: Path) -> None:
-    """No row of the table holds a Radeon's settings: a plan would carry MI300X env."""
+def test_plan_on_a_radeon_is_refused_unless_forced(tools: FakeBin, root: Path) -> None:
+    """Refused with what to do; forced, the most conservative row's settings (AITER off),
+    never the MI300X env, and the 20 GB card still sized (an 8B model does not fit)."""
     tools.add("rocm-smi", {ROCM_QUERY: fixture(RADEON)})
-    for extra in ([], ["--force"]):
-        result = instinct("plan", "Qwen/Qwen3-8B", "--json", *extra)
-        assert result.returncode == 3, result.stdout + result.stderr
-        err = json.loads(result.stdout)["error"]
-        assert err["id"] == "unsupported_gpu" and err["details"]["kind"] == "radeon"
-        assert "vllm/vllm-openai-rocm" in err["fix"]
+    refused = instinct("plan", "Qwen/Qwen3-0.6B", "--json")
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    err = json.loads(refused.stdout)["error"]
+    assert err["id"] == "unsupported_gpu" and err["details"]["kind"] == "radeon"
+    assert "vllm/vllm-openai-rocm" in err["fix"]
+    forced = instinct("plan", "Qwen/Qwen3-0.6B", "--json", "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    plan = json.loads(forced.stdout)
+    assert plan["env"].get("VLLM_ROCM_USE_AITER") == "0"
+    assert plan["gpu_name"] == "Radeon RX 7900 XT" and plan["gfx_version"] == "gfx1100"
+    assert any("using gfx90a's settings" in w for w in plan["warnings"])
+    too_big = instinct("plan", "Qwen/Qwen3-8B", "--json", "--force")
+    assert json.loads(too_big.stdout)["error"]["id"] == "does_not_fit"
 
 
 def test_resolve_target_refuses_for_plans_and_notes_for_fit() -> None:
@@ -101,7 +109,8 @@ def test_resolve_target_refuses_for_plans_and_notes_for_fit() -> None:
         resolve_target(PlanOptions.parse({}), lambda: mi100, refuse_unsupported=True)
     assert err.value.id == "unsupported_gpu" and "MI100" in err.value.message
     noted = resolve_target(FitRequest.parse({"model": "m"}), lambda: mi100)
-    assert any("older than" in n for n in noted.notes)
+    assert any("older than" in n and "gfx90a's settings" in n for n in noted.notes)
+    assert catalog_key(mi100) == "gfx90a"  # the forced row
 
 
 def test_an_nvidia_name_is_answered_not_guessed() -> None:
@@ -115,16 +124,8 @@ def test_check_gpu_supported(tools: FakeBin, tmp_path: Path) -> None:
     served = sysfs_tree.build(tmp_path / "a", [mi300x(0), mi300x(1)])
     ok = run_one("gpu_supported", root=str(served))
     assert ok.status == "ok" and "gfx942" in ok.message
-    radeon = GpuSpec(
-        gfx_target_version=110000,
-        device_id=0x744C,
-        bdf="0000:03:00.0",
-        render_minor=128,
-        vram_bytes=24 * 2**30,
-        simd_count=192,
-        card=0,
-    )
-    refused = run_one("gpu_supported", root=str(sysfs_tree.build(tmp_path / "b", [radeon])))
+    radeon = sysfs_tree.build(tmp_path / "b", [radeon_7900xt()])
+    refused = run_one("gpu_supported", root=str(radeon))
     assert refused.status == "error" and refused.details["kind"] == "radeon"
     assert "gfx1100" in refused.message and refused.fix
     none = run_one("gpu_supported", root=str(sysfs_tree.build(tmp_path / "c", [])))

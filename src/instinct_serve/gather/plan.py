@@ -71,7 +71,7 @@ def resolve_hardware(
         detected,
         host_name=target.name,
         default_gpu=opts.default_gpu,
-        refuse_unsupported=True,
+        refuse_unsupported=not opts.force,
     )
 
 

@@ -3,8 +3,8 @@ recipes target (``hardware.profiles.GFX_TARGETS``), and plainly what else they a
 
 A consumer Radeon (RDNA, gfx10xx-12xx) or an older Instinct (MI100 gfx908, MI50 gfx906) is
 detected like any AMD GPU, but the plans here (images, kernels, env, recipes) are for
-gfx942/gfx950/gfx90a: a plan for it is refused with what to do instead (no table row
-holds its settings); ``--gfx gfx90a --force`` is the untested escape hatch. An
+gfx942/gfx950/gfx90a: a plan for it is refused with what to do instead; ``--force`` plans
+with the most conservative row of the table (``FORCED_SETTINGS_GFX``), untested. An
 NVIDIA GPU named as ``--gpu h100`` gets the same plain answer. Pure.
 """
 
@@ -15,11 +15,22 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instinct_serve.hardware.profiles import GFX_TARGETS, is_nvidia_name, nvidia_answer
 
-__all__ = ["Scope", "document", "is_nvidia_name", "nvidia_answer", "scope_of"]
+__all__ = [
+    "FORCED_SETTINGS_GFX",
+    "Scope",
+    "document",
+    "is_nvidia_name",
+    "nvidia_answer",
+    "scope_of",
+]
 
 if TYPE_CHECKING:
     from instinct_serve.hardware.inventory import GpuInventory
 
+# A forced plan on a GPU without a row of its own takes gfx90a's settings: AITER off, no
+# FP8, AITER recipe args removed; the ones least likely to crash on an unknown GPU.
+FORCED_SETTINGS_GFX = "gfx90a"
+FORCED = f"{FORCED_SETTINGS_GFX}'s settings (AITER off, no FP8; untested on this GPU)"
 VLLM_ROCM_DOCS = "https://docs.vllm.ai/en/latest/getting_started/installation/gpu.html"
 
 
@@ -60,8 +71,8 @@ def scope_of(inventory: GpuInventory) -> Scope:
         )
         fix = (
             f"vLLM's ROCm docs list the Radeon GPUs it supports ({VLLM_ROCM_DOCS}): run "
-            "vllm/vllm-openai-rocm or `vllm serve` by hand there; untested, `--gfx gfx90a --force` "
-            "plans with this tool's most conservative settings (AITER off, no FP8)"
+            "vllm/vllm-openai-rocm or `vllm serve` by hand there; or pass --force to plan with "
+            f"{FORCED}"
         )
     elif kind == "older_instinct":
         message = (
@@ -69,15 +80,12 @@ def scope_of(inventory: GpuInventory) -> Scope:
             f"for ({targets})"
         )
         fix = (
-            f"build vLLM from source with PYTORCH_ROCM_ARCH={gfx} ({VLLM_ROCM_DOCS}); untested, "
-            "`--gfx gfx90a --force` plans with this tool's most conservative settings"
+            f"build vLLM from source with PYTORCH_ROCM_ARCH={gfx} ({VLLM_ROCM_DOCS}); or pass "
+            f"--force to plan with {FORCED}"
         )
     else:
         message = f"{name} ({gfx}) is not a GPU instinct-serve knows ({targets})"
-        fix = (
-            "check `instinct detect`; untested, `--gfx gfx90a --force` plans with this "
-            "tool's most conservative settings"
-        )
+        fix = f"check `instinct detect`; or pass --force to plan with {FORCED}"
     return Scope(False, kind, message, fix)
 
 

@@ -132,9 +132,9 @@ def resolve_target(
 
 def _scope_check(inv: GpuInventory, host_name: str, refuse: bool, notes: list[str]) -> None:
     """Detected GPUs this tool does not serve (a consumer Radeon, an old Instinct): refused
-    for a launch plan (no settings for them exist here), said in a note otherwise
-    (``hardware.scope``)."""
-    from instinct_serve.hardware.scope import scope_of
+    for a launch plan unless forced, said in a note otherwise (``hardware.scope``); a
+    forced plan takes ``FORCED_SETTINGS_GFX``'s settings (``catalog_key``)."""
+    from instinct_serve.hardware.scope import FORCED, scope_of
 
     scope = scope_of(inv)
     if scope.supported:
@@ -146,13 +146,15 @@ def _scope_check(inv: GpuInventory, host_name: str, refuse: bool, notes: list[st
             id="unsupported_gpu",
             details={"kind": scope.kind},
         )
-    notes.append(f"{scope.message} ({scope.fix})")
+    notes.append(f"{scope.message}; using {FORCED}")
 
 
 def catalog_key(inventory: GpuInventory) -> str:
     """The profile (``mi300x``) the catalog merges for, else the gfx target: the exact
-    profile lets upstream's per-GPU recipe overrides apply."""
-    from instinct_serve.hardware.profiles import PROFILES
+    profile lets upstream's per-GPU recipe overrides apply. A GPU without a row of its own
+    (forced past ``hardware.scope``) takes ``FORCED_SETTINGS_GFX``'s."""
+    from instinct_serve.hardware.profiles import GFX_TARGETS, PROFILES
+    from instinct_serve.hardware.scope import FORCED_SETTINGS_GFX
 
     gfx = inventory.gfx_version
     if gfx in ("unknown", "mixed"):
@@ -163,4 +165,4 @@ def catalog_key(inventory: GpuInventory) -> str:
     for key in PROFILES:
         if key in name.replace(" ", "").replace("-", ""):
             return key
-    return gfx
+    return gfx if gfx in GFX_TARGETS else FORCED_SETTINGS_GFX
