@@ -1,0 +1,407 @@
+"""The public vLLM log corpus (tests/fixtures/logs/public): the corpus itself, and what today's
+``diagnose`` says about each log against the cause, phase and figures the public record gives.
+
+The corpus checks hold the manifest, the files and tests/fixtures/SOURCES.md to each other and
+to the log text. The diagnosis checks record today's answers: where today's answer differs from
+the expected one the case is a strict xfail naming the gap, so the suite stays green while the
+gaps stay visible, and a gap that gets closed turns into a failure until its entry is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal, TypedDict
+
+import pytest
+
+from instinct_serve.diagnose import FINDING_IDS, diagnose
+from instinct_serve.diagnose.phases import PHASE_ORDER
+from tests.diagnose.logs import real_log
+from tests.infra.paths import FIXTURES, LOGS
+
+PUBLIC = LOGS / "public"
+SUBDIR = "public"
+
+Outcome = Literal["healthy", "failed"]
+Basis = Literal["log", "log_order", "thread", "inferred", "unknown"]
+
+
+class Fix(TypedDict):
+    fix: str
+    said_by: str
+
+
+class Figures(TypedDict):
+    model: str | None
+    tp: int | None
+    pp: int | None
+    max_model_len: int | None
+    gpu_memory_utilization: float | None
+    dtype: str | None
+    kv_cache_dtype: str | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    block_size: int | None
+    enforce_eager: bool | None
+    total_gpu_gib: float | None
+    weights_gib: float | None
+    activation_peak_gib: float | None
+    non_torch_gib: float | None
+    available_kv_gib: float | None
+    kv_cache_tokens: int | None
+    kv_cache_blocks: int | None
+    max_concurrency: float | None
+    graph_memory_gib: float | None
+    graph_memory_estimate_gib: float | None
+
+
+class Case(TypedDict):
+    file: str
+    source: str
+    source_detail: str
+    platform: Literal["rocm", "cuda", "cpu"]
+    gpu: str | None
+    gfx: str | None
+    vllm_version: str | None
+    engine: Literal["v0", "v1"] | None
+    excerpt: bool
+    outcome: Outcome
+    furthest_phase: str | None
+    furthest_phase_basis: Basis
+    expected_cause: str | None
+    right_fix: Fix | None
+    wrong_fixes: list[Fix]
+    figures: Figures | None
+    notes: str
+
+
+def _load() -> list[Case]:
+    cases: list[Case] = json.loads((PUBLIC / "cases.json").read_text(encoding="utf-8"))
+    return cases
+
+
+CASES = _load()
+BY_FILE = {case["file"]: case for case in CASES}
+FAILED = sorted(case["file"] for case in CASES if case["outcome"] == "failed")
+HEALTHY = sorted(case["file"] for case in CASES if case["outcome"] == "healthy")
+
+# Measured figures (vLLM prints them) and the launch settings (the log or the issue states them).
+MEASURED: tuple[str, ...] = (
+    "total_gpu_gib",
+    "weights_gib",
+    "activation_peak_gib",
+    "non_torch_gib",
+    "available_kv_gib",
+    "kv_cache_tokens",
+    "kv_cache_blocks",
+    "max_concurrency",
+    "graph_memory_gib",
+    "graph_memory_estimate_gib",
+)
+SETTINGS: tuple[str, ...] = (
+    "tp",
+    "pp",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+)
+TEXT_SETTINGS = ("dtype", "kv_cache_dtype")
+# The phases a log can show by itself: its own lines, or its lines plus vLLM's fixed order.
+PHASE_FROM_LOG: frozenset[str] = frozenset({"log", "log_order"})
+
+# Where today's diagnose gives another primary finding than the real cause (None: none at all).
+DIAGNOSIS_GAPS: dict[str, str] = {
+    "01_aiter_sampler_segfault_mi300x_warmup.log": "generic gpu_kernel_crash: no rule reads the "
+    "AITER sampler frame (top_k_top_p_sampling_from_probs), so the fix (skip the AITER sampler) "
+    "is not offered; the generic fix list starts with FP4BMM=0 and --enforce-eager, which do not "
+    "help here",
+    "03_aiter_fmoe_memory_access_fault_mi355x_minimax_m2.5.log": "generic gpu_kernel_crash: the "
+    "fmoe kernel loaded just before the fault is not read as evidence for an AITER MoE cause",
+    "04_dsv4_sparse_mla_warmup_segfault_rocm.log": "generic gpu_kernel_crash: the DeepSeek-V4 "
+    "sparse-MLA warm-up line before the segfault is not read",
+    "05_aiter_rmsnorm_ck_tile_segfault_gfx1201.log": "generic gpu_kernel_crash: the AITER "
+    "rmsnorm module import and the ck_tile::Rmsnorm2dFwd frames are not read",
+    "06_rocm_attn_illegal_address_full_graph_capture_llama3.2-1b.log": "generic gpu_kernel_crash: "
+    "an illegal address during FULL decode graph capture is not tied to the attention backend "
+    "(the fix is piecewise graphs, not eager mode)",
+    "07_triton_attn_full_graph_capture_memory_fault_step3.5_tp4.log": "generic gpu_kernel_crash: "
+    "the memory fault between 'Capturing a cudagraph on (FULL,...)' lines is not tied to FULL "
+    "capture of the attention backend",
+    "08_aiter_mla_nhead32_tp4_deepseek_r1.log": "no finding: the AITER MLA head-count assertion "
+    "(nhead=32 not supported) has no rule",
+    "09_ray_multinode_nccl_segfault_in_capture_model_v0.8.4.log": "no finding: Ray's "
+    "'*** SIGSEGV received' lines are not a failure signal, and the NCCL frame "
+    "(addProxyOpIfNeeded) is not read",
+    "10_ray_tp16_kv_sized_then_nccl_segfault_v0.8.4.log": "generic gpu_kernel_crash from the "
+    "faulthandler line; the NCCL proxy frame (addProxyOpIfNeeded) is not read",
+    "11_mi50_pp2_tp4_kv_sized_then_full_graph_capture_fails.log": "no finding: 'WorkerProc hit "
+    "an exception' with capture_model frames is neither a failure signal nor a graph-capture "
+    "failure rule",
+    "13_aiter_moe_ck_stage2_no_gemm_instance_hy3_fp8.log": "no finding: 'device_gemm does not "
+    "support this GEMM problem' from ck_moe_stage2 has no rule (fix: VLLM_ROCM_USE_AITER_MOE=0)",
+    "14_hsa_memory_aperture_violation_mi300x_v1_runtime.log": "no finding: the HSA line is split "
+    "by the terminal paste ('HSA[52/1890]' / 'RROR_MEMORY_APERTURE_VIOLATION'), so the "
+    "HSA_STATUS_ERROR pattern never matches",
+    "16_mrv2_kernel_warmup_oom_after_graphs_h100_tp4_figures.log": "no finding: the OOM line is "
+    "not in the published excerpt; only the thread says it is the sampler warm-up OOM",
+}
+
+# Where today's phase tracker reports another furthest phase than the log shows.
+PHASE_GAPS: dict[str, str] = {
+    "04_dsv4_sparse_mla_warmup_segfault_rocm.log": "the kernel warm-up line (which runs after the "
+    "KV cache is sized) moves no phase: 'starting'",
+    "07_triton_attn_full_graph_capture_memory_fault_step3.5_tp4.log": "DEBUG 'Capturing a "
+    "cudagraph on (FULL,...)' lines move no phase, and the capture progress bar comes after the "
+    "fault line: 'starting'",
+    "09_ray_multinode_nccl_segfault_in_capture_model_v0.8.4.log": "capture_model / "
+    "compile_or_warm_up_model frames are not read as the graph-capture phase: 'starting'",
+    "10_ray_tp16_kv_sized_then_nccl_segfault_v0.8.4.log": "the last phase line is a KV cache size, "
+    "so the tracker says 'profiling'; V1 captures graphs next, where the worker crashed",
+    "14_hsa_memory_aperture_violation_mi300x_v1_runtime.log": "an llm.generate traceback (offline "
+    "engine already running) moves no phase: 'starting'",
+    "15_max_model_len_exceeds_kv_2x4090_tp2_V0.log": "the KV-capacity error (raised after the "
+    "memory profile) moves no phase: 'loading_weights'",
+}
+
+# Where today's tracker does not read a figure the log prints (or reads another value).
+FIGURE_GAPS: dict[str, str] = {
+    "12_max_model_len_exceeds_kv_rtx3090_llama3.1-8b_29k_V0.log": "the v0.6.4 'Memory profiling "
+    "results: total_gpu_memory=... kv_cache_size=...' line is not read, and its '# GPU blocks' "
+    "line is dropped as a note",
+    "15_max_model_len_exceeds_kv_2x4090_tp2_V0.log": "the KV capacity in tokens inside the "
+    "max-seq-len error (81536) is not recorded",
+    "16_mrv2_kernel_warmup_oom_after_graphs_h100_tp4_figures.log": "the V2 runner's 'Free memory "
+    "on device ... Actual usage is X GiB for weight ...' line is not read",
+    "22_startup_rtx3090_llama3.1-8b_20k_V0_figures.log": "the v0.6.4 'Memory profiling results:' "
+    "line is not read, nor 'GPU blocks: N' without its '# '",
+    "27_healthy_eager_startup_to_api_server_v1_figures.log": "'num_gpu_blocks is: N' (V1 "
+    "loggers.py) is not read as the block count",
+}
+
+
+def _xfail(name: str, gaps: dict[str, str]) -> pytest.ParameterSet:
+    if name in gaps:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=gaps[name]))
+    return pytest.param(name)
+
+
+def _raw_lines(name: str) -> list[str]:
+    return (PUBLIC / name).read_text(encoding="utf-8").splitlines()
+
+
+def _header(name: str) -> list[str]:
+    """The provenance notes at the top of a file: the leading run of '# ' lines."""
+    header = []
+    for line in _raw_lines(name):
+        if not line.startswith("# "):
+            break
+        header.append(line)
+    return header
+
+
+def _body(name: str) -> str:
+    """Everything after the provenance header: the log as published, cut markers included."""
+    return "\n".join(_raw_lines(name)[len(_header(name)) :])
+
+
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")  # a number on its own: 15.3047, 567,978
+_DIGITS = re.compile(r"(?<![\d.])\d[\d,]*(?:\.\d+)?")  # also inside words: TP16, PP2, 1x
+
+
+def _numbers(text: str, pattern: re.Pattern[str] = _NUMBER) -> set[float]:
+    return {float(match.rstrip(",").replace(",", "")) for match in pattern.findall(text)}
+
+
+def _new_cause_ids() -> set[str]:
+    readme = (PUBLIC / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Cause ids", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", section, flags=re.MULTILINE))
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+def test_manifest_lists_exactly_the_log_files() -> None:
+    files = sorted(path.name for path in PUBLIC.glob("*.log"))
+    assert sorted(BY_FILE) == files
+    assert len(BY_FILE) == len(CASES), "a file is listed twice"
+
+
+def test_corpus_size_and_mix() -> None:
+    assert 25 <= len(CASES) <= 40
+    assert len(FAILED) >= 12
+    with_figures = [c for c in CASES if c["figures"] and c["figures"]["max_concurrency"]]
+    assert len(with_figures) >= 10
+    assert len({c["expected_cause"] for c in CASES if c["outcome"] == "failed"}) >= 8
+
+
+@pytest.mark.parametrize("name", sorted(BY_FILE))
+def test_manifest_entry_is_well_formed(name: str) -> None:
+    case = BY_FILE[name]
+    assert set(case) == set(Case.__annotations__)
+    assert re.fullmatch(r"\d\d_[A-Za-z0-9._-]+\.log", name)
+    assert case["platform"] in ("rocm", "cuda", "cpu")
+    assert case["engine"] in ("v0", "v1", None)
+    assert case["outcome"] in ("healthy", "failed")
+    assert case["furthest_phase_basis"] in ("log", "log_order", "thread", "inferred", "unknown")
+    assert (case["furthest_phase"] is None) == (case["furthest_phase_basis"] == "unknown")
+    if case["furthest_phase"] is not None:
+        assert case["furthest_phase"] in PHASE_ORDER
+    if case["outcome"] == "healthy":
+        assert case["expected_cause"] is None
+        assert case["right_fix"] is None and case["wrong_fixes"] == []
+    else:
+        assert case["expected_cause"], "a failure names its real cause"
+        cause = case["expected_cause"]
+        assert cause in FINDING_IDS or cause in _new_cause_ids(), (
+            f"{cause}: neither a finding id nor listed as a new id in public/README.md"
+        )
+    for fix in ([case["right_fix"]] if case["right_fix"] else []) + case["wrong_fixes"]:
+        assert set(fix) == {"fix", "said_by"} and fix["fix"] and fix["said_by"]
+    if case["figures"] is not None:
+        assert set(case["figures"]) == set(Figures.__annotations__)
+
+
+def test_new_cause_ids_are_new_and_used() -> None:
+    new = _new_cause_ids()
+    assert new, "public/README.md lists the new cause ids"
+    assert not new & set(FINDING_IDS), "a listed new id already exists as a finding id"
+    used = {c["expected_cause"] for c in CASES}
+    assert new <= used, f"listed but unused: {sorted(new - used)}"
+
+
+@pytest.mark.parametrize("name", sorted(BY_FILE))
+def test_every_file_starts_with_provenance_naming_its_source(name: str) -> None:
+    header = "\n".join(_header(name))
+    assert header, "provenance notes ('# ' lines) open the file"
+    source = BY_FILE[name]["source"]
+    github = re.match(r"https://github\.com/([^/]+/[^/]+)/(issues|pull|blob)/([^/]+)", source)
+    assert github, f"not a GitHub source: {source}"
+    repo, kind, ref = github.groups()
+    assert repo in header
+    if kind == "blob":
+        assert ref in header, "a repository file is cited at its commit"
+    else:
+        assert re.search(rf"(#|/){ref}\b", header), "the issue or PR number is in the notes"
+    assert _body(name).strip(), "the log itself follows the notes"
+
+
+@pytest.mark.parametrize("name", sorted(BY_FILE))
+def test_every_file_and_source_is_in_sources_md(name: str) -> None:
+    sources = (FIXTURES / "SOURCES.md").read_text(encoding="utf-8")
+    row = next((line for line in sources.splitlines() if f"logs/{SUBDIR}/{name}" in line), None)
+    assert row is not None, "SOURCES.md has a row for the file"
+    source = BY_FILE[name]["source"]
+    blob = re.match(r"https://github\.com/([^/]+/[^/]+)/blob/([0-9a-f]{40})/", source)
+    if blob:
+        assert blob.group(1) in row and blob.group(2) in row
+    else:
+        assert source in row
+
+
+@pytest.mark.parametrize("name", sorted(BY_FILE))
+def test_excerpt_flag_matches_the_cut_markers(name: str) -> None:
+    cut = "[... TRUNCATED ...]" in _body(name)
+    assert cut == BY_FILE[name]["excerpt"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in BY_FILE if BY_FILE[n]["figures"]))
+def test_figures_are_in_the_log_text(name: str) -> None:
+    figures = BY_FILE[name]["figures"]
+    assert figures is not None
+    in_log = _numbers(_body(name))
+    in_file = _numbers("\n".join(_raw_lines(name)), _DIGITS)
+    text = "\n".join(_raw_lines(name))
+    for key in MEASURED:
+        value = figures[key]  # type: ignore[literal-required]
+        if value is not None:
+            assert float(value) in in_log, f"{key}={value} is not printed by the log"
+    for key in SETTINGS:
+        value = figures[key]  # type: ignore[literal-required]
+        if value is not None:
+            assert float(value) in in_file, f"{key}={value} is stated nowhere in the file"
+    for key in TEXT_SETTINGS:
+        value = figures[key]  # type: ignore[literal-required]
+        if value is not None:
+            assert value in text, f"{key}={value} is stated nowhere in the file"
+
+
+# (file, whether tokens / max_model_len equals the logged concurrency): it does for full-attention
+# models and for versions that log hybrid capacity as concurrency x max_model_len; it does not for
+# hybrid models on versions that count tokens as if every layer were full attention
+# (vllm-memory.md 2.3), which a fit estimate has to reproduce to match the log.
+KV_CONSISTENCY = [
+    ("11_mi50_pp2_tp4_kv_sized_then_full_graph_capture_fails.log", True),
+    ("23_startup_2x3090_tp2_kimi-linear-48b-awq_V1_figures.log", False),
+    ("24_startup_rtx5090_qwen3.6-35b-a3b-nvfp4_v0.24.0_figures.log", True),
+    ("25_startup_2x3090_tp2_qwen3.6-27b-int4_figures.log", True),
+    ("26_startup_gguf_qwen3.5_graph_estimate_figures.log", False),
+    ("27_healthy_eager_startup_to_api_server_v1_figures.log", True),
+]
+
+
+@pytest.mark.parametrize(("name", "consistent"), KV_CONSISTENCY)
+def test_kv_tokens_against_concurrency(name: str, consistent: bool) -> None:
+    figures = BY_FILE[name]["figures"]
+    assert figures is not None
+    tokens, length, concurrency = (
+        figures["kv_cache_tokens"],
+        figures["max_model_len"],
+        figures["max_concurrency"],
+    )
+    assert tokens is not None and length is not None and concurrency is not None
+    assert (abs(tokens / length - concurrency) <= 0.01) is consistent
+
+
+# --------------------------------------------------------------------------- today's diagnose
+
+
+@pytest.mark.parametrize("name", [_xfail(n, DIAGNOSIS_GAPS) for n in FAILED])
+def test_today_primary_finding_is_the_real_cause(name: str) -> None:
+    diagnosis = diagnose(real_log(f"{SUBDIR}/{name}"))
+    today = diagnosis.primary.id if diagnosis.primary else None
+    assert today == BY_FILE[name]["expected_cause"]
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_today_healthy_logs_have_no_finding(name: str) -> None:
+    diagnosis = diagnose(real_log(f"{SUBDIR}/{name}"))
+    assert diagnosis.findings == ()
+    assert diagnosis.last_error is None
+
+
+PHASED = sorted(n for n in BY_FILE if BY_FILE[n]["furthest_phase_basis"] in PHASE_FROM_LOG)
+
+
+@pytest.mark.parametrize("name", [_xfail(n, PHASE_GAPS) for n in PHASED])
+def test_today_furthest_phase_is_the_one_the_log_shows(name: str) -> None:
+    diagnosis = diagnose(real_log(f"{SUBDIR}/{name}"))
+    assert diagnosis.facts["phase_reached"] == BY_FILE[name]["furthest_phase"]
+
+
+# The figures the phase tracker reports (its own names), checked against the manifest.
+TRACKED: tuple[str, ...] = tuple(k for k in MEASURED if k != "non_torch_gib")
+WITH_FIGURES = sorted(
+    n
+    for n in BY_FILE
+    if BY_FILE[n]["figures"] and any(BY_FILE[n]["figures"][k] is not None for k in TRACKED)  # type: ignore[index,literal-required]
+)
+
+
+@pytest.mark.parametrize("name", [_xfail(n, FIGURE_GAPS) for n in WITH_FIGURES])
+def test_today_tracker_reads_the_logged_figures(name: str) -> None:
+    figures = BY_FILE[name]["figures"]
+    assert figures is not None
+    read = diagnose(real_log(f"{SUBDIR}/{name}")).facts["figures"]
+    for key in TRACKED:
+        expected = figures[key]  # type: ignore[literal-required]
+        if expected is not None:
+            assert read.get(key) == pytest.approx(expected), key
+
+
+def test_gap_lists_name_corpus_files() -> None:
+    for gaps in (DIAGNOSIS_GAPS, PHASE_GAPS, FIGURE_GAPS):
+        assert set(gaps) <= set(BY_FILE)
