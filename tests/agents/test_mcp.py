@@ -28,6 +28,7 @@ TOOLS = {
     "serve",
     "status",
     "logs",
+    "metrics",
     "stop",
     "diagnose",
 }
