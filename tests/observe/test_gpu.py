@@ -10,7 +10,7 @@ import pytest
 from instinct_serve.hardware.values import Unparsable
 from instinct_serve.observe.gpu import parse_metric, tokens_per_watt, total_power, watts
 from tests.infra.fakebin import load_fixture
-from tests.infra.paths import SMI
+from tests.infra.paths import FIXTURES, SMI
 
 SAMPLES = Path(__file__).parent / "samples"
 MI300X = SAMPLES / "amd-smi_metric_power_mem-usage_usage_MI300X_x8_gpu_data.json"
@@ -33,7 +33,9 @@ def test_eight_mi300x_in_the_gpu_data_envelope() -> None:
 
 def test_the_old_list_envelope_of_the_rocm_6_1_changelog() -> None:
     gpus = parse_metric(
-        load_fixture(SMI / "amd-smi_metric_power_json_OLD-list_changelog_rocm6.1.txt")
+        load_fixture(
+            FIXTURES / "metrics" / "amd-smi_metric_power_json_OLD-list_changelog_rocm6.1.txt"
+        )
     )
     assert len(gpus) == 1
     assert gpus[0].index == 0 and gpus[0].power_w == 10.0

@@ -14,7 +14,8 @@ import pytest
 
 from instinct_serve.agents import core
 from instinct_serve.agents.inputs import MetricsInput
-from tests.infra.fakebin import FakeBin
+from tests.infra.fakebin import FakeBin, load_fixture
+from tests.infra.paths import FIXTURES
 from tests.observe.conftest import ITL_S, TTFT_S, Endpoint
 from tests.serve.conftest import MODEL
 
@@ -128,6 +129,16 @@ def test_without_amd_smi(endpoint: Endpoint, fakebin: FakeBin) -> None:
         and "amd-smi is not installed" in str(doc["gpu_problem"])
     )
     assert _one(doc)["power_w"] is None and doc["totals"]["tokens_per_watt"] is None
+
+
+def test_the_rocm_6_1_list_shape(endpoint: Endpoint, fakebin: FakeBin) -> None:
+    """One GPU (index 0, 10 W) in amd-smi's old top-level list: not the endpoint's GPU 1."""
+    old = FIXTURES / "metrics" / "amd-smi_metric_power_json_OLD-list_changelog_rocm6.1.txt"
+    fakebin.add("amd-smi", {AMD_SMI_ARGS: load_fixture(old)})
+    code, doc = endpoint.json("top", endpoint.name, "--once", "--interval", "0", "--json")
+    assert code == 0 and isinstance(doc, dict)
+    assert [g["index"] for g in doc["gpus"]] == [0] and doc["gpus"][0]["power_w"] == 10.0
+    assert _one(doc)["power_w"] is None and doc["totals"]["power_w"] == 10.0
 
 
 def test_a_failing_amd_smi(endpoint: Endpoint, fakebin: FakeBin) -> None:
