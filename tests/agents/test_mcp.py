@@ -29,6 +29,7 @@ TOOLS = {
     "serve",
     "status",
     "logs",
+    "metrics",
     "stop",
     "diagnose",
 }

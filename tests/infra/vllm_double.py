@@ -39,6 +39,17 @@ environment, because the argv is produced by the real planner and must stay unch
 ``VLLM_DOUBLE_SALAD``
     The kind of garbage in ``incoherent`` mode: ``multilingual`` (default), ``exclaim``
     (``!!!!``, the classic broken-kernel output) or ``repeat``.
+``VLLM_DOUBLE_TTFT_S`` / ``VLLM_DOUBLE_ITL_S``
+    A fixed time to first token and a fixed delay between tokens (default 0 and 0): token
+    ``i`` of a completion leaves ``TTFT + i * ITL`` seconds after the request arrived, on a
+    schedule (not by adding sleeps), so what a benchmark measures is what was set.
+
+``/v1/completions`` streams (``"stream": true``) as vLLM 0.32 does: one ``data:`` event per
+token, the usage event when ``stream_options.include_usage`` is set, then ``data: [DONE]``
+(``real-vllm-cpu/bench/stream_completion.txt``); ``"ignore_eos": true`` makes every answer
+exactly ``max_tokens`` tokens long. ``/metrics`` serves the ``vllm:*`` families ``instinct
+top`` reads, with the real server's names, help, types, labels and buckets
+(``real-vllm-cpu/metrics.txt``), counting the double's own requests.
 
 Every log line it prints comes verbatim from ``tests/fixtures/logs`` (real vLLM runs), except
 its own banner (prefixed ``vllm-double:``) and the API-server lines printed when it turns
@@ -51,6 +62,7 @@ error shapes) are shaped as the real vLLM 0.32's (``real-vllm-cpu/responses.json
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -60,6 +72,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -322,8 +335,18 @@ def validation(kind: str, loc: str, msg: str) -> str:
     return f"1 validation error:\n  {detail}"
 
 
-def answer(prompt: str, max_tokens: int, incoherent: bool) -> tuple[str, str]:
-    """(text, finish_reason) for a prompt, at most ``max_tokens`` tokens long."""
+def answer(prompt: str, max_tokens: int, incoherent: bool, fill: bool = False) -> tuple[str, str]:
+    """(text, finish_reason) for a prompt, at most ``max_tokens`` tokens long; exactly that
+    long with ``fill`` (a request's ``ignore_eos``: the reply repeats until the limit)."""
+    if fill and not incoherent:
+        text, finish = answer(prompt, max_tokens, incoherent)
+        tokens = _tokens(text)
+        if len(tokens) >= max_tokens:
+            return text, finish
+        again = _tokens(" " + text.strip())
+        while len(tokens) < max_tokens:
+            tokens += again[: max_tokens - len(tokens)]
+        return "".join(tokens), "length"
     if incoherent:
         text = _salad(os.environ.get("VLLM_DOUBLE_SALAD", "multilingual"), max_tokens)
         return "".join(_tokens(text)[: max(1, max_tokens)]), "length"
@@ -341,6 +364,139 @@ def answer(prompt: str, max_tokens: int, incoherent: bool) -> tuple[str, str]:
 # --------------------------------------------------------------------------- server
 
 
+# --------------------------------------------------------------------------- /metrics
+
+# The families the double keeps, as vLLM 0.32 declares them (real-vllm-cpu/metrics.txt).
+GAUGE_HELP = {
+    "vllm:num_requests_running": "Number of requests in model execution batches.",
+    "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
+    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
+}
+COUNTER_HELP = {
+    "vllm:prefix_cache_queries_total": "Prefix cache queries, in terms of number of queried "
+    "tokens.",
+    "vllm:prefix_cache_hits_total": "Prefix cache hits, in terms of number of cached tokens.",
+    "vllm:num_preemptions_total": "Cumulative number of preemption from the engine.",
+    "vllm:prompt_tokens_total": "Number of prefill tokens processed.",
+    "vllm:generation_tokens_total": "Number of generation tokens processed.",
+}
+SUCCESS = "vllm:request_success_total"
+SUCCESS_HELP = "Count of successfully processed requests."
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
+_TTFT_BUCKETS += (5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+_ITL_BUCKETS += (5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0)
+_E2E_BUCKETS += (60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+HISTOGRAMS = {
+    "vllm:time_to_first_token_seconds": (
+        "Histogram of time to first token in seconds.",
+        _TTFT_BUCKETS,
+    ),
+    "vllm:inter_token_latency_seconds": (
+        "Histogram of inter-token latency in seconds.",
+        _ITL_BUCKETS,
+    ),
+    "vllm:e2e_request_latency_seconds": (
+        "Histogram of e2e request latency in seconds.",
+        _E2E_BUCKETS,
+    ),
+}
+
+
+def _labels(items: dict[str, str]) -> str:
+    """prometheus_client's rendering: sorted keys, escaped values."""
+    parts = []
+    for key in sorted(items):
+        value = items[key].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        parts.append(f'{key}="{value}"')
+    return "{" + ",".join(parts) + "}"
+
+
+class Metrics:
+    """The double's own request counts and latencies, rendered as vLLM's /metrics."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.counters = dict.fromkeys(COUNTER_HELP, 0.0)
+        self.success = dict.fromkeys(FINISH_REASONS, 0.0)
+        self.observations: dict[str, list[float]] = {name: [] for name in HISTOGRAMS}
+
+    def started(self) -> None:
+        with self.lock:
+            self.running += 1
+
+    def finished(
+        self, prompt_tokens: int, times: list[float], start: float, end: float, finish: str
+    ) -> None:
+        """One request: its prompt size, the moments its tokens left, when it ended."""
+        with self.lock:
+            self.running -= 1
+            self.counters["vllm:prompt_tokens_total"] += prompt_tokens
+            self.counters["vllm:prefix_cache_queries_total"] += prompt_tokens
+            self.counters["vllm:generation_tokens_total"] += len(times)
+            self.success[finish if finish in self.success else "stop"] += 1
+            if times:
+                self.observations["vllm:time_to_first_token_seconds"].append(times[0] - start)
+                self.observations["vllm:inter_token_latency_seconds"].extend(
+                    b - a for a, b in itertools.pairwise(times)
+                )
+            self.observations["vllm:e2e_request_latency_seconds"].append(end - start)
+
+    def render(self, model: str) -> str:
+        base = {"engine": "0", "model_name": model}
+        lines: list[str] = []
+        with self.lock:
+            gauges = {
+                "vllm:num_requests_running": float(self.running),
+                "vllm:num_requests_waiting": 0.0,
+                "vllm:kv_cache_usage_perc": 0.0,
+            }
+            for name, value in gauges.items():
+                lines += [f"# HELP {name} {GAUGE_HELP[name]}", f"# TYPE {name} gauge"]
+                lines.append(f"{name}{_labels(base)} {value!r}")
+            for name, value in self.counters.items():
+                lines += [f"# HELP {name} {COUNTER_HELP[name]}", f"# TYPE {name} counter"]
+                lines.append(f"{name}{_labels(base)} {value!r}")
+            lines += [f"# HELP {SUCCESS} {SUCCESS_HELP}", f"# TYPE {SUCCESS} counter"]
+            for reason, value in self.success.items():
+                lines.append(f"{SUCCESS}{_labels({**base, 'finished_reason': reason})} {value!r}")
+            for name, (help_text, buckets) in HISTOGRAMS.items():
+                seen = self.observations[name]
+                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+                for bound in buckets:
+                    count = float(sum(1 for v in seen if v <= bound))
+                    lines.append(f"{name}_bucket{_labels({**base, 'le': repr(bound)})} {count!r}")
+                inf = {**base, "le": "+Inf"}
+                lines.append(f"{name}_bucket{_labels(inf)} {float(len(seen))!r}")
+                lines.append(f"{name}_count{_labels(base)} {float(len(seen))!r}")
+                lines.append(f"{name}_sum{_labels(base)} {float(sum(seen))!r}")
+        return "\n".join(lines) + "\n"
+
+
+def _compact(doc: Any) -> str:
+    """JSON as vLLM streams it (no spaces)."""
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def delays() -> tuple[float, float]:
+    """(time to first token, inter-token delay) in seconds, from the environment."""
+    return (
+        float(os.environ.get("VLLM_DOUBLE_TTFT_S", "0") or 0),
+        float(os.environ.get("VLLM_DOUBLE_ITL_S", "0") or 0),
+    )
+
+
+def sleep_until(deadline: float) -> None:
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(left)
+
+
 class State:
     def __init__(self, args: Args, mode: str) -> None:
         self.args = args
@@ -349,6 +505,7 @@ class State:
         self.first_request_lock = threading.Lock()
         self.first_request_done = False
         self.created = int(time.time())
+        self.metrics = Metrics()
 
 
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
@@ -397,6 +554,13 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self._send(200 if state.ready.is_set() else 503)
             elif path == "/version":
                 self._send(200, {"version": "0.0.0+vllm-double"})
+            elif path == "/metrics":  # not behind the API key, as in vLLM
+                body = state.metrics.render(state.args.names[0]).encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/plain; version=1.0.0; charset=utf-8")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
             elif path == "/v1/models":
                 if not self._ready() or not self._authorized():
                     return
@@ -452,11 +616,20 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 )
                 self._error(400, message, "BadRequestError", "input_tokens")
                 return
+            start = time.monotonic()
             self._first_request_delay()
             incoherent = state.mode == "incoherent"
+            fill = body.get("ignore_eos") is True
             if path == "/v1/completions":
-                text, finish = answer(prompt_text, max_tokens, incoherent)
-                self._send(200, self._completion(model, prompt_text, text, finish))
+                text, finish = answer(prompt_text, max_tokens, incoherent, fill)
+                options = body.get("stream_options")
+                usage = isinstance(options, dict) and options.get("include_usage") is True
+                with self._counted(prompt_text, start, finish) as times:
+                    if body.get("stream") is True:
+                        self._stream(model, prompt_text, text, finish, start, times, usage)
+                    else:
+                        times += self._pace(_tokens(text), start)
+                        self._send(200, self._completion(model, prompt_text, text, finish))
             elif os.environ.get("VLLM_DOUBLE_NO_CHAT_TEMPLATE") == "1":
                 self._error(400, NO_CHAT_TEMPLATE, "BadRequestError")
             else:
@@ -465,8 +638,79 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                     self._error(400, "messages must be a non-empty list", "BadRequestError")
                     return
                 last = messages[-1].get("content") if isinstance(messages[-1], dict) else ""
-                text, finish = answer(str(last), max_tokens, incoherent)
-                self._send(200, self._chat(model, str(last), text, finish))
+                text, finish = answer(str(last), max_tokens, incoherent, fill)
+                with self._counted(prompt_text, start, finish) as times:
+                    times += self._pace(_tokens(text), start)
+                    self._send(200, self._chat(model, str(last), text, finish))
+
+        @contextlib.contextmanager
+        def _counted(self, prompt: str, start: float, finish: str) -> Iterator[list[float]]:
+            """Count one request in /metrics; the caller appends when each token left."""
+            times: list[float] = []
+            state.metrics.started()
+            try:
+                yield times
+            finally:
+                end = time.monotonic()
+                state.metrics.finished(len(_tokens(prompt)), times, start, end, finish)
+
+        @staticmethod
+        def _pace(tokens: list[str], start: float) -> list[float]:
+            """Wait out each token's moment (TTFT, then ITL apart); when each was ready."""
+            ttft, itl = delays()
+            times = []
+            for i in range(len(tokens)):
+                sleep_until(start + ttft + i * itl)
+                times.append(time.monotonic())
+            return times
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _stream(
+            self,
+            model: str,
+            prompt: str,
+            text: str,
+            finish: str,
+            start: float,
+            times: list[float],
+            include_usage: bool,
+        ) -> None:
+            """vLLM 0.32's streamed completion (real-vllm-cpu/bench/stream_completion.txt)."""
+            ttft, itl = delays()
+            tokens = _tokens(text)
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            head = {
+                "id": f"cmpl-{uuid.uuid4().hex[:16]}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": model,
+            }
+            for i, token in enumerate(tokens):
+                sleep_until(start + ttft + i * itl)
+                choice = {
+                    "index": 0,
+                    "text": token,
+                    "logprobs": None,
+                    "finish_reason": finish if i == len(tokens) - 1 else None,
+                    "stop_reason": None,
+                    "prompt_token_ids": None,
+                    "token_ids": None,
+                }
+                self._chunk(f"data: {_compact({**head, 'choices': [choice]})}\n\n".encode())
+                times.append(time.monotonic())
+            if include_usage:
+                p, c = len(_tokens(prompt)), len(tokens)
+                usage = {"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}
+                last = {**head, "choices": [], "usage": usage, "system_fingerprint": FINGERPRINT}
+                self._chunk(f"data: {_compact(last)}\n\n".encode())
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
 
         def _ready(self) -> bool:
             if state.ready.is_set():

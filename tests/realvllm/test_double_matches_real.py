@@ -61,7 +61,8 @@ def _body(resp: httpx.Response) -> Any:
         return resp.text
 
 
-# Everything the double serves, exchange by exchange. /metrics it does not serve.
+# Everything the double serves, exchange by exchange; /metrics (text) is held to the real
+# families in test_double_metrics_match_real.py.
 EXCHANGES = [name for name in captured.responses() if name != "metrics"]
 
 

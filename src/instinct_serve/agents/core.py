@@ -23,6 +23,7 @@ from instinct_serve.agents.inputs import (
     DiagnoseInput,
     JobInput,
     LogsInput,
+    MetricsInput,
     RecipesSearchInput,
     RecipesShowInput,
     ServeExtras,
@@ -197,6 +198,14 @@ def logs(inp: LogsInput) -> Outcome:
     if len(kept) < len(text):
         doc["truncated"] = {"max_bytes": MAX_LOG_BYTES}
     return Outcome(_doc(doc))
+
+
+def metrics(inp: MetricsInput) -> Outcome:
+    """``instinct top --once --json``: load, KV cache, latency, tokens/s, tokens per watt."""
+    from instinct_serve.runtime.observe import observe_once
+
+    doc = observe_once(_host(inp.host), inp.names, inp.window_s, gpus=inp.gpu)
+    return Outcome(doc.to_dict(), int(ExitCode.OK if doc.ok else ExitCode.FAILED))
 
 
 def stop(inp: StopInput) -> Outcome:

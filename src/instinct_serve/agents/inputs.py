@@ -252,6 +252,22 @@ class StopInput(ToolInput):
         return self
 
 
+class MetricsInput(ToolInput):
+    """``instinct top --once --json``: one reading of endpoints' vLLM metrics and GPUs."""
+
+    names: list[ContainerName] = Field(
+        default_factory=list, max_length=32, description="Endpoints to read; default: all."
+    )
+    window_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=10,
+        description="Seconds between the two scrapes rates and latencies cover (0: one "
+        "scrape, latencies since the server started).",
+    )
+    gpu: bool = Field(default=True, description="Read GPU power and memory with amd-smi.")
+
+
 class DiagnoseInput(ToolInput):
     """``instinct diagnose``: exactly one of a log's text, a container, a symptom."""
 

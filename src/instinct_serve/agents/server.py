@@ -165,6 +165,15 @@ TOOLS: dict[str, Tool] = {
             core.logs,
         ),
         Tool(
+            "metrics",
+            "Endpoint metrics",
+            "Requests running and waiting, KV cache use, prefix-cache hits, TTFT and "
+            "inter-token latency p50/p90/p99, tokens/s, GPU power and memory, tokens per "
+            "watt, from vLLM's /metrics and amd-smi (`instinct top --once --json`).",
+            inputs.MetricsInput,
+            core.metrics,
+        ),
+        Tool(
             "stop",
             "Stop endpoints",
             "Stop (and remove) an endpoint instinct-serve started, or all of them; any "

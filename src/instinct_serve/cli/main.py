@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "ps": ("instinct_serve.cli.containers", "ps", "List the endpoints this tool runs on the host."),
     "logs": ("instinct_serve.cli.containers", "logs", "Show (or follow) an endpoint's log."),
     "stop": ("instinct_serve.cli.containers", "stop", "Stop endpoints this tool started."),
+    "top": ("instinct_serve.cli.top", "top", "Live load, latency, tokens/s and tokens per watt."),
+    "bench": ("instinct_serve.cli.bench", "bench", "Benchmark an endpoint; compare two plans."),
     "diagnose": (
         "instinct_serve.cli.diagnose",
         "diagnose",

@@ -1,0 +1,377 @@
+"""``instinct bench``: run vLLM's own benchmark against a running endpoint, store the run.
+
+Which ``vllm`` runs the benchmark, in order:
+
+1. ``--vllm PATH`` (a benchmark-capable vLLM on the host, e.g. another venv's);
+2. a Docker endpoint: the endpoint's own image, ``docker run --rm --network host
+   --volumes-from ENDPOINT --entrypoint .../vllm IMAGE bench serve ...`` (same vLLM, the
+   same model cache, offline), results written to a temporary directory on the host;
+3. a native endpoint: the ``vllm`` it was launched with, else the engine's
+   (``engine.discovery``), else ``vllm`` on the host's PATH.
+
+Each concurrency step is bounded: ``--num-prompts`` requests and a wall-clock limit (the
+process, or the benchmark container, is killed when it is exceeded). Runs are stored on
+this machine under ``<data dir>/bench/<plan hash>/<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import posixpath
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from instinct_serve.errors import InstinctError, NotReadyError, UsageError
+from instinct_serve.observe.bench import (
+    BenchRun,
+    Point,
+    Settings,
+    bench_args,
+    from_bench_result,
+    parse_result,
+)
+from instinct_serve.runtime.observe import Endpoint, endpoints, vllm_in_entrypoint
+
+if TYPE_CHECKING:
+    from instinct_serve.hosts import Host
+
+# Environment of the endpoint's container that locates the model cache for the tokenizer.
+CACHE_ENV = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE")
+API_KEY_ENV = "OPENAI_API_KEY"  # what `vllm bench serve` sends as "Authorization: Bearer"
+OUTPUT_TAIL = 1500
+
+
+def resolve(host: Host, name: str | None) -> Endpoint:
+    """The endpoint to benchmark: the named one, or the only running one."""
+    found = endpoints(host, [name] if name else [])
+    if name is None:
+        running = [e for e in found if e.running and e.port]
+        if not running:
+            raise NotReadyError(
+                f"no running instinct-serve endpoint on {host.name}",
+                fix="start one with `instinct serve MODEL`, or name it",
+                id="no_endpoint",
+            )
+        if len(running) > 1:
+            names = ", ".join(e.name for e in running)
+            raise UsageError(
+                f"{len(running)} endpoints run on {host.name} ({names}): name one",
+                fix="instinct bench NAME",
+                id="ambiguous_endpoint",
+            )
+        return running[0]
+    endpoint = found[0]
+    if not endpoint.running or not endpoint.port:
+        raise NotReadyError(
+            f"endpoint {endpoint.name} is not running ({endpoint.status})",
+            fix="start it again with `instinct serve`",
+            id="not_running",
+        )
+    return endpoint
+
+
+@dataclass
+class Runner:
+    """How each step is started on the host, and what to clean up."""
+
+    kind: str  # docker | native | path
+    prefix: list[str]  # argv before `bench serve ...`
+    result_dir: str
+    env: dict[str, str] = field(default_factory=dict)
+    container: str | None = None  # docker: the benchmark container's name
+
+    def describe(self) -> list[str]:
+        return list(self.prefix)
+
+
+def _mktemp(host: Host) -> str:
+    made = host.run(["mktemp", "-d", "-t", "instinct-bench.XXXXXX"], timeout=30)
+    path = made.stdout.strip()
+    if not made.ok or not path.startswith("/"):
+        raise InstinctError(
+            f"cannot create a temporary directory on {host.name}: {made.stderr.strip()}",
+            id="bench_failed",
+        )
+    return path
+
+
+def runner(
+    host: Host,
+    endpoint: Endpoint,
+    *,
+    vllm: str | None = None,
+    api_key: str | None = None,
+) -> Runner:
+    """How to run ``vllm bench serve`` against ``endpoint`` on ``host``."""
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    if api_key:
+        env[API_KEY_ENV] = api_key
+    result_dir = _mktemp(host)
+    if vllm:
+        return Runner("path", [vllm], result_dir, env)
+    if endpoint.engine == "docker":
+        if not endpoint.image:
+            raise InstinctError(f"cannot tell the image of {endpoint.name}", id="bench_failed")
+        container = f"instinct-bench-{uuid.uuid4().hex[:8]}"
+        argv = ["docker", "run", "--rm", "--name", container, "--network", "host"]
+        argv += ["--volumes-from", endpoint.name]
+        for key in CACHE_ENV:
+            value = (endpoint.container_env or {}).get(key)
+            if value:
+                argv += ["-e", f"{key}={value}"]
+        for key in env:
+            argv += ["-e", key]  # by name: docker copies the value from our environment
+        argv += ["-v", f"{result_dir}:{result_dir}"]
+        argv += ["--entrypoint", vllm_in_entrypoint(endpoint.entrypoint) or "vllm"]
+        argv.append(endpoint.image)
+        return Runner("docker", argv, result_dir, env, container)
+    command = None
+    if endpoint.command and posixpath.basename(endpoint.command[0]) == "vllm":
+        command = endpoint.command[0]
+    if command is None:
+        command = _engine_vllm(host)
+    return Runner("native", [command], result_dir, env)
+
+
+def _engine_vllm(host: Host) -> str:
+    from instinct_serve.engine import discovery
+
+    try:
+        found = discovery.discover(host, probe=False)
+    except InstinctError:
+        found = None
+    if found is not None and found.engine is not None:
+        return found.engine.vllm_command
+    path = host.which("vllm")
+    if path:
+        return path
+    raise NotReadyError(
+        f"no vLLM to run the benchmark with on {host.name}",
+        fix="install one (`instinct engine install`) or pass --vllm /path/to/vllm",
+        id="vllm_not_found",
+    )
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+StepCallback = Callable[[int, Point | None, dict[str, Any] | None], None]
+
+
+def run(
+    host: Host,
+    endpoint: Endpoint,
+    settings: Settings,
+    *,
+    vllm: str | None = None,
+    api_key: str | None = None,
+    tokenizer: str | None = None,
+    on_step: StepCallback | None = None,
+) -> BenchRun:
+    """Every concurrency step against ``endpoint``; failures are recorded, not raised."""
+    assert endpoint.port is not None
+    bench = BenchRun(
+        plan_hash=endpoint.plan_hash,
+        endpoint=endpoint.name,
+        model=endpoint.model,
+        engine=endpoint.engine,
+        host=host.name,
+        started_at=_now(),
+        settings=settings,
+        image=endpoint.image,
+    )
+    how = runner(host, endpoint, vllm=vllm, api_key=api_key)
+    bench.command = how.describe()
+    model = endpoint.model or endpoint.served_model_name or ""
+    try:
+        for level in settings.concurrency:
+            point, error = _step(host, how, endpoint, model, tokenizer, level, settings)
+            if point is not None:
+                bench.points.append(point)
+            if error is not None:
+                bench.errors.append(error)
+            if on_step is not None:
+                on_step(level, point, error)
+            if point is None:  # nothing measured: the next steps would fail the same way
+                skipped = [c for c in settings.concurrency if c > level]
+                if skipped:
+                    bench.errors.append(
+                        {"concurrency": skipped, "message": "skipped after the failed step"}
+                    )
+                break
+    finally:
+        host.run(["rm", "-rf", "--", how.result_dir], timeout=30)
+    return bench
+
+
+_ERROR_LINE = re.compile(r"^\s*([\w.]*(?:Error|Exception)\b.*)$")
+
+
+def last_error_line(output: str) -> str | None:
+    """The last ``SomethingError: why`` line of a traceback, shortened."""
+    found = None
+    for line in output.splitlines():
+        match = _ERROR_LINE.match(line)
+        if match:
+            found = match.group(1).strip()
+    return None if found is None else found[:300]
+
+
+def _step(
+    host: Host,
+    how: Runner,
+    endpoint: Endpoint,
+    model: str,
+    tokenizer: str | None,
+    level: int,
+    settings: Settings,
+) -> tuple[Point | None, dict[str, Any] | None]:
+    result_file = f"c{level}.json"
+    args = bench_args(
+        base_url=f"http://127.0.0.1:{endpoint.port}",
+        model=model,
+        served_model_name=endpoint.served_model_name,
+        tokenizer=tokenizer or model or None,
+        concurrency=level,
+        settings=settings,
+        result_dir=how.result_dir,
+        result_file=result_file,
+    )
+    done = host.run([*how.prefix, *args], timeout=settings.step_timeout_s, env=how.env)
+    if done.timed_out and how.container:
+        host.run(["docker", "rm", "-f", how.container], timeout=60)
+    text = host.read_text(posixpath.join(how.result_dir, result_file))
+    error: dict[str, Any] | None = None
+    if not done.ok or text is None:
+        tail = (done.stdout + "\n" + done.stderr).strip()[-OUTPUT_TAIL:]
+        error = {
+            "concurrency": level,
+            "exit_code": done.returncode,
+            "timed_out": done.timed_out,
+            "seconds": round(done.duration_s, 1),
+            "output_tail": tail,
+        }
+        if done.timed_out:
+            error["message"] = f"the step ran past its {settings.step_timeout_s:g} s limit"
+        elif done.returncode == 127:
+            error["message"] = f"{how.prefix[0]} not found on {host.name}"
+        else:
+            cause = last_error_line(tail)
+            error["message"] = f"vllm bench serve exited with {done.returncode}" + (
+                f": {cause}" if cause else ""
+            )
+    if text is None:
+        return None, error
+    try:
+        return parse_result(json.loads(text), level), error
+    except (ValueError, UsageError) as exc:
+        return None, error or {"concurrency": level, "message": f"unreadable result: {exc}"}
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def store_root() -> Path:
+    from instinct_serve.paths import data_dir
+
+    return data_dir() / "bench"
+
+
+def save(bench: BenchRun, root: Path | None = None) -> Path:
+    """Write the run under its plan hash; returns the file."""
+    folder = (root or store_root()) / bench.key
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    path = folder / f"{stamp}.json"
+    n = 1
+    while path.exists():
+        path = folder / f"{stamp}-{n}.json"
+        n += 1
+    bench.path = str(path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(bench.to_dict(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_file(path: Path) -> BenchRun:
+    """A stored run, or one raw ``vllm bench serve --save-result`` file."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}", id="bad_bench_result") from exc
+    if isinstance(doc, dict) and "points" in doc:
+        return BenchRun.from_dict(doc, str(path))
+    return from_bench_result(doc, str(path))
+
+
+def stored(root: Path | None = None) -> list[BenchRun]:
+    """Every stored run, oldest first."""
+    base = root or store_root()
+    runs = []
+    for path in sorted(base.glob("*/*.json")):
+        try:
+            runs.append(read_file(path))
+        except UsageError:
+            continue
+    runs.sort(key=lambda r: (r.started_at, r.path or ""))
+    return runs
+
+
+def load(ref: str, root: Path | None = None) -> BenchRun:
+    """A run by file path, or the latest stored run of a plan hash (a unique prefix)."""
+    path = Path(ref).expanduser()
+    if path.is_file():
+        return read_file(path)
+    base = root or store_root()
+    folders = sorted(p for p in base.glob(f"{ref}*") if p.is_dir()) if ref else []
+    if not folders:
+        raise UsageError(
+            f"no stored benchmark for {ref!r} (not a file, nor a plan hash in {base})",
+            fix="list them with `instinct bench list`",
+            id="bench_not_found",
+        )
+    if len(folders) > 1:
+        raise UsageError(
+            f"{ref!r} matches {len(folders)} plan hashes: "
+            + ", ".join(f.name for f in folders[:5]),
+            fix="give more of the plan hash",
+            id="ambiguous_plan_hash",
+        )
+    runs = stored_in(folders[0])
+    if not runs:
+        raise UsageError(f"no readable run in {folders[0]}", id="bench_not_found")
+    return runs[-1]
+
+
+def stored_in(folder: Path) -> list[BenchRun]:
+    runs = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            runs.append(read_file(path))
+        except UsageError:
+            continue
+    runs.sort(key=lambda r: (r.started_at, r.path or ""))
+    return runs
+
+
+def api_key_from(env_name: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key in this machine's environment variable ``env_name`` (never a flag value)."""
+    if not env_name:
+        return None
+    source = os.environ if environ is None else environ
+    value = source.get(env_name)
+    if not value:
+        raise UsageError(
+            f"--api-key-env {env_name}: that variable is not set here",
+            fix=f"export {env_name}=... (the endpoint's API key) and try again",
+            id="bad_api_key_env",
+        )
+    return value

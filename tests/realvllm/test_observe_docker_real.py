@@ -1,0 +1,97 @@
+"""``top`` and ``bench`` against the REAL vLLM served through the docker route: the live
+``/metrics`` of vLLM 0.32 read by ``top``, and ``bench`` running ``vllm bench serve`` inside
+the endpoint's own image (``docker run --rm --network host --volumes-from ENDPOINT
+--entrypoint /opt/vllm-cpu/bin/vllm IMAGE bench serve ...``), offline, from the same cache.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.infra.docker import DockerDaemon, free_port
+from tests.infra.realvllm import IMAGE_VENV, Setup, build_image
+from tests.realvllm.conftest import cli, serve_args, tier_env
+from tests.serve.conftest import docker
+
+pytestmark = [pytest.mark.realvllm, pytest.mark.docker]
+
+
+@pytest.fixture(scope="module")
+def served(
+    real_vllm: Setup,
+    docker_daemon: DockerDaemon,
+    gpu_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, int, dict[str, str]]]:
+    try:
+        image, _seconds, _reused = build_image(real_vllm)
+    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+        pytest.fail(f"could not build the real vLLM image: {exc}")
+    env = tier_env(real_vllm, tmp_path_factory.mktemp("rv-observe"))
+    port = free_port()
+    name = f"rv-observe-{port}"
+    extra = ["--image", image, "--hf-cache", str(real_vllm.hf_home), "--env", "HF_HUB_OFFLINE=1"]
+    args = serve_args(real_vllm.model_id, port=port, name=name, root=gpu_root, engine="docker")
+    args[args.index("--yes") + 1 : args.index("--yes") + 1] = extra
+    run = cli(args, env)
+    try:
+        assert run.returncode == 0, run.explain()
+        yield name, port, env
+    finally:
+        docker("rm", "-f", name, timeout=120)
+
+
+def _json(args: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, Any]:
+    run = cli(args, env, timeout=timeout)
+    try:
+        return run.returncode, json.loads(run.stdout)
+    except ValueError as exc:
+        raise AssertionError(run.explain()) from exc
+
+
+def test_top_reads_the_live_real_metrics(
+    served: tuple[str, int, dict[str, str]], real_vllm: Setup
+) -> None:
+    name, port, env = served
+    body = {"model": real_vllm.model_id, "prompt": "Hello", "max_tokens": 8}
+    httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120)
+    code, doc = _json(["top", name, "--once", "--interval", "0", "--no-gpu", "--json"], env)
+    assert code == 0, doc
+    (ep,) = doc["endpoints"]
+    assert ep["status"] == "ok" and ep["engine"] == "docker"
+    m = ep["metrics"]
+    assert m["metric_names"]["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
+    assert m["metric_names"]["itl"] == "vllm:inter_token_latency_seconds"
+    # serve's warm-up and coherence probe, and the request above, went through this server
+    assert m["requests_finished_total"] >= 3 and m["generation_tokens_total"] >= 8
+    assert m["ttft_ms"]["count"] >= 3 and m["ttft_ms"]["p50"] > 0
+
+
+def test_bench_runs_vllm_bench_serve_inside_the_endpoints_image(
+    served: tuple[str, int, dict[str, str]],
+) -> None:
+    name, _port, env = served
+    args = ["bench", name, "--concurrency", "1,2", "--requests", "4", "--input-len", "32"]
+    args += ["--output-len", "8", "--step-timeout", "300", "--json"]
+    code, doc = _json(args, env, timeout=900)
+    assert code == 0, doc.get("errors")
+    command = doc["command"]
+    assert command[:3] == ["docker", "run", "--rm"]
+    assert command[command.index("--volumes-from") + 1] == name
+    assert command[command.index("--entrypoint") + 1] == f"{IMAGE_VENV}/bin/vllm"
+    assert command[-1] == doc["image"]
+    assert "HF_HUB_OFFLINE" in command  # by name: the value comes from the environment
+    points = {p["concurrency"]: p for p in doc["points"]}
+    assert sorted(points) == [1, 2]
+    for point in points.values():
+        assert point["completed"] == 4 and point["failed"] == 0
+        assert point["output_throughput"] > 0 and point["latency_ms"]["ttft"]["p50"] > 0
+    leftovers = docker("ps", "-a", "--filter", "name=instinct-bench-", "--format", "{{.Names}}")
+    assert leftovers.stdout.strip() == ""
