@@ -12,18 +12,14 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan
+from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, startup_budget_s
+from instinct_serve.plan.model import container_args as container_args
 
 FORMATS = ("json", "docker", "shell", "native", "compose", "k8s")
 
 # Startup budget in Kubernetes: model loading, weight download and graph capture can take a
 # long time on first start; liveness must not kill a pod that is still loading.
 K8S_STARTUP_PERIOD_S = 10
-
-
-def container_args(plan: LaunchPlan) -> list[str]:
-    """What follows the image name: ``vllm serve``'s positional model, then its arguments."""
-    return [plan.model, *plan.vllm_args]
 
 
 def docker_argv(plan: LaunchPlan) -> list[str]:
@@ -140,13 +136,6 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
     if leftover:
         doc["x-instinct-serve-unmapped-flags"] = leftover
     return doc
-
-
-def startup_budget_s(plan: LaunchPlan) -> int:
-    """Seconds a fresh start may take: download + load scale with the weight size."""
-    weights_gb = plan.weight_memory_gb or 20.0
-    # ~30 s per 10 GB to load, plus downloads at a modest 100 MB/s, plus graph capture.
-    return int(600 + weights_gb * 3 + weights_gb * 10)
 
 
 def k8s_objects(plan: LaunchPlan, namespace: str | None = None) -> list[dict[str, Any]]:
