@@ -175,3 +175,14 @@ def test_no_format_contains_a_token_value(fmt: str, monkeypatch: pytest.MonkeyPa
     sentinel = "hf_SENTINEL_should_never_appear_1234"
     monkeypatch.setenv("HF_TOKEN", sentinel)
     assert sentinel not in render(sample_plan(), fmt)
+
+
+def test_yaml_has_no_anchors_even_for_shared_dicts() -> None:
+    from instinct_serve.plan.render import to_yaml
+
+    shared = {"app": "x"}
+    text = to_yaml([{"a": shared, "b": shared}, {"c": shared}])
+    assert "&id" not in text and "*id" not in text
+    assert list(yaml.safe_load_all(text)) == [{"a": shared, "b": shared}, {"c": shared}]
+    script = to_yaml({"script": "import os\nprint(os.getpid())\n"})
+    assert script == "script: |\n  import os\n  print(os.getpid())\n"

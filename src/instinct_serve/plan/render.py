@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+import yaml
+
 from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, startup_budget_s
 from instinct_serve.plan.model import container_args as container_args
 
@@ -235,12 +237,28 @@ def k8s_objects(plan: LaunchPlan, namespace: str | None = None) -> list[dict[str
     return [pvc, deployment, service]
 
 
-def to_yaml(docs: list[dict[str, Any]] | dict[str, Any]) -> str:
-    import yaml
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML without anchors: objects that share a dict would otherwise come out as
+    ``&id001`` / ``*id001``, which kubectl reads but people (and many tools) do not."""
 
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    """Multi-line text (the readiness probe's script) as a ``|`` block, readable in review."""
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def to_yaml(docs: list[dict[str, Any]] | dict[str, Any]) -> str:
+    """One YAML document, or a ``---``-separated stream of them; keys in insertion order."""
     if isinstance(docs, dict):
-        return yaml.safe_dump(docs, sort_keys=False, width=1000)
-    return yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+        return yaml.dump(docs, Dumper=_Dumper, sort_keys=False, width=1000)
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
 def render(plan: LaunchPlan, fmt: str) -> str:
