@@ -151,12 +151,15 @@ def vram_label(vram_bytes: float) -> str:
 
 def vram_label_values(plan: LaunchPlan) -> list[str]:
     """The ``amd.com/gpu.vram`` values the plan may run on: its GPU's, and those of the
-    same gfx with at least as much memory (an MI300X plan runs on an MI325X)."""
+    same gfx with at least as much memory (an MI300X plan runs on an MI325X). The profiles'
+    VRAM is the KFD figure the labeller reads, except the MI300A's (its 96 GiB is HIP's
+    allocation cap on shared memory): check that node's label before applying."""
     if not plan.vram_gb_per_gpu:
         return []
     need = plan.vram_gb_per_gpu * 1e9
     sizes = {vram_label(need): need}
     for profile in PROFILES.values():
+        # 1 %: the plan's VRAM went through GB with two decimals
         if profile.gfx_version == plan.gfx_version and profile.vram_bytes >= need * 0.99:
             sizes[vram_label(profile.vram_bytes)] = profile.vram_bytes
     return sorted(sizes, key=lambda label: sizes[label])
