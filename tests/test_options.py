@@ -246,3 +246,76 @@ def test_the_help_lists_the_gpus_from_the_profile_table(capsys: pytest.CaptureFi
         flat = " ".join(out.split())
         for key in (*PROFILES, *GFX_TARGETS):
             assert key in flat, (job, key)
+
+
+# The manifest options of `plan --format k8s` (options.KubernetesOptions): command line
+# only, since the MCP plan tool answers with the plan document, not manifests.
+K8S_MATRIX: list[tuple[str, str, tuple[str, ...], dict[str, str]]] = [
+    ("namespace", "--namespace", ("llm", "team-a"), {"Team_A": "bad_namespace"}),
+    ("replicas", "--replicas", ("1", "3"), {"0": "bad_replicas", "two": "bad_replicas"}),
+    ("nodes", "--nodes", ("1",), {"0": "bad_nodes", "100": "bad_nodes"}),
+    ("storage_class", "--storage-class", ("nfs-rwx", "cephfs.csi"), {"NFS": "bad_storage_class"}),
+    ("socket_ifname", "--socket-ifname", ("eth0", "ib0,ib1"), {"a b": "bad_socket_ifname"}),
+    (
+        "prometheus_url",
+        "--prometheus-url",
+        ("http://prom.monitoring:9090", "https://thanos.example/api"),
+        {"ftp://x": "bad_prometheus_url", "prom:9090": "bad_prometheus_url"},
+    ),
+]
+K8S_CASES = [
+    (flag, value, bad.get(value))
+    for _name, flag, good, bad in K8S_MATRIX
+    for value in (*good, *bad)
+]
+
+
+@pytest.mark.parametrize(("flag", "value", "error_id"), K8S_CASES)
+def test_the_manifest_options_take_or_refuse_each_value(
+    flag: str, value: str, error_id: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    base = ["plan", MODEL, "--gpu", "mi300x", f"{flag}={value}"]
+    if error_id is None:
+        code, out, err = cli([*base, "--format", "k8s"], capsys)
+        assert code == 0, err
+        assert {d["kind"] for d in yaml.safe_load_all(out)} >= {"Service", "Deployment"}
+        return
+    code, out, _ = cli([*base, "--json"], capsys)
+    assert code == 2 and last_json(out)["error"]["id"] == error_id
+
+
+def test_the_manifest_options_need_the_k8s_format(capsys: pytest.CaptureFixture[str]) -> None:
+    for extra in (["--replicas", "2"], ["--autoscale"], ["--nodes", "2", "--gpu-count", "16"]):
+        code, out, _ = cli(["plan", MODEL, "--gpu", "mi300x", *extra, "--json"], capsys)
+        assert code == 2 and last_json(out)["error"]["id"] == "k8s_only", extra
+    code, out, _ = cli(["plan", MODEL, "--gpu", "mi300x", "--replicas", "1", "--json"], capsys)
+    assert code == 0, out  # the defaults, spelled out, are no manifest option
+
+
+def test_manifest_option_rules_across_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", MODEL, "--gpu", "mi300x", "--format", "k8s"]
+    for extra, problem in (
+        (["--max-replicas", "4"], "only bounds --autoscale"),
+        (["--autoscale", "--replicas", "3", "--max-replicas", "2"], "is below --replicas 3"),
+        (["--nodes", "2"], "needs the GPUs of all nodes"),
+        (["--nodes", "2", "--gpu-count", "16"], "do not split evenly"),  # an 8B model: TP 1
+    ):
+        code, out, err = cli([*base, *extra], capsys)
+        assert code == 2 and not out, (extra, out)
+        assert problem in " ".join(err.split()), (extra, err)
+
+
+def test_the_manifest_options_are_not_offered_where_they_mean_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from instinct_serve.options import KubernetesOptions
+
+    names = {name for name, _spec, _default in declared(KubernetesOptions)}
+    assert names == {name for name, *_ in K8S_MATRIX} | {"autoscale", "max_replicas"}
+    for model in (inputs.PlanInput, inputs.ServeInput):
+        assert not names & set(model.model_fields), model
+    assert not names & {n for n, _s, _d in declared(ServeOptions)}
+    _code, out, _ = cli(["serve", "--help"], capsys)
+    assert "--replicas" not in out and "--nodes" not in out

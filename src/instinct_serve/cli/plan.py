@@ -14,7 +14,8 @@ import click
 
 from instinct_serve.cli.common import emit, get_host, host_option, warn
 from instinct_serve.cli.options import options_for, parse_cli
-from instinct_serve.options import PlanOptions
+from instinct_serve.errors import UsageError
+from instinct_serve.options import KubernetesOptions, PlanOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,6 +46,7 @@ def print_summary(con: Console, result: PlanResult, title: str = "Launch plan") 
 
 @click.command("plan")
 @options_for(PlanOptions)
+@options_for(KubernetesOptions)
 @host_option
 @click.option(
     "--format",
@@ -71,13 +73,30 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     `vllm serve` as they are, e.g.:  instinct plan MODEL -- --max-num-seqs 64
     \b
     Formats: summary (default: the table and a shell line), json, docker (argv, one per
-    line), shell, native (`vllm serve` with exports), compose, k8s (Deployment + Service).
+    line), shell, native (`vllm serve` with exports), compose, k8s (PVC, Deployment or
+    LeaderWorkerSet with --nodes, Service, PodDisruptionBudget, KEDA ScaledObject with
+    --autoscale).
     """
     from instinct_serve.gather.plan import plan_for
     from instinct_serve.plan.render import render, shell_line
 
     fmt = "json" if as_json else fmt
     opts = parse_cli(PlanOptions, kwargs, engine="native" if fmt == "native" else "docker")
+    k8s = parse_cli(KubernetesOptions, kwargs)
+    if fmt != "k8s" and k8s != KubernetesOptions():
+        raise UsageError(
+            "--namespace, --replicas, --autoscale, --max-replicas, --nodes, --storage-class, "
+            "--socket-ifname and --prometheus-url shape Kubernetes manifests",
+            fix="add --format k8s",
+            id="k8s_only",
+        )
+    if k8s.nodes > 1 and opts.gpu_count is None:
+        raise UsageError(
+            f"--nodes {k8s.nodes} needs the GPUs of all nodes together to plan for",
+            fix=f"add --gpu-count, e.g. --gpu-count {8 * k8s.nodes} for {k8s.nodes} nodes of 8",
+            id="bad_nodes",
+            details={"option": "nodes"},
+        )
     if as_list:
         return _list(opts, host_spec, as_json)
     result = plan_for(opts, get_host(host_spec), fallback_gpu=True)
@@ -87,7 +106,7 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     if fmt != "summary":
         for message in result.plan.warnings:
             warn(message)
-        sys.stdout.write(render(result.plan, fmt))
+        sys.stdout.write(render(result.plan, fmt, k8s=k8s))
         return 0
 
     def human(con: Console) -> None:

@@ -28,7 +28,13 @@ __all__ = [
     "Mount",
     "PlanResult",
     "Reason",
+    "container_args",
+    "startup_budget_s",
 ]
+
+# The first request after startup compiles kernels (Triton, AITER JIT builds): serve's warm-up
+# and the Kubernetes readiness probe give it this long.
+WARMUP_TIMEOUT_S = 900
 
 
 class Reason(NamedTuple):
@@ -235,6 +241,19 @@ class LaunchPlan:
             "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
         }
+
+
+def container_args(plan: LaunchPlan) -> list[str]:
+    """What follows the image name: ``vllm serve``'s positional model, then its arguments
+    (the ROCm image's entrypoint is ``vllm serve``)."""
+    return [plan.model, *plan.vllm_args]
+
+
+def startup_budget_s(plan: LaunchPlan) -> int:
+    """Seconds a fresh start may take: download + load scale with the weight size."""
+    weights_gb = plan.weight_memory_gb or 20.0
+    # ~30 s per 10 GB to load, plus downloads at a modest 100 MB/s, plus graph capture.
+    return int(600 + weights_gb * 3 + weights_gb * 10)
 
 
 @dataclass

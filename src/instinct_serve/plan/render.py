@@ -12,18 +12,15 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan
+import yaml
+
+from instinct_serve.options import KubernetesOptions
+from instinct_serve.plan import kubernetes
+from instinct_serve.plan.kubernetes import k8s_objects as k8s_objects
+from instinct_serve.plan.model import LaunchPlan, startup_budget_s
+from instinct_serve.plan.model import container_args as container_args
 
 FORMATS = ("json", "docker", "shell", "native", "compose", "k8s")
-
-# Startup budget in Kubernetes: model loading, weight download and graph capture can take a
-# long time on first start; liveness must not kill a pod that is still loading.
-K8S_STARTUP_PERIOD_S = 10
-
-
-def container_args(plan: LaunchPlan) -> list[str]:
-    """What follows the image name: ``vllm serve``'s positional model, then its arguments."""
-    return [plan.model, *plan.vllm_args]
 
 
 def docker_argv(plan: LaunchPlan) -> list[str]:
@@ -121,7 +118,10 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
     if plan.mounts:
         service["volumes"] = [m.docker_arg() for m in plan.mounts]
     service["environment"] = [f"{k}={v}" for k, v in plan.env.items()] + list(plan.secret_env)
-    service["labels"] = dict(plan.labels)
+    from instinct_serve.observe.scrape import compose_labels
+
+    # the endpoint's own labels, and the ones a docker_sd Prometheus job discovers
+    service["labels"] = {**plan.labels, **compose_labels(plan.port)}
     service["healthcheck"] = {
         "test": [
             "CMD",
@@ -142,120 +142,33 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
     return doc
 
 
-def startup_budget_s(plan: LaunchPlan) -> int:
-    """Seconds a fresh start may take: download + load scale with the weight size."""
-    weights_gb = plan.weight_memory_gb or 20.0
-    # ~30 s per 10 GB to load, plus downloads at a modest 100 MB/s, plus graph capture.
-    return int(600 + weights_gb * 3 + weights_gb * 10)
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML without anchors: objects that share a dict would otherwise come out as
+    ``&id001`` / ``*id001``, which kubectl reads but people (and many tools) do not."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
-def k8s_objects(plan: LaunchPlan, namespace: str | None = None) -> list[dict[str, Any]]:
-    """Deployment + Service (+ a PVC for the HF cache) for the AMD GPU device plugin."""
-    name = plan.container_name
-    app_labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "instinct-serve"}
-    meta: dict[str, Any] = {"name": name, "labels": dict(app_labels)}
-    if namespace:
-        meta["namespace"] = namespace
-    env: list[dict[str, Any]] = [
-        {"name": k, "value": v}
-        for k, v in plan.env.items()
-        if k not in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-    ]
-    for secret in plan.secret_env:
-        env.append(
-            {
-                "name": secret,
-                "valueFrom": {
-                    "secretKeyRef": {
-                        "name": secret.lower().replace("_", "-"),
-                        "key": "token",
-                        "optional": True,
-                    }
-                },
-            }
-        )
-    gpus = str(plan.tensor_parallel_size)
-    probe = {"httpGet": {"path": "/health", "port": "http"}}
-    startup_failures = max(1, startup_budget_s(plan) // K8S_STARTUP_PERIOD_S)
-    pvc_size_gi = max(50, int((plan.weight_memory_gb or 20.0) * 2 / 1.073741824) + 10)
-    container: dict[str, Any] = {
-        "name": "vllm",
-        "image": plan.image,
-        "args": container_args(plan),
-        "ports": [{"name": "http", "containerPort": plan.port, "protocol": "TCP"}],
-        "env": env,
-        "resources": {"limits": {"amd.com/gpu": gpus}, "requests": {"amd.com/gpu": gpus}},
-        "volumeMounts": [
-            {"name": "hf-cache", "mountPath": CONTAINER_HF_CACHE},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-        ],
-        "startupProbe": {
-            **probe,
-            "periodSeconds": K8S_STARTUP_PERIOD_S,
-            "failureThreshold": startup_failures,
-        },
-        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 4, "timeoutSeconds": 5},
-        "securityContext": {
-            "capabilities": {"add": ["SYS_PTRACE"]},
-            "seccompProfile": {"type": "Unconfined"},
-        },
-    }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},  # GPUs are exclusive: never run two at once
-            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
-            "template": {
-                "metadata": {"labels": dict(app_labels)},
-                "spec": {
-                    "containers": [container],
-                    "volumes": [
-                        {
-                            "name": "hf-cache",
-                            "persistentVolumeClaim": {"claimName": f"{name}-hf-cache"},
-                        },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                    ],
-                },
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": dict(meta),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": {"app.kubernetes.io/name": name},
-            "ports": [{"name": "http", "port": plan.port, "targetPort": "http", "protocol": "TCP"}],
-        },
-    }
-    pvc = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {**meta, "name": f"{name}-hf-cache"},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": f"{pvc_size_gi}Gi"}},
-        },
-    }
-    return [pvc, deployment, service]
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    """Multi-line text (the readiness probe's script) as a ``|`` block, readable in review."""
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
 
 
 def to_yaml(docs: list[dict[str, Any]] | dict[str, Any]) -> str:
-    import yaml
-
+    """One YAML document, or a ``---``-separated stream of them; keys in insertion order."""
     if isinstance(docs, dict):
-        return yaml.safe_dump(docs, sort_keys=False, width=1000)
-    return yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+        return yaml.dump(docs, Dumper=_Dumper, sort_keys=False, width=1000)
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
-def render(plan: LaunchPlan, fmt: str) -> str:
-    """The plan in one of ``FORMATS`` (``json`` is handled by the CLI's JSON emitter)."""
+def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> str:
+    """The plan in one of ``FORMATS`` (``json`` is handled by the CLI's JSON emitter);
+    ``k8s`` shapes the Kubernetes manifests (replicas, nodes, autoscaling)."""
     if fmt == "docker":
         return "\n".join(docker_argv(plan)) + "\n"
     if fmt == "shell":
@@ -265,7 +178,7 @@ def render(plan: LaunchPlan, fmt: str) -> str:
     if fmt == "compose":
         return to_yaml(compose_service(plan))
     if fmt == "k8s":
-        return to_yaml(k8s_objects(plan))
+        return kubernetes.header(plan, k8s) + to_yaml(k8s_objects(plan, k8s))
     if fmt == "json":
         from instinct_serve.jsonio import dumps
 

@@ -25,9 +25,10 @@ from typing import Any, Literal
 import httpx
 
 from instinct_serve.errors import InstinctError
+from instinct_serve.plan.model import WARMUP_TIMEOUT_S
 
 DEFAULT_POLL_S = 2.0
-DEFAULT_WARMUP_TIMEOUT_S = 900.0  # first request: kernel compilation, JIT builds
+DEFAULT_WARMUP_TIMEOUT_S = float(WARMUP_TIMEOUT_S)  # first request: kernel compilation, JITs
 DEFAULT_PROBE_TIMEOUT_S = 120.0
 
 CHAT_PROBE = "What is the capital of France? Answer with one word."

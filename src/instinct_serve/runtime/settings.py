@@ -30,7 +30,7 @@ class ServeSettings:
 
 def startup_timeout_s(plan: LaunchPlan) -> float:
     """Seconds a fresh start may take: download and load scale with the weights."""
-    from instinct_serve.plan.render import startup_budget_s
+    from instinct_serve.plan.model import startup_budget_s
 
     return float(startup_budget_s(plan))
 
