@@ -74,7 +74,13 @@ def resolve_target(
         if is_gfx(spec) and manual is None:
             notes.append(
                 f"--gpu {spec}: assuming {profile.market_name} "
-                f"({profile.vram_bytes / 2**30:.0f} GiB per GPU); set --vram-gb for another"
+                f"({(profile.vram_bytes or 0) / 2**30:.0f} GiB per GPU); set --vram-gb for "
+                "another"
+            )
+        elif profile.vram_bytes is None and manual is None:
+            notes.append(
+                f"--gpu {spec}: no public memory figure for the {profile.market_name}; "
+                "set --vram-gb (what `instinct detect` shows on such a host)"
             )
     elif not needs_detection(opts):
         inv, source = _manual(manual or 0, opts.gpu_count), "manual"
@@ -153,7 +159,7 @@ def catalog_key(inventory: GpuInventory) -> str:
     """The profile (``mi300x``) the catalog merges for, else the gfx target: the exact
     profile lets upstream's per-GPU recipe overrides apply. A GPU without a row of its own
     (forced past ``hardware.scope``) takes ``FORCED_SETTINGS_GFX``'s."""
-    from instinct_serve.hardware.profiles import GFX_TARGETS, PROFILES
+    from instinct_serve.hardware.profiles import GFX_TARGETS, profile_named
     from instinct_serve.hardware.scope import FORCED_SETTINGS_GFX
 
     gfx = inventory.gfx_version
@@ -161,8 +167,7 @@ def catalog_key(inventory: GpuInventory) -> str:
         kinds = sorted({g.gfx_version for g in inventory.gpus})
         gfx = kinds[0] if kinds else "unknown"
     first = inventory.gpus[0] if inventory.gpus else None
-    name = (first.market_name or first.name).lower() if first else ""
-    for key in PROFILES:
-        if key in name.replace(" ", "").replace("-", ""):
-            return key
+    profile = profile_named((first.market_name or first.name) if first else None)
+    if profile is not None:
+        return profile.key
     return gfx if gfx in GFX_TARGETS else FORCED_SETTINGS_GFX
