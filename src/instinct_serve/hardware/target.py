@@ -2,9 +2,12 @@
 
 In order: a GPU named with ``--gpu``/``--gfx`` (a profile; no detection), VRAM and count
 given by hand (no detection), else what ``detect`` finds on the host, falling back to a
-named profile where the command allows it (``plan`` on a laptop). Then ``--vram-gb`` or
-``--vram-gib`` overrides the memory, ``--gpu-count`` takes the first N detected GPUs and
-``--gpus`` picks devices by index. Pure: detection is a callable the adapter hands in.
+named profile where the command allows it (``plan`` on a laptop). Detected partitions (CPX
+and the like) keep their own memory: ``partitions.normalize`` gives each its share of the
+GPU where a tool reported the whole GPU's or none, never the profile's whole-GPU figure.
+Then ``--vram-gb`` or ``--vram-gib`` overrides the memory, ``--gpu-count`` takes the first N
+detected GPUs and ``--gpus`` picks devices by index. Pure: detection is a callable the
+adapter hands in.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from instinct_serve.errors import NotReadyError, UsageError
 from instinct_serve.hardware.inventory import Gpu, GpuInventory
+from instinct_serve.hardware.partitions import normalize
 from instinct_serve.hardware.profiles import MIB, get_profile, gpu_choices, is_gfx
 from instinct_serve.options import TargetOptions
 
@@ -108,6 +112,8 @@ def resolve_target(
         else:
             notes.extend(inv.warnings)
             _scope_check(inv, host_name, refuse_unsupported, notes)
+            inv, partition_notes = normalize(inv)
+            notes.extend(partition_notes)
             if opts.gpu_count is not None:
                 if opts.gpu_count > inv.gpu_count:
                     raise UsageError(
