@@ -234,3 +234,14 @@ def test_mi308x_without_a_memory_figure_is_not_guessed(tools: FakeBin, root: Pat
     assert err.value.id == "no_gpu_memory"
     named = make_plan(opts(model=SMALL, gpu="mi308x", vram_gb=40)).plan
     assert named.vram_gb_per_gpu == 40.0
+
+
+def test_the_summary_says_the_partitions_only_when_partitioned(
+    cpx_inventory: GpuInventory,
+) -> None:
+    from instinct_serve.plan.summary import summary_rows
+
+    cpx = dict(summary_rows(make_plan(opts(model=SMALL, tp=1), inventory=cpx_inventory)))
+    assert cpx["Partitions"].startswith("CPX/NPS4: 64 logical GPUs of 24 GiB")
+    assert "64 endpoint(s), one per partition" in cpx["Partitions"]
+    assert "Partitions" not in dict(summary_rows(make_plan(opts(model=SMALL, gpu="mi300x"))))
