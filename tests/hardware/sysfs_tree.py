@@ -10,7 +10,7 @@ and later, ``current_{compute,memory}_partition``. The property names and values
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 MIB = 2**20
@@ -169,3 +169,24 @@ def radeon_7900xt(i: int = 0) -> GpuSpec:
         simd_count=168,
         card=i,
     )
+
+
+def partitioned(
+    gpu: GpuSpec, count: int, compute: str, memory: str, first_minor: int
+) -> list[GpuSpec]:
+    """The ``count`` logical GPUs one physical GPU shows in a compute mode: one KFD node and
+    render node each (minors in a row, as HIP numbers them), the same PCI function, 1/count
+    of the memory banks and of the SIMDs; the DRM device still reports the whole GPU's
+    ``mem_info_vram_total`` (ROCm issue 4750: KFD shows the share)."""
+    return [
+        replace(
+            gpu,
+            render_minor=first_minor + i,
+            card=first_minor + i - 127,
+            compute_partition=compute,
+            memory_partition=memory,
+            bank_bytes=gpu.vram_bytes // count,
+            simd_count=gpu.simd_count // count,
+        )
+        for i in range(count)
+    ]

@@ -18,14 +18,36 @@ def test_profile_agrees_with_the_detection_tables(key: str) -> None:
     assert gfx.from_name(profile.market_name) == profile.gfx_version
     named = [d for d in gfx.DEVICES.values() if d.name == profile.market_name]
     assert named and {d.gfx for d in named} == {profile.gfx_version}
-    assert profile.source and profile.vram_mib > 0
+    assert profile.source
     inv = profile.inventory()
     assert (inv.gpu_count, inv.gfx_version, inv.source) == (
         profile.default_count,
         profile.gfx_version,
         "profile",
     )
-    assert inv.vram_bytes == profile.vram_mib * MIB
+    if profile.vram_mib is None:  # no public figure: the source says so, plans need --vram-gb
+        assert "no public" in profile.source and inv.vram_bytes is None
+    else:
+        assert profile.vram_mib > 0 and inv.vram_bytes == profile.vram_mib * MIB
+
+
+@pytest.mark.parametrize("key", sorted(k for k, p in PROFILES.items() if p.partitioning))
+def test_partition_modes_obey_amds_rules(key: str) -> None:
+    """SPX/NPS1 first (the mode after boot or a reload); each mode splits the XCDs evenly;
+    no more memory partitions than compute partitions (AMD SMI partition guide)."""
+    part = PROFILES[key].partitioning
+    assert part is not None and part.source
+    assert part.compute_units % part.xcds == 0
+    assert part.modes[0] == ("SPX", 1, ("NPS1",))
+    assert part.modes[-1].name == "CPX" and part.modes[-1].partitions == part.xcds
+    for mode in part.modes:
+        assert part.xcds % mode.partitions == 0, mode
+        assert all(int(nps.removeprefix("NPS")) <= mode.partitions for nps in mode.memory)
+        assert "NPS1" in mode.memory  # every mode runs unified (NPS1) on these GPUs
+
+
+def test_gfx90a_gpus_have_no_partition_modes() -> None:
+    assert PROFILES["mi250x"].partitioning is None and PROFILES["mi210"].partitioning is None
 
 
 def test_mi300x_matches_the_real_amd_smi_capture() -> None:

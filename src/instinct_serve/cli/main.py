@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "plan": ("instinct_serve.cli.plan", "plan", "Print the exact launch command for a model."),
     "serve": ("instinct_serve.cli.serve", "serve", "Launch, health-check and warm up an endpoint."),
+    "partition": (
+        "instinct_serve.cli.partition",
+        "partition",
+        "Show the GPUs' partition mode (CPX, NPS4...) or change it (--yes).",
+    ),
     "ps": ("instinct_serve.cli.containers", "ps", "List the endpoints this tool runs on the host."),
     "logs": ("instinct_serve.cli.containers", "logs", "Show (or follow) an endpoint's log."),
     "stop": ("instinct_serve.cli.containers", "stop", "Stop endpoints this tool started."),

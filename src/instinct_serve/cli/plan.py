@@ -171,6 +171,42 @@ def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
                 f"[red]no plan:[/] {escape(str(listing.plan_error.get('message')))}"
                 f"\n  fix: {escape(str(listing.plan_error.get('fix')))}"
             )
+        if listing.partition_modes:
+            _print_modes(con, listing)
 
     emit(listing.to_dict(), as_json, human)
     return 0 if listing.plan_error is None else 1
+
+
+def _print_modes(con: Console, listing: Any) -> None:
+    """The partition modes side by side, and the commands that switch (printed only)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    first = listing.partition_modes[0]
+    table = Table(
+        title=f"Partition modes for {escape(first.model_id.rsplit('/', 1)[-1])}",
+        title_justify="left",
+    )
+    for col in ("", "mode", "logical GPUs", "memory each", "TP", "endpoints", "fit"):
+        table.add_column(col, no_wrap=col in ("mode", "TP"))
+    for m in listing.partition_modes:
+        table.add_row(
+            "[green]now[/]" if m.current else "",
+            m.mode,
+            str(m.logical_gpus),
+            f"{m.memory_per_device_gib:g} GiB" if m.memory_per_device_gib else "?",
+            str(m.tp) if m.tp else "-",
+            str(m.replicas),
+            escape(m.why_not or (m.verdict or "unsized")),
+        )
+    con.print(table)
+    for m in listing.partition_modes:
+        if m.commands:
+            con.print(f"to switch to {m.mode} (stop all GPU work first; not run by instinct):")
+            for line in m.commands:
+                con.print(f"  {line}", markup=False, soft_wrap=True)
+    con.print(
+        "`instinct partition set MODE --yes` runs them through the host (root or sudo -n)",
+        markup=False,
+    )

@@ -5,6 +5,12 @@ Each row is one checkpoint (a recipe variant, or the requested checkpoint) at on
 weights per GPU, the KV cache tokens, how many full-context requests fit at once, and the
 fit's verdict; a row that cannot start says why (no kernel for its precision, a TP the
 kernels reject, not enough memory).
+
+On GPUs with partition modes (MI300X, MI325X, MI300A, MI308X, MI350X, MI355X) the
+``partition_modes`` rows put the current mode and the others side by side for the plan's
+checkpoint: the logical GPUs and their memory, the smallest TP that fits, how many
+endpoints of it the host holds, and the exact commands that switch to the mode (printed,
+never run: ``instinct partition set MODE --yes`` runs them).
 """
 
 from __future__ import annotations
@@ -12,9 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from instinct_serve.errors import InstinctError
+from instinct_serve.errors import InstinctError, UsageError
 
 if TYPE_CHECKING:
+    from instinct_serve.fit.catalog_link import LaunchContext
+    from instinct_serve.fit.estimate import FitReport, HardwareSpec
+    from instinct_serve.gather.plan import Setting, _Sizer
+    from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.hosts import Host
     from instinct_serve.options import PlanOptions
 
@@ -40,6 +50,28 @@ class Choice:
 
 
 @dataclass
+class ModeChoice:
+    """One partition mode of the target's GPUs for the plan's checkpoint."""
+
+    mode: str  # "CPX/NPS4"
+    current: bool
+    partitions_per_gpu: int
+    logical_gpus: int
+    memory_per_device_gb: float | None
+    memory_per_device_gib: float | None
+    model_id: str
+    tp: int | None  # the smallest TP that fits; None: none does
+    replicas: int  # endpoints of that TP the host holds in this mode
+    verdict: str | None
+    why_not: str | None = None
+    commands: list[str] = field(default_factory=list)  # to switch to it; [] when current
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
 class ChoiceList:
     model: str
     target: str
@@ -48,6 +80,7 @@ class ChoiceList:
     chosen_why: str | None = None
     plan_error: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    partition_modes: list[ModeChoice] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +90,7 @@ class ChoiceList:
             "chosen_why": self.chosen_why,
             "plan_error": self.plan_error,
             "choices": [c.to_dict() for c in self.choices],
+            "partition_modes": [m.to_dict() for m in self.partition_modes],
             "warnings": self.warnings,
         }
 
@@ -72,21 +106,25 @@ def _rank(choice: Choice) -> tuple[int, int, int, float, int]:
     )
 
 
-def plan_choices(opts: PlanOptions, host: Host | None = None) -> ChoiceList:
-    """Every checkpoint x TP for ``opts`` on its target, ranked; the plan's pick first."""
+def plan_choices(
+    opts: PlanOptions, host: Host | None = None, inventory: GpuInventory | None = None
+) -> ChoiceList:
+    """Every checkpoint x TP for ``opts`` on its target, ranked; the plan's pick first.
+    ``inventory``: GPUs the caller already detected (else the host is asked)."""
     from instinct_serve.catalog import amd_config
     from instinct_serve.fit.precision import checkpoint_precision
     from instinct_serve.gather.plan import _fit_inputs, _Sizer, make_plan, setting
+    from instinct_serve.hardware.partitions import layout
     from instinct_serve.plan.constraints import Shape, Situation, tp_problems
 
-    base = setting(opts, host)
+    base = setting(opts, host, inventory)
     inv, match = base.inventory, base.match
     first = inv.gpus[0] if inv.gpus else None
     target = f"{inv.gpu_count}x {(first.market_name or first.name) if first else 'GPU'}"
     listing = ChoiceList(opts.model, target, opts.objective, warnings=list(base.warnings))
     chosen: tuple[str, int] | None = None
     try:
-        plan = make_plan(opts, host).plan
+        plan = make_plan(opts, host, inventory).plan
         chosen = (plan.model, plan.tensor_parallel_size)
         listing.chosen_why = next(
             (r.why for r in plan.reasons if r.item.startswith("--tensor-parallel-size")),
@@ -108,6 +146,7 @@ def plan_choices(opts: PlanOptions, host: Host | None = None) -> ChoiceList:
         )
         candidates = [(match.model_id, precision, match.variant_key)]
     support = base.gfx_cfg.precision
+    per_gpu = layout(inv).per_gpu
     for model_id, precision, key in candidates:
         status = support.status(precision)
         amd = amd_config(
@@ -128,12 +167,14 @@ def plan_choices(opts: PlanOptions, host: Host | None = None) -> ChoiceList:
                 shape = Shape.of(ModelConfig(meta.config))
             except Exception:  # an odd config: no constraint rather than no list
                 shape = None
-        situation = Situation(env=dict(amd.env), vllm_version=ctx.vllm_version)
+        situation = Situation(
+            env=dict(amd.env), vllm_version=ctx.vllm_version, partitions_per_gpu=per_gpu
+        )
         tp = 1
         while tp <= inv.gpu_count:
             row = Choice(model_id, precision, key, tp, status, None, False)
             problems = tp_problems(tp, shape, situation)
-            report = sizer.report(model_id, tp)
+            report = None if problems else _report(sizer, model_id, tp)
             if report is not None:
                 row.verdict = report.verdict
                 row.weights_per_gpu_gib = round(report.weights.per_rank_bytes / 2**30, 1)
@@ -153,4 +194,113 @@ def plan_choices(opts: PlanOptions, host: Host | None = None) -> ChoiceList:
             listing.choices.append(row)
             tp *= 2
     listing.choices.sort(key=_rank)
+    served = next((c for c in candidates if chosen and c[0] == chosen[0]), candidates[0])
+    listing.partition_modes = _mode_rows(opts, base, served, hw, ctx)
     return listing
+
+
+def _report(sizer: _Sizer, model_id: str, tp: int) -> FitReport | None:
+    """The fit at ``tp``, or None when the estimator refuses that TP for the model (more
+    logical GPUs than heads: 64 CPX partitions)."""
+    try:
+        return sizer.report(model_id, tp)
+    except UsageError:
+        return None
+
+
+def _mode_rows(
+    opts: PlanOptions,
+    base: Setting,
+    served: tuple[str, str | None, str | None],
+    hw: HardwareSpec,
+    ctx: LaunchContext,
+) -> list[ModeChoice]:
+    """The target's partition modes for one checkpoint: the current mode first."""
+    from dataclasses import replace
+
+    from instinct_serve.catalog import amd_config
+    from instinct_serve.gather.plan import _Sizer
+    from instinct_serve.hardware.inventory import gb, gib
+    from instinct_serve.hardware.partitions import (
+        check_mode,
+        layout,
+        paired,
+        replicas,
+        switch_steps,
+    )
+    from instinct_serve.plan.constraints import Shape, Situation, tp_problems
+
+    where = layout(base.inventory)
+    part = where.product.partitioning if where.product is not None else None
+    if part is None:
+        return []
+    model_id, _precision, key = served
+    amd = amd_config(
+        base.match, base.gpu_key, variant=key, overrides=base.overrides,
+        strategies=base.catalog.strategies,
+    )  # fmt: skip
+    ctx.launch_args = [*amd.args, *opts.extra_args]
+    shape = None
+    modes = paired(part)
+    current = None
+    if where.mode is not None:
+        current = check_mode(part, where.mode) if where.mode.memory is None else where.mode
+        modes = [current, *(m for m in modes if m != current)]
+    rows = []
+    for mode in modes:
+        k = next(m.partitions for m in part.modes if m.name == mode.compute)
+        here = current is not None and mode == current
+        groups = (
+            where.groups
+            if here
+            else [list(range(g * k, g * k + k)) for g in range(where.physical_gpus)]
+        )
+        devices = sum(len(g) for g in groups)
+        mem = where.memory_per_device if here else where.device_memory(k)
+        steps = [] if here else switch_steps(part, where.mode, mode)
+        row = ModeChoice(
+            mode=mode.label,
+            current=here,
+            partitions_per_gpu=k,
+            logical_gpus=devices,
+            memory_per_device_gb=gb(mem) if mem else None,
+            memory_per_device_gib=gib(mem) if mem else None,
+            model_id=model_id,
+            tp=None,
+            replicas=0,
+            verdict=None,
+            commands=[s.shell for s in steps],
+            steps=[s.to_dict() for s in steps],
+        )
+        rows.append(row)
+        if not mem:
+            row.why_not = "the memory of a logical GPU is not known (--vram-gb)"
+            continue
+        sizer = _Sizer(replace(hw, vram_bytes=mem, gpu_count=devices), ctx, opts)
+        meta = sizer.meta(model_id)
+        if meta is None:
+            row.why_not = sizer.problems.get(model_id, "the model could not be sized")
+            continue
+        if shape is None:
+            from instinct_serve.fit.config import ModelConfig
+
+            try:
+                shape = Shape.of(ModelConfig(meta.config))
+            except Exception:  # an odd config: no constraint rather than no row
+                shape = None
+        situation = Situation(env=dict(amd.env), vllm_version=ctx.vllm_version,
+                              partitions_per_gpu=k)  # fmt: skip
+        tp, last = 1, None
+        while tp <= devices:
+            report = None if tp_problems(tp, shape, situation) else _report(sizer, model_id, tp)
+            if report is not None:
+                last = report
+                if report.fits:
+                    row.tp, row.verdict = tp, report.verdict
+                    row.replicas = len(replicas(groups, tp))
+                    break
+            tp *= 2
+        if row.tp is None:
+            row.verdict = last.verdict if last is not None else None
+            row.why_not = last.verdict_reason if last is not None else f"no TP up to {devices} fits"
+    return rows

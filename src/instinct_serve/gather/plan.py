@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError
+from instinct_serve.hardware.partitions import layout
 from instinct_serve.hardware.target import catalog_key
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, Mount, PlanResult
@@ -260,6 +261,7 @@ def _decide_tp(
     ctx: LaunchContext,
     found_refusals: list[Refusal],
     recipe_tp: int | None,
+    per_gpu: int = 1,
 ) -> TpDecision:
     """``plan.decisions.choose_tp`` with the fits, the rough size and the model's shape."""
     from instinct_serve.fit.rough import rough_size
@@ -295,7 +297,11 @@ def _decide_tp(
         or 0.9,
         count_from=count_from,
     )
-    situation = Situation(env=dict(amd.env) | dict(opts.extra_env), vllm_version=ctx.vllm_version)
+    situation = Situation(
+        env=dict(amd.env) | dict(opts.extra_env),
+        vllm_version=ctx.vllm_version,
+        partitions_per_gpu=per_gpu,
+    )
     first = inv.gpus[0] if inv.gpus else None
     return choose_tp(
         opts,
@@ -445,9 +451,15 @@ def make_plan(
         match,
     )
 
-    # TP: from the objective, the fits at each TP, the recipe, the kernel constraints
+    # TP: from the objective, the fits at each TP, the recipe, the kernel constraints; on
+    # partitions (CPX...) the recipe's per-GPU TP, stated for whole GPUs, does not apply
+    where = layout(inv)
     recipe_tp = _recipe_tp(match, variant, amd, inv.gpu_count)
-    tp = _decide_tp(opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp)
+    if where.partitioned:
+        recipe_tp = None
+    tp = _decide_tp(
+        opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp, where.per_gpu
+    )
     fit = sizer.report(variant.model_id, tp.tp)
     alternatives: list[dict[str, Any]] = []
     if fit is not None and not fit.fits:
@@ -482,6 +494,7 @@ def make_plan(
         warnings=warnings,
         tool_version=__version__,
         env_reasons=_env_reasons(gfx_cfg, variant.model_id, match),
+        partitions=where if inv.gpus else None,
     )
     plan = build_plan(inputs)
     _cross_check(plan, catalog, match, amd)

@@ -172,6 +172,7 @@ def _gpu_from_record(record: dict[str, Any], position: int) -> tuple[Gpu, str | 
         vram_used=to_bytes(mem.get("used_vram"), "MB"),
         bdf=normalize_bdf(bus.get("bdf")) or normalize_bdf(record.get("bdf")),
         partition=_partition(record.get("partition")),
+        compute_units=as_int(asic.get("num_compute_units")),
     )
 
 
@@ -208,6 +209,7 @@ def parse_text(text: str) -> Parsed:
                     or fields.get("partition.accelerator_partition"),
                     fields.get("partition.memory_partition"),
                 ),
+                compute_units=as_int(fields.get("asic.num_compute_units")),
             )
             if note:
                 parsed.notes.append(note)

@@ -27,6 +27,7 @@ def make_gpu(
     vram_used: int | None = None,
     bdf: str | None = None,
     partition: str | None = None,
+    compute_units: int | None = None,
 ) -> tuple[Gpu, str | None]:
     """A ``Gpu`` with gfx and name resolved, plus a note when the gfx field was unusable."""
     market = clean_str(market_name)
@@ -41,6 +42,7 @@ def make_gpu(
         bdf=bdf,
         partition=partition,
         market_name=market or name,
+        compute_units=compute_units if compute_units and compute_units > 0 else None,
     )
     return gpu, (f"GPU {index}: {note}" if note else None)
 

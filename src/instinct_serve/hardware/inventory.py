@@ -34,6 +34,7 @@ class Gpu:
     bdf: str | None = None
     partition: str | None = None  # e.g. "SPX/NPS1", "CPX"
     market_name: str | None = None
+    compute_units: int | None = None  # this device's (a partition's share when partitioned)
 
     def to_dict(self) -> dict[str, Any]:
         total, used = self.vram_total_bytes, self.vram_used_bytes
@@ -48,6 +49,7 @@ class Gpu:
             "vram_used_gib": gib(used) if used is not None else None,
             "bdf": self.bdf,
             "partition": self.partition,
+            "compute_units": self.compute_units,
         }
 
 

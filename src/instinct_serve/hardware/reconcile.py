@@ -64,6 +64,8 @@ def fill(primary: list[Gpu], secondary: list[Gpu]) -> tuple[list[Gpu], list[str]
             new = replace(new, bdf=other.bdf)
         if new.partition is None and other.partition:
             new = replace(new, partition=other.partition)
+        if new.compute_units is None and other.compute_units:
+            new = replace(new, compute_units=other.compute_units)
         if (
             is_partitioned(new.partition)
             and other.vram_total_bytes

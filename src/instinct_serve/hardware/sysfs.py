@@ -159,6 +159,7 @@ def parse(files: dict[str, str]) -> Parsed:
             vram_used=dev.size("mem_info_vram_used"),
             bdf=bdf or dev.bdf,
             partition=dev.partition,
+            compute_units=_compute_units(props),
         )
         parsed.gpus.append(gpu)
         if note:
@@ -171,6 +172,13 @@ def parse(files: dict[str, str]) -> Parsed:
                 "(is /dev/kfd present? is the amdgpu driver fully loaded?)"
             )
     return parsed
+
+
+def _compute_units(props: dict[str, int]) -> int | None:
+    """CUs of a KFD node: ``simd_count / simd_per_cu`` (MI300X: 1216 / 4 = 304; a CPX
+    partition's node counts its own XCD's only)."""
+    simds, per_cu = props.get("simd_count"), props.get("simd_per_cu")
+    return simds // per_cu if simds and per_cu else None
 
 
 def _drm_only(drm: dict[str, _Drm]) -> list[Gpu]:

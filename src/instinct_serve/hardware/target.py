@@ -2,9 +2,12 @@
 
 In order: a GPU named with ``--gpu``/``--gfx`` (a profile; no detection), VRAM and count
 given by hand (no detection), else what ``detect`` finds on the host, falling back to a
-named profile where the command allows it (``plan`` on a laptop). Then ``--vram-gb`` or
-``--vram-gib`` overrides the memory, ``--gpu-count`` takes the first N detected GPUs and
-``--gpus`` picks devices by index. Pure: detection is a callable the adapter hands in.
+named profile where the command allows it (``plan`` on a laptop). Detected partitions (CPX
+and the like) keep their own memory: ``partitions.normalize`` gives each its share of the
+GPU where a tool reported the whole GPU's or none, never the profile's whole-GPU figure.
+Then ``--vram-gb`` or ``--vram-gib`` overrides the memory, ``--gpu-count`` takes the first N
+detected GPUs and ``--gpus`` picks devices by index. Pure: detection is a callable the
+adapter hands in.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from instinct_serve.errors import NotReadyError, UsageError
 from instinct_serve.hardware.inventory import Gpu, GpuInventory
+from instinct_serve.hardware.partitions import normalize
 from instinct_serve.hardware.profiles import MIB, get_profile, gpu_choices, is_gfx
 from instinct_serve.options import TargetOptions
 
@@ -74,7 +78,13 @@ def resolve_target(
         if is_gfx(spec) and manual is None:
             notes.append(
                 f"--gpu {spec}: assuming {profile.market_name} "
-                f"({profile.vram_bytes / 2**30:.0f} GiB per GPU); set --vram-gb for another"
+                f"({(profile.vram_bytes or 0) / 2**30:.0f} GiB per GPU); set --vram-gb for "
+                "another"
+            )
+        elif profile.vram_bytes is None and manual is None:
+            notes.append(
+                f"--gpu {spec}: no public memory figure for the {profile.market_name}; "
+                "set --vram-gb (what `instinct detect` shows on such a host)"
             )
     elif not needs_detection(opts):
         inv, source = _manual(manual or 0, opts.gpu_count), "manual"
@@ -102,6 +112,8 @@ def resolve_target(
         else:
             notes.extend(inv.warnings)
             _scope_check(inv, host_name, refuse_unsupported, notes)
+            inv, partition_notes = normalize(inv)
+            notes.extend(partition_notes)
             if opts.gpu_count is not None:
                 if opts.gpu_count > inv.gpu_count:
                     raise UsageError(
@@ -153,7 +165,7 @@ def catalog_key(inventory: GpuInventory) -> str:
     """The profile (``mi300x``) the catalog merges for, else the gfx target: the exact
     profile lets upstream's per-GPU recipe overrides apply. A GPU without a row of its own
     (forced past ``hardware.scope``) takes ``FORCED_SETTINGS_GFX``'s."""
-    from instinct_serve.hardware.profiles import GFX_TARGETS, PROFILES
+    from instinct_serve.hardware.profiles import GFX_TARGETS, profile_named
     from instinct_serve.hardware.scope import FORCED_SETTINGS_GFX
 
     gfx = inventory.gfx_version
@@ -161,8 +173,7 @@ def catalog_key(inventory: GpuInventory) -> str:
         kinds = sorted({g.gfx_version for g in inventory.gpus})
         gfx = kinds[0] if kinds else "unknown"
     first = inventory.gpus[0] if inventory.gpus else None
-    name = (first.market_name or first.name).lower() if first else ""
-    for key in PROFILES:
-        if key in name.replace(" ", "").replace("-", ""):
-            return key
+    profile = profile_named((first.market_name or first.name) if first else None)
+    if profile is not None:
+        return profile.key
     return gfx if gfx in GFX_TARGETS else FORCED_SETTINGS_GFX

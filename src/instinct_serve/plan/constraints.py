@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
+from instinct_serve.hardware.partitions import splits_a_gpu
+
 
 class Shape(NamedTuple):
     """The dimensions that TP shards, read from the model's config."""
@@ -51,6 +53,7 @@ class Situation(NamedTuple):
 
     env: dict[str, str]
     vllm_version: str | None = None
+    partitions_per_gpu: int = 1  # logical GPUs per physical GPU (8 for an MI300X in CPX)
 
     def aiter(self, switch: str) -> bool:
         """AITER is on (``VLLM_ROCM_USE_AITER=1``) and this kernel switch is not off."""
@@ -154,9 +157,18 @@ CONSTRAINTS: tuple[Constraint, ...] = (
 
 def tp_problems(tp: int, shape: Shape | None, situation: Situation) -> list[tuple[str, str]]:
     """(constraint id, why) for each rule this TP breaks; [] when it can start."""
-    if shape is None:
-        return []
     found = []
+    per_gpu = situation.partitions_per_gpu
+    if splits_a_gpu(tp, per_gpu):
+        found.append(
+            (
+                "partition_groups",
+                f"TP {tp} would split a GPU's {per_gpu} partitions between TP groups (a TP "
+                "group takes the partitions of one GPU, or whole GPUs: hardware.partitions)",
+            )
+        )
+    if shape is None:
+        return found
     for rule in CONSTRAINTS:
         if rule.applies(shape, situation):
             problem = rule.problem(tp, shape, situation)

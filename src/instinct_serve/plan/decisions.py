@@ -221,7 +221,11 @@ def choose_tp(
     situation: Situation,
     gpu_label: str = "GPU",
 ) -> TpDecision:
-    """The tensor-parallel size of the launch (see the module doc). Raises to refuse."""
+    """The tensor-parallel size of the launch (see the module doc). Raises to refuse.
+
+    On partitions (``situation.partitions_per_gpu`` > 1) ``latency`` grows the TP only up
+    to one GPU's partitions, or to what the weights need: a TP group across GPUs' partitions
+    is what AMD advises against (``hardware.partitions``)."""
     skipped: list[str] = []
     allowed: list[int] = []
     for tp in _powers(gpu_count):
@@ -277,6 +281,10 @@ def choose_tp(
             },
         )
     objective = getattr(options, "objective", "latency")
+    per_gpu = situation.partitions_per_gpu
+    grow = fitting
+    if per_gpu > 1:
+        grow = [tp for tp in fitting if tp <= max(per_gpu, need)] or fitting[:1]
     if objective == "latency":
         if recipe_tp is not None and recipe_tp in fitting:
             return TpDecision(
@@ -287,13 +295,13 @@ def choose_tp(
         if stated is not None and rough is not None and rough.stated_spans_gpus:
             # the recipe's own command for this GPU spans the node when its stated VRAM is
             # more than one GPU holds (upstream autoFitTp: 1 or all GPUs, never between)
-            tp = fitting[-1]
+            tp = grow[-1]
             why = (
                 f"latency: the recipe's command for this GPU spans the node (TP {tp}): "
                 f"{stated.why}, more than one GPU holds"
             )
             return TpDecision(tp, why, need, need_why, skipped)
-        candidates = [tp for tp in fitting if tp >= start]
+        candidates = [tp for tp in grow if tp >= start]
         if not exact:
             why = f"latency: the smallest TP the estimate allows ({start}){start_why}"
             return TpDecision(start, why, need, need_why, skipped)
@@ -306,6 +314,8 @@ def choose_tp(
                 return TpDecision(tp, why, need, need_why, skipped)
         tp = candidates[-1]
         why = f"latency: no TP holds the full context with safe headroom; TP {tp} holds the most"
+        if per_gpu > 1 and len(grow) < len(fitting):
+            why += f" on one GPU's {per_gpu} partitions"
         return TpDecision(tp, why, need, need_why, skipped)
     for tp in fitting:
         report = fit_at(tp)

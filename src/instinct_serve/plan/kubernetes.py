@@ -160,8 +160,9 @@ def vram_label_values(plan: LaunchPlan) -> list[str]:
     sizes = {vram_label(need): need}
     for profile in PROFILES.values():
         # 1 %: the plan's VRAM went through GB with two decimals
-        if profile.gfx_version == plan.gfx_version and profile.vram_bytes >= need * 0.99:
-            sizes[vram_label(profile.vram_bytes)] = profile.vram_bytes
+        vram = profile.vram_bytes  # None: a profile without a published figure (MI308X)
+        if profile.gfx_version == plan.gfx_version and vram is not None and vram >= need * 0.99:
+            sizes[vram_label(vram)] = vram
     return sorted(sizes, key=lambda label: sizes[label])
 
 

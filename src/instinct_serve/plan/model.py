@@ -173,6 +173,8 @@ class LaunchPlan:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     fit: FitSummary | None = None
     recipe_cross_check: dict[str, Any] | None = None
+    # the GPUs as partitions and the endpoints of this TP the host holds (replica_gpus)
+    partitions: dict[str, Any] | None = None
 
     @property
     def served_model_name(self) -> str:
@@ -240,6 +242,7 @@ class LaunchPlan:
             "conflicts": list(self.conflicts),
             "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
+            "partitions": self.partitions,
         }
 
 

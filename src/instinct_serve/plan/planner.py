@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from instinct_serve import __version__
 from instinct_serve.errors import InstinctError
+from instinct_serve.hardware.partitions import Layout, endpoints, spanning_warning
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.decisions import (
     FIT_OK,
@@ -84,6 +85,7 @@ class PlanInputs:
     tool_version: str = ""
     cross_check: dict[str, Any] | None = None
     env_reasons: dict[str, str] = field(default_factory=dict)  # our data's reason per variable
+    partitions: Layout | None = None  # how the GPUs sit as partitions (hardware.partitions)
 
 
 # ----------------------------------------------------------------- argument helpers
@@ -241,6 +243,24 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
             if other in env:
                 env.pop(other)
                 reasons.append(Reason(other, "--gpus", "dropped: HIP_VISIBLE_DEVICES decides"))
+    partitions = None
+    if inp.partitions is not None:
+        partitions = endpoints(inp.partitions, tp)
+        first_set = partitions["replica_gpus"][0] if partitions["replica_gpus"] else None
+        if inp.partitions.partitioned and tp > 1 and gpu_indices is None and first_set:
+            gpu_indices = list(first_set)
+            env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
+            reasons.append(
+                Reason(
+                    f"HIP_VISIBLE_DEVICES={env['HIP_VISIBLE_DEVICES']}",
+                    "partitions",
+                    "the TP group on the partitions of one GPU (or whole GPUs), never a GPU "
+                    "split between groups",
+                )
+            )
+        spanning = spanning_warning(inp.partitions, tp)
+        if spanning:
+            warnings.append(spanning)
     secrets = ["HF_TOKEN"]  # vLLM and huggingface_hub read it; the value stays outside
     reasons.append(
         Reason(
@@ -449,6 +469,7 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         conflicts=conflicts,
         fit=FitSummary.of(fit) if fit else None,
         recipe_cross_check=inp.cross_check,
+        partitions=partitions,
     )
     plan.labels = managed_labels(
         model=plan.model,

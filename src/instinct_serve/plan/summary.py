@@ -41,6 +41,9 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
         )
     )
     rows.append(("Tensor parallel", str(plan.tensor_parallel_size)))
+    part = plan.partitions
+    if part is not None and part.get("partitioned"):
+        rows.append(("Partitions", str(part.get("note", ""))))
     if plan.max_model_len:
         ctx = f"{plan.max_model_len:,} tokens"
         if plan.context_limited:
