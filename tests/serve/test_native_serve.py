@@ -4,6 +4,7 @@ fake ``vllm`` executable (the test double) found through ``INSTINCT_VLLM_COMMAND
 from __future__ import annotations
 
 import json
+import re
 import os
 import time
 from pathlib import Path
@@ -101,7 +102,8 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         assert status is not None and not status.running
         ps = run_cli(["ps", "--json", "--no-health"], env=native_env)
         rows = {r["name"]: r for r in json.loads(ps.stdout)["endpoints"]}
-        assert rows[name]["status"] == "stopped"  # not "exited (None)"
+        # the launcher's own description: "stopped (exit N)", never "exited (None)"
+        assert re.fullmatch(r"stopped \(exit -?\d+\)", rows[name]["status"]), rows[name]
         # launcher.stop returns once the wrapper is gone; vLLM itself follows shortly
         deadline = time.monotonic() + 10
         while processes_mentioning(f"--port {port}") and time.monotonic() < deadline:
