@@ -225,10 +225,22 @@ def _check_text(key: str, value: Any, longest: int) -> None:
 
 
 def check_config(
-    text: Mapping[str, Any], quantization: Mapping[str, Any], towers: Mapping[str, Any]
+    text: Mapping[str, Any], quantization: Mapping[str, Any], top: Mapping[str, Any]
 ) -> None:
-    """Check every value the estimator reads (see the module docstring); raise
-    ``bad_model_config`` on the first that is out of bounds or of the wrong type."""
+    """Check every value the estimator (and the planner, through ``ModelMeta.config``)
+    reads: ``text`` is the merged text view, ``top`` the whole config (identity keys and the
+    towers). Raise ``bad_model_config`` on the first value out of bounds or of the wrong
+    type."""
+    for view in (top, text):
+        for key in ("model_type",):
+            if view.get(key) is not None:
+                _check_text(key, view[key], MAX_TEXT)
+        archs = view.get("architectures")
+        if archs is not None:
+            if not isinstance(archs, list) or len(archs) > MAX_SMALL:
+                raise _bad("architectures", archs, "is not a list of class names")
+            for arch in archs:
+                _check_text("architectures", arch, MAX_TEXT)
     for key, (low, high) in INT_LIMITS.items():
         value = text.get(key)
         if value is not None:
@@ -252,7 +264,7 @@ def check_config(
             raise _bad(name, block, "is not a pair of block sizes such as [128, 128]")
         for size in block:
             checked_int(name, size, 1, MAX_BLOCK)
-    vision = towers.get("vision_config")
+    vision = top.get("vision_config")
     if isinstance(vision, Mapping):
         for key, (low, high) in TOWER_INT_LIMITS.items():
             value = vision.get(key)
