@@ -57,6 +57,9 @@ KNOWN_ERRORS: dict[str, str] = {
     "weights_unknown": "no weight size: no safetensors metadata, family not modelled",
     "model_not_found": "not a hub id nor a directory",
     "model_metadata_unavailable": "offline and nothing on this machine has the model",
+    "gated_model": "the Hub repo is gated and the token has no access",
+    "hub_refused": "the Hub refused the metadata (HTTP error)",
+    "revision_not_found": "--revision names no branch, tag or commit",
     # what the fit or plan refuses
     "bad_tp_for_model": "--tp does not divide the model's heads",
     "bad_context_length": "a recipe context_length out of bounds",

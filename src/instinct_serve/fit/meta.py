@@ -19,10 +19,12 @@ from instinct_serve.fit.dtypes import dtype_bytes
 from instinct_serve.fit.params import UnsupportedArchitecture, count_parameters
 
 SOURCES = ("local_dir", "hf_cache", "hub", "hub_cache", "shipped", "config")
-# Weight figures, whatever their source (headers, an index, the Hub, a cache): the largest
-# published checkpoints hold ~1-2e12 parameters in ~2 TB; these bounds are ~500x that.
-MAX_CHECKPOINT_ELEMENTS = 1 << 50  # ~1.1e15 stored elements of one dtype
-MAX_CHECKPOINT_BYTES = 1 << 53  # ~9e15 bytes
+# Weight figures, whatever their source (headers, an index, the Hub, a cache, config
+# shapes). The largest published checkpoints hold ~1-2e12 parameters in ~2 TB; these bounds
+# are far above (the largest model the config bounds admit, 1,024 layers of 4,096 experts
+# 2^17 x 2^20, has ~1.7e18 elements) and keep every sum and float conversion finite.
+MAX_CHECKPOINT_ELEMENTS = 1 << 62  # ~4.6e18 stored elements of one dtype
+MAX_CHECKPOINT_BYTES = 1 << 63  # ~9.2e18 bytes
 
 
 def _checked_figure(what: str, value: Any, high: int) -> None:
