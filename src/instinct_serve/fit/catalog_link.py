@@ -201,7 +201,7 @@ def fit_options(
     options = FitOptions(
         tp=tp,
         max_model_len=max_model_len,
-        native_max_model_len=ctx.context_length,
+        native_max_model_len=ctx.context_length or None,  # upstream writes 0 for "unknown"
         native_source="recipe context_length" if ctx.context_length else None,
         kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=gpu_memory_utilization,

@@ -160,10 +160,10 @@ class FitOptions:
         if native is not None and (
             isinstance(native, bool)
             or not isinstance(native, int)
-            or not 1 <= native <= MAX_POSITIONS
+            or not 0 <= native <= MAX_POSITIONS
         ):
             raise UsageError(
-                f"the recipe's context_length {native!r} is outside [1, {MAX_POSITIONS}]",
+                f"the recipe's context_length {native!r} is outside [0, {MAX_POSITIONS}]",
                 fix="correct the recipe (or run `instinct recipes sync`), or pass --max-model-len",
                 id="bad_context_length",
             )
