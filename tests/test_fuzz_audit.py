@@ -157,3 +157,19 @@ def test_a_finding_is_reported() -> None:
     for outcome in (slow, internal, odd):
         assert outcome.problems()
     assert fuzz.Outcome("cli", ["fit", "--json"], code=2, error_id="bad_config").problems() == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "error_id"),
+    [
+        (["fit", "Qwen/Qwen3-8B", "--gpu", "mi300x", "--gpu-count", "1000000000"], "bad_gpu_count"),
+        (["serve", "Qwen/Qwen3-8B", "--gpu", "mi300x", "--timeout", "nan"], "bad_timeout_s"),
+        (["serve", "Qwen/Qwen3-8B", "--gpu", "mi300x", "--timeout", "inf"], "bad_timeout_s"),
+    ],
+)
+def test_the_audits_option_findings_are_refused(argv: list[str], error_id: str) -> None:
+    """The audit's --gpu-count 1000000000 (out of memory) and --timeout nan (never timed
+    out): refused by options.py before anything runs."""
+    outcome = fuzz.run_cli([*argv, "--json"])
+    assert (outcome.code, outcome.error_id) == (2, error_id)
+    assert outcome.seconds < fuzz.LIMIT_S

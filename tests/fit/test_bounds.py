@@ -422,3 +422,9 @@ def test_error_ids_of_the_loaders_are_documented() -> None:
     raised |= {"bad_safetensors_index"}
     undocumented = {i for i in raised if not fuzz.known_error(i)}
     assert not undocumented, undocumented
+
+
+def test_a_recipe_context_length_of_zero_means_unknown() -> None:
+    """Upstream writes ``context_length: 0`` when it does not say: the config's is used."""
+    opts, _notes = fit_options(LaunchContext(context_length=0))
+    assert opts.native_max_model_len is None
