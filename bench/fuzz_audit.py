@@ -179,6 +179,9 @@ def main() -> int:
     parser.add_argument("--dirs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--show", type=int, default=15, help="findings to describe")
+    parser.add_argument(
+        "--hang-s", type=float, default=fuzz.HANG_S, help="stop a run after this long (a hang)"
+    )
     args = parser.parse_args()
 
     import instinct_serve
@@ -197,7 +200,7 @@ def main() -> int:
                 cli_option_runs(),
                 args.cli_runs // 2,
                 args.seed,
-                lambda a: options.add(fuzz.run_cli(a)),
+                lambda a: options.add(fuzz.run_cli(a, hang_s=args.hang_s)),
             )
 
             parsed = Tally("options (parse)")
@@ -220,7 +223,11 @@ def main() -> int:
                 folder = base / f"cfg{counter[0]}"
                 folder.mkdir()
                 (folder / "config.json").write_bytes(fuzz.dumps(doc))
-                values.add(fuzz.run_cli([job, str(folder), "--gpu", "mi300x", "--json"]))
+                values.add(
+                    fuzz.run_cli(
+                        [job, str(folder), "--gpu", "mi300x", "--json"], hang_s=args.hang_s
+                    )
+                )
 
             run(
                 st.tuples(st.sampled_from(["fit", "plan"]), fuzz.config_docs()),
@@ -235,11 +242,23 @@ def main() -> int:
             def dir_one(entries: dict[str, fuzz.Entry]) -> None:
                 counter[0] += 1
                 folder = fuzz.build_dir(base / f"dir{counter[0]}", entries)
-                dirs.add(fuzz.run_cli(["fit", str(folder), "--gpu", "mi300x", "--json"]))
+                dirs.add(
+                    fuzz.run_cli(
+                        ["fit", str(folder), "--gpu", "mi300x", "--json"], hang_s=args.hang_s
+                    )
+                )
                 if counter[0] % 3 == 0:
-                    dirs.add(fuzz.run_cli(["plan", str(folder), "--gpu", "mi300x", "--json"]))
+                    dirs.add(
+                        fuzz.run_cli(
+                            ["plan", str(folder), "--gpu", "mi300x", "--json"], hang_s=args.hang_s
+                        )
+                    )
                 if counter[0] % 5 == 0:
-                    dirs.add(fuzz.run_mcp("fit", {"model": str(folder), "gpu": "mi300x"}))
+                    dirs.add(
+                        fuzz.run_mcp(
+                            "fit", {"model": str(folder), "gpu": "mi300x"}, hang_s=args.hang_s
+                        )
+                    )
 
             run(fuzz.model_dirs(), args.dirs, args.seed, dir_one)
 
