@@ -101,7 +101,7 @@ def test_a_huge_layer_count_is_refused_at_once(
         {"quantization_config": {"quant_method": "fp8", "weight_block_size": [0, 128]}},
         {"rope_scaling": {"factor": float("nan")}},
         {"architectures": 5},
-        {"text_config": {"num_hidden_layers": 2, "num_key_value_heads": [1, 2]}},
+        {"text_config": {"num_hidden_layers": 2, "num_key_value_heads": [0, 2]}},
         {"vision_config": {"depth": 10**9, "hidden_size": 8, "intermediate_size": 8}},
     ],
 )
@@ -135,7 +135,7 @@ def test_each_bound_admits_its_range_and_refuses_beyond(key: str) -> None:
     base = small_config(hidden_size=2048, num_attention_heads=16, head_dim=128)
     for ok in (low, high, float(high)):
         ModelConfig({**base, key: ok})
-    for bad in (low - 1, high + 1, True, "8", 1.5, float("nan"), [8]):
+    for bad in (low - 1, high + 1, True, "8", 1.5, float("nan"), [high + 1], {"x": 1}):
         error = refused({**base, key: bad})
         assert error.details["key"] == key
 
@@ -149,6 +149,16 @@ def test_each_vision_tower_bound(key: str) -> None:
     for bad in (low - 1, high + 1, "2"):
         error = refused(small_config(vision_config={**tower, key: bad}))
         assert error.details["key"] == f"vision_config.{key}"
+
+
+def test_per_layer_lists_are_bounded_then_read_as_absent() -> None:
+    """OpenELM writes num_kv_heads per layer, Hunyuan moe_topk: within bounds, each value,
+    and the estimator reads the key as absent (as before these checks)."""
+    config = ModelConfig(small_config(num_key_value_heads=[2, 4], num_experts_per_tok=[8, 8]))
+    assert config.num_kv_heads == 4  # num_attention_heads: MHA
+    assert config.experts_per_token == 0
+    refused(small_config(num_key_value_heads=[2] * 5000))
+    refused(small_config(num_key_value_heads=[2, "4"]))
 
 
 def test_the_largest_real_configs_pass(tmp_path: Path) -> None:

@@ -143,6 +143,7 @@ class Outcome:
     seconds: float = 0.0
     error_id: str | None = None
     hang: bool = False
+    hang_s: float = HANG_S  # the run was stopped after this long
     crash: str = ""  # an exception that escaped (parse) or internal_error (mcp)
     doc: dict[str, Any] = field(default_factory=dict)
 
@@ -183,7 +184,7 @@ class Outcome:
         """Why this run is not a correct answer (empty when it is)."""
         found = []
         if self.hang:
-            found.append(f"hang (> {HANG_S:g} s)")
+            found.append(f"hang (stopped after {self.hang_s:g} s)")
         elif self.seconds > LIMIT_S:
             found.append(f"took {self.seconds:.1f} s (> {LIMIT_S:g} s)")
         if self.traceback:
@@ -221,7 +222,7 @@ def run_cli(argv: list[str], *, hang_s: float = HANG_S) -> Outcome:
     from instinct_serve.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
-    outcome = Outcome("cli", list(argv))
+    outcome = Outcome("cli", list(argv), hang_s=hang_s)
     start = time.monotonic()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), time_limit(hang_s):
@@ -248,7 +249,7 @@ def run_mcp(tool: str, arguments: dict[str, Any], *, hang_s: float = HANG_S) -> 
 
     from instinct_serve.agents.server import EXIT_CODE_META, call_tool
 
-    outcome = Outcome("mcp", dict(arguments))
+    outcome = Outcome("mcp", dict(arguments), hang_s=hang_s)
     params = CallToolRequestParams(name=tool, arguments=arguments)
     start = time.monotonic()
     err = io.StringIO()

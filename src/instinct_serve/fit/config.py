@@ -217,6 +217,16 @@ def _check_list(key: str, value: Any, items: str) -> None:
             raise _bad(key, item, "is not a layer kind name")
 
 
+def _check_per_layer(key: str, value: list[Any], low: int, high: int) -> None:
+    """A list of per-layer values of a number (some families write one per layer): each
+    within the number's bounds, at most ``MAX_LIST`` of them. The estimator does not model
+    per-layer values: the accessors read the key as absent, as vLLM's defaults would."""
+    if len(value) > MAX_LIST:
+        raise _bad(key, f"({len(value)} items)", f"has more than {MAX_LIST} items")
+    for item in value:
+        checked_int(key, item, low, high)
+
+
 def _check_text(key: str, value: Any, longest: int) -> None:
     if not isinstance(value, str):
         raise _bad(key, value, f"is {_kind(value)}, not text")
@@ -243,7 +253,9 @@ def check_config(
                 _check_text("architectures", arch, MAX_TEXT)
     for key, (low, high) in INT_LIMITS.items():
         value = text.get(key)
-        if value is not None:
+        if isinstance(value, list):  # per-layer values (OpenELM's heads, Hunyuan's top-k):
+            _check_per_layer(key, value, low, high)  # bounded, then read as absent
+        elif value is not None:
             checked_int(key, value, low, high)
     for key, items in _LIST_KEYS.items():
         value = text.get(key)
