@@ -438,3 +438,24 @@ def test_a_recipe_context_length_of_zero_means_unknown() -> None:
     """Upstream writes ``context_length: 0`` when it does not say: the config's is used."""
     opts, _notes = fit_options(LaunchContext(context_length=0))
     assert opts.native_max_model_len is None
+
+
+@pytest.mark.parametrize(
+    ("change", "parameters", "error_id"),
+    [
+        ({"num_hidden_layers": 1e30}, {"BF16": 10}, "bad_model_config"),
+        ({}, {"BF16": -5}, "bad_model_metadata"),
+        ({}, {"BF16": 1.5}, "bad_model_metadata"),
+        ({}, {"BF16": 2**70}, "bad_model_metadata"),
+    ],
+)
+def test_a_hub_answer_out_of_bounds(
+    hub: Any, change: dict[str, Any], parameters: dict[str, Any], error_id: str
+) -> None:
+    """A Hub (or a proxy) answering odd figures gets the same bounds as a local directory."""
+    from tests.fit.hubserver import LLAMA, serve_model
+
+    serve_model(hub, "acme/odd", {**LLAMA, **change}, parameters)
+    with pytest.raises(UsageError) as err:
+        load_model_meta("acme/odd")
+    assert err.value.id == error_id

@@ -484,7 +484,7 @@ def fetch_hub_meta(
         meta = ModelMeta(
             model_id=repo_id,
             config=config,
-            dtype_counts={str(k).upper(): int(v) for k, v in counts.items()},
+            dtype_counts=_hub_counts(repo_id, counts),
             source="hub",
             weights_source="hub_safetensors",
             source_detail=detail,
@@ -498,6 +498,21 @@ def fetch_hub_meta(
             gated=gated,
         )
     return meta
+
+
+def _hub_counts(repo_id: str, counts: Mapping[str, Any]) -> dict[str, int]:
+    """The Hub's per-dtype parameter counts, whole numbers (``ModelMeta`` bounds them)."""
+    out: dict[str, int] = {}
+    for dtype, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise UsageError(
+                f"the Hub's safetensors metadata of {repo_id} has a {str(dtype)[:20]} count "
+                f"{str(count)[:40]!r} that is not a whole number",
+                fix="pass the model's local directory, or retry later",
+                id="bad_model_metadata",
+            )
+        out[str(dtype).upper()] = count
+    return out
 
 
 def quantized_siblings(
