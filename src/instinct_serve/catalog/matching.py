@@ -213,7 +213,7 @@ def _local_architectures(path: str) -> list[str]:
     try:
         with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
             doc = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deep
         return []
     archs = doc.get("architectures") if isinstance(doc, dict) else None
     return [str(a) for a in archs] if isinstance(archs, list) else []

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from instinct_serve.catalog.recipe import env_problem
 from instinct_serve.errors import InstinctError, UsageError
 
 GPU_OVERRIDES_FILE = "gpu_overrides.json"
@@ -272,6 +273,17 @@ def _dict_str(value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def _env(value: Any) -> dict[str, str]:
+    """An environment map of the data file, every name and value checked (``env_problem``):
+    a bad one makes the file damaged, it never reaches a command line."""
+    env = _dict_str(value)
+    for name, val in env.items():
+        problem = env_problem(name, val)
+        if problem:
+            raise TypeError(problem)
+    return env
+
+
 def gpu_overrides_from_data(data: dict[str, Any]) -> GpuOverrides:
     """Build the runtime view (raises KeyError/TypeError on a damaged file)."""
     flags = tuple(
@@ -281,6 +293,7 @@ def gpu_overrides_from_data(data: dict[str, Any]) -> GpuOverrides:
     configs: dict[str, GpuConfig] = {}
     for gfx, cfg in data["gpu_configs"].items():
         prec = cfg["precision"]
+        _env({k: v["value"] for k, v in cfg["env_defaults"].items()})
         configs[gfx] = GpuConfig(
             gfx=gfx,
             family=str(cfg["family"]),
@@ -301,7 +314,7 @@ def gpu_overrides_from_data(data: dict[str, Any]) -> GpuOverrides:
             model_overrides=tuple(
                 ModelOverride(
                     match=str(o["match"]),
-                    env=_dict_str(o.get("env", {})),
+                    env=_env(o.get("env", {})),
                     args=_tuple_str(o.get("args", [])),
                     remove_args=tuple(
                         ArgRemoval(str(r["flag"]), r.get("value_prefix"))
@@ -338,7 +351,7 @@ def gpu_overrides_from_data(data: dict[str, Any]) -> GpuOverrides:
             tool_call_parser=entry.get("tool_call_parser"),
             reasoning_parser=entry.get("reasoning_parser"),
             args=_tuple_str(entry.get("args", [])),
-            env=_dict_str(entry.get("env", {})),
+            env=_env(entry.get("env", {})),
             reason=str(entry["reason"]),
             reference=str(entry["reference"]),
         )

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from instinct_serve.catalog.recipe import recipe_env_problem
+
 MAX_RECIPE_BYTES = 1 << 20  # the largest upstream recipe is ~60 KB
 MAX_NODES = 200_000  # scalar + container nodes after alias expansion
 MAX_DEPTH = 64  # upstream recipes nest ~8 deep; YAML aliases can even build cycles
@@ -212,6 +214,10 @@ def parse_strategies(root: Path) -> dict[str, dict[str, Any]]:
             data = normalize(load_yaml(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, RecipeFileError):
             continue
-        if isinstance(data, dict) and isinstance(data.get("name"), str):
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("name"), str)
+            and recipe_env_problem(data) is None  # a bad variable name is never rendered
+        ):
             found[data["name"]] = data
     return found

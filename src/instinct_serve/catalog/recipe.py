@@ -15,10 +15,66 @@ generation/brand key (both ``amd`` for Instinct), which wins over ``default``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 AMD_KEYS = ("amd",)  # generation and brand of every Instinct profile in upstream's taxonomy
+
+# Environment variables that recipes and the GPU data set on a launch: a shell-safe name
+# (``options.ENV_NAME``: ``[A-Za-z_][A-Za-z0-9_]*``) and a one-line value.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_ENV_NAME = 128
+MAX_ENV_VALUE = 4096
+# Where recipe data holds environment maps: a key ending a path in these names.
+ENV_KEYS = ("env", "extra_env", "base_env")
+
+
+def env_problem(name: Any, value: Any) -> str | None:
+    """Why ``name=value`` cannot be set on a launch (None: it can). Values are text (YAML
+    numbers and booleans were turned into text when the recipe was read) on one line."""
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name) or len(name) > MAX_ENV_NAME:
+        return (
+            f"environment variable name {str(name)[:60]!r} is not [A-Za-z_][A-Za-z0-9_]* "
+            f"(at most {MAX_ENV_NAME} characters)"
+        )
+    if not isinstance(value, str):
+        return f"environment variable {name} has a value that is not text"
+    if len(value) > MAX_ENV_VALUE:
+        return f"environment variable {name} has a value longer than {MAX_ENV_VALUE}"
+    if any(c in value for c in "\0\n\r"):
+        return f"environment variable {name} has a value with a NUL or a line break"
+    return None
+
+
+def env_maps(data: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(where, value) of every environment map in a recipe's data (``env``, ``extra_env``,
+    ``base_env`` at any depth: variants, hardware and strategy overrides, features, modes)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key in ENV_KEYS:
+                yield where, value
+            else:
+                yield from env_maps(value, where)
+    elif isinstance(data, list):
+        for item in data:
+            yield from env_maps(item, path)
+
+
+def recipe_env_problem(data: Any) -> str | None:
+    """The first environment problem of a recipe's data, naming where it is (None: none).
+    The schema refuses such a recipe when it is read (it is skipped with this reason)."""
+    for where, mapping in env_maps(data):
+        if mapping is None:
+            continue
+        if not isinstance(mapping, dict):
+            return f"{where}: not a mapping of environment variables"
+        for name, value in mapping.items():
+            problem = env_problem(name, value)
+            if problem:
+                return f"{where}: {problem}"
+    return None
 
 
 def _str_list(value: Any) -> list[str]:
@@ -27,6 +83,15 @@ def _str_list(value: Any) -> list[str]:
 
 def _str_dict(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _env_dict(value: Any) -> dict[str, str]:
+    """An environment map, without the entries ``env_problem`` refuses: a recipe stored
+    before this check (a cache of an older version) never puts them on a command line."""
+    if not isinstance(value, dict):
+        return {}
+    pairs = ((str(k), str(v)) for k, v in value.items() if isinstance(v, str | int | float))
+    return {k: v for k, v in pairs if env_problem(k, v) is None}
 
 
 def _opt_str(value: Any) -> str | None:
@@ -75,7 +140,7 @@ class HardwareOverride(NamedTuple):
         return cls(
             key=key,
             extra_args=_str_list(data.get("extra_args")),
-            extra_env=_str_dict(data.get("extra_env")),
+            extra_env=_env_dict(data.get("extra_env")),
             image=clean_image(image) if isinstance(image, str) else None,
             raw=data,
         )
@@ -127,7 +192,7 @@ class Variant(NamedTuple):
             description=_opt_str(data.get("description")),
             label=_opt_str(data.get("label")),
             extra_args=_str_list(data.get("extra_args")),
-            extra_env=_str_dict(data.get("extra_env")),
+            extra_env=_env_dict(data.get("extra_env")),
             min_vllm_version=_opt_str(data.get("min_vllm_version")),
             docker_image=data.get("docker_image"),
             hardware_overrides=_overrides(data.get("hardware_overrides")),
@@ -183,7 +248,7 @@ class FeatureMode(NamedTuple):
         return cls(
             key=key,
             args=_str_list(data.get("args")),
-            env=_str_dict(data.get("env")),
+            env=_env_dict(data.get("env")),
             variants=_str_list(variants) if isinstance(variants, list) and variants else None,
             hardware=_str_dict(data.get("hardware")),
             hardware_overrides=data.get("hardware_overrides") or {},
@@ -217,7 +282,7 @@ class Feature(NamedTuple):
             name=name,
             description=_opt_str(data.get("description")),
             args=_str_list(data.get("args")),
-            env=_str_dict(data.get("env")),
+            env=_env_dict(data.get("env")),
             default_mode=_opt_str(data.get("default_mode")),
             modes={str(k): FeatureMode.from_data(str(k), v) for k, v in (modes or {}).items()},
             hardware_overrides=data.get("hardware_overrides") or {},
@@ -247,12 +312,12 @@ class Feature(NamedTuple):
             over = hardware_keyed(mode.hardware_overrides, hw_id)
             over = over if isinstance(over, dict) else {}
             args = _str_list(over["args"]) if "args" in over else mode.args
-            env = _str_dict(over["env"]) if "env" in over else mode.env
+            env = _env_dict(over["env"]) if "env" in over else mode.env
             return list(args), dict(env)
         over = hardware_keyed(self.hardware_overrides, hw_id)
         over = over if isinstance(over, dict) else {}
         args = _str_list(over["args"]) if isinstance(over.get("args"), list) else self.args
-        env = _str_dict(over["env"]) if isinstance(over.get("env"), dict) else self.env
+        env = _env_dict(over["env"]) if isinstance(over.get("env"), dict) else self.env
         return list(args), dict(env)
 
     def to_dict(self) -> dict[str, Any]:
@@ -358,7 +423,7 @@ class Recipe:
 
     @property
     def base_env(self) -> dict[str, str]:
-        return _str_dict(self.model.get("base_env"))
+        return _env_dict(self.model.get("base_env"))
 
     @property
     def is_omni(self) -> bool:

@@ -17,7 +17,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+)
+
+from instinct_serve.catalog.recipe import env_problem, recipe_env_problem
 
 # ---------------------------------------------------------------------------- coercions
 
@@ -49,7 +58,17 @@ def _env(value: Any) -> dict[str, str]:
         if not isinstance(key, str) or not key:
             raise ValueError(f"invalid environment variable name {key!r}")
         out[key] = _scalar_text(val)
-    return out
+    return _checked_env(out)
+
+
+def _checked_env(env: dict[str, str]) -> dict[str, str]:
+    """Names ``[A-Za-z_][A-Za-z0-9_]*``, values on one line without NUL (``env_problem``):
+    a recipe or data file that breaks this is refused when it is read, never rendered."""
+    for key, val in env.items():
+        problem = env_problem(key, val)
+        if problem:
+            raise ValueError(problem)
+    return env
 
 
 def _opt_text(value: Any) -> str | None:
@@ -100,7 +119,8 @@ class RecipeModelSection(_Open):
     architecture: OptText = None
     parameter_count: OptText = None
     active_parameters: OptText = None
-    context_length: int | None = None
+    # tokens; upstream writes 0 for "not stated"; at most --max-model-len's bound (2^26)
+    context_length: int | None = Field(default=None, ge=0, le=1 << 26)
     base_args: Args = Field(default_factory=list)
     base_env: Env = Field(default_factory=dict)
     nightly_required: bool = False
@@ -178,6 +198,15 @@ class RecipeVariant(_Open):
     default_modes: dict[str, str] | None = None
 
 
+def _strategy_env(value: dict[str, Any]) -> dict[str, Any]:
+    """``strategy_overrides.<s>.extra_env`` (and its hardware overrides') are untyped here
+    (upstream's shape varies): their environment maps are checked all the same."""
+    problem = recipe_env_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 class RecipeDoc(_Open):
     """One file of ``models/<org>/<repo>.yaml`` (or one recipe of the JSON API)."""
 
@@ -194,9 +223,9 @@ class RecipeDoc(_Open):
     hardware_overrides: Annotated[dict[str, HardwareOverride], BeforeValidator(_empty_dict)] = (
         Field(default_factory=dict)
     )
-    strategy_overrides: Annotated[dict[str, Any], BeforeValidator(_empty_dict)] = Field(
-        default_factory=dict
-    )
+    strategy_overrides: Annotated[
+        dict[str, Any], BeforeValidator(_empty_dict), AfterValidator(_strategy_env)
+    ] = Field(default_factory=dict)
     hardware_opt_in_features: Annotated[dict[str, list[str]], BeforeValidator(_empty_dict)] = Field(
         default_factory=dict
     )
@@ -229,9 +258,12 @@ class ArgRemoval(BaseModel):
     value_prefix: str | None = None
 
 
+CheckedEnv = Annotated[dict[str, str], AfterValidator(_checked_env)]
+
+
 class ModelOverride(Sourced):
     match: str = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: CheckedEnv = Field(default_factory=dict)
     args: list[str] = Field(default_factory=list)
     remove_args: list[ArgRemoval] = Field(default_factory=list)
 
@@ -265,6 +297,13 @@ class GpuConfig(BaseModel):
     aiter: bool
     env_defaults: dict[str, EnvDefault]
     precision: PrecisionSupport
+
+    @field_validator("env_defaults")
+    @classmethod
+    def _env_names(cls, value: dict[str, EnvDefault]) -> dict[str, EnvDefault]:
+        _checked_env({k: v.value for k, v in value.items()})
+        return value
+
     model_overrides: list[ModelOverride] = Field(default_factory=list)
     workarounds: list[Workaround] = Field(default_factory=list)
 
@@ -281,7 +320,7 @@ class LegacyModelDoc(Sourced):
     tool_call_parser: str | None
     reasoning_parser: str | None = None
     args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: CheckedEnv = Field(default_factory=dict)
 
 
 class GpuOverridesDoc(BaseModel):

@@ -6,7 +6,11 @@ API for the planner (``estimate`` and ``alternatives`` are pure; the rest are ad
         A hub id or local directory: local dir, HF cache (+ cached Hub answers), the Hub
         (HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN read at call time), shipped metadata.
         Errors: model_not_found (with close matches from ``suggest``), gated_model (names
-        the license page), model_metadata_unavailable, no_config, hub_refused.
+        the license page), model_metadata_unavailable, no_config, hub_refused; for damaged
+        input: bad_config (config.json unreadable, too large, not a JSON object),
+        bad_model_config (a value of the wrong type or outside ``config.INT_LIMITS``: key
+        and value named), bad_safetensors, bad_safetensors_index, bad_model_metadata,
+        model_dir_unreadable (permission denied, a link loop).
     launch_context(model_id, gpu) -> LaunchContext
         Recipe context_length, variants, AMD launch args, the image's vLLM version and the
         gfx's native/unsupported precisions from the catalog (best effort, never raises).

@@ -180,17 +180,28 @@ def fit_options(
     if not speculative_mtp and spec:
         try:
             doc = json.loads(spec)
-        except ValueError:
+        except (ValueError, RecursionError):
             doc = None
         if isinstance(doc, dict) and "mtp" in str(doc.get("method", "")).lower():
-            speculative_mtp = int(doc.get("num_speculative_tokens") or 1)
+            tokens = doc.get("num_speculative_tokens") or 1
+            if isinstance(tokens, bool) or not isinstance(tokens, int):
+                from instinct_serve.errors import UsageError
+
+                raise UsageError(
+                    f"--speculative-config num_speculative_tokens {str(tokens)[:40]!r} in the "
+                    "launch flags is not a whole number",
+                    fix="give num_speculative_tokens as a number, e.g. "
+                    '{"method": "mtp", "num_speculative_tokens": 1}',
+                    id="bad_speculative_mtp",
+                )
+            speculative_mtp = tokens
             notes.append(
                 f"MTP speculative decoding ({speculative_mtp} tokens) from the launch flags"
             )
     options = FitOptions(
         tp=tp,
         max_model_len=max_model_len,
-        native_max_model_len=ctx.context_length,
+        native_max_model_len=ctx.context_length or None,  # upstream writes 0 for "unknown"
         native_source="recipe context_length" if ctx.context_length else None,
         kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
@@ -296,15 +307,14 @@ def fit_model(
     are ``fit_options``'s; ``stage`` wraps the slow steps (a spinner in the CLI).
     """
     from contextlib import nullcontext
-    from pathlib import Path
 
     from instinct_serve.fit.estimate import estimate
-    from instinct_serve.fit.sources import load_model_meta
+    from instinct_serve.fit.sources import is_local_dir, load_model_meta
 
     def step(text: str) -> AbstractContextManager[Any]:
         return stage(text) if stage is not None else nullcontext()
 
-    is_dir = Path(model).expanduser().is_dir()
+    is_dir = is_local_dir(model)
     ctx = (launch_context(model, gpu or hw.gfx_version) if not is_dir else None) or (
         LaunchContext()
     )

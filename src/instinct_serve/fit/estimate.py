@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from instinct_serve.errors import UsageError
-from instinct_serve.fit.config import ModelConfig
+from instinct_serve.fit.config import MAX_POSITIONS, ModelConfig
 from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
 from instinct_serve.fit.kv import KvLayout, LayerKind, ModelLayers, describe_layers, kv_layout
 from instinct_serve.fit.meta import ModelMeta
@@ -96,6 +96,17 @@ class HardwareSpec:
         }
 
 
+# FitOptions fields bounded as the options of ``instinct fit`` are (``options.FitRequest``).
+_BOUNDED = (
+    "tp",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "block_size",
+    "speculative_mtp",
+)
+
+
 @dataclass(frozen=True)
 class FitOptions:
     """The launch being sized; None means "vLLM's default for this model and version"."""
@@ -119,13 +130,43 @@ class FitOptions:
     sampler_bytes_per_logit: int | None = None
 
     def __post_init__(self) -> None:
-        if self.tp is not None and (self.tp < 1 or self.tp & (self.tp - 1)):
+        """The bounds of ``options.FitRequest`` hold here too: these values also come from
+        launch flags (a recipe's, a plan's ``-- ARGS``) and the catalog, not only from
+        ``parse``. A violation has the option's own error id (``bad_<option>``)."""
+        from instinct_serve.options import FitRequest, option_of
+
+        for name in _BOUNDED:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            spec = option_of(FitRequest, name)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if not whole:
+                raise FitRequest.error_for(name, value, "is not a whole number")
+            if not (spec.low or 0) <= value <= (spec.high or value):
+                raise FitRequest.error_for(name, value, f"is outside [{spec.low:g}, {spec.high:g}]")
+        if self.tp is not None and self.tp & (self.tp - 1):
             raise UsageError("--tp must be a power of two", id="bad_tp")
         util = self.gpu_memory_utilization
-        if util is not None and not 0 < util <= 1:
-            raise UsageError("--gpu-memory-utilization must be in (0, 1]", id="bad_utilization")
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise UsageError("--max-model-len must be positive", id="bad_max_model_len")
+        if util is not None and (
+            isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1
+        ):
+            raise UsageError(
+                f"--gpu-memory-utilization {util!r} is not in (0, 1]",
+                fix="use a fraction such as 0.9",
+                id="bad_gpu_memory_utilization",
+            )
+        native = self.native_max_model_len
+        if native is not None and (
+            isinstance(native, bool)
+            or not isinstance(native, int)
+            or not 0 <= native <= MAX_POSITIONS
+        ):
+            raise UsageError(
+                f"the recipe's context_length {native!r} is outside [0, {MAX_POSITIONS}]",
+                fix="correct the recipe (or run `instinct recipes sync`), or pass --max-model-len",
+                id="bad_context_length",
+            )
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from instinct_serve.errors import UsageError
 from instinct_serve.fit.config import ModelConfig
 from instinct_serve.fit.dtypes import torch_dtype_bytes
 
@@ -302,6 +303,14 @@ def describe_layers(config: ModelConfig, *, include_mtp: bool = False) -> ModelL
     if include_mtp:
         full = LayerKind.MLA if attention.mla else LayerKind.FULL
         specs.extend(LayerSpec(full, attention=attention) for _ in range(config.mtp_layers))
+    if not specs:
+        raise UsageError(
+            "config.json describes no attention or recurrent layer (its layer types or "
+            "hybrid_override_pattern leave none): there is no KV cache to size",
+            fix="check that the model is a decoder LLM with a complete config.json",
+            id="bad_model_config",
+            details={"key": "layer_types"},
+        )
     return ModelLayers(tuple(specs), config.dtype_bytes, config.num_attention_heads, tuple(notes))
 
 
@@ -357,12 +366,13 @@ class KvLayout:
         return self.page_bytes * self.group_size * self.blocks_per_request(length)
 
     def num_blocks(self, available_bytes: int) -> int:
-        if available_bytes <= 0:
+        if available_bytes <= 0 or self.page_bytes <= 0 or self.group_size <= 0:
             return 0
         return available_bytes // self.page_bytes // self.group_size
 
     def max_concurrency(self, num_blocks: int, length: int) -> float:
-        return num_blocks / self.blocks_per_request(length)
+        per_request = self.blocks_per_request(length)
+        return num_blocks / per_request if per_request > 0 else 0.0
 
     def max_model_len(self, available_bytes: int, upper: int) -> int:
         """Longest request that fits, by bisection like vLLM's estimate (0 if none)."""

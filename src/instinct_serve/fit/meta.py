@@ -13,10 +13,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from instinct_serve.errors import UsageError
+from instinct_serve.fit.config import ModelConfig
 from instinct_serve.fit.dtypes import dtype_bytes
 from instinct_serve.fit.params import UnsupportedArchitecture, count_parameters
 
 SOURCES = ("local_dir", "hf_cache", "hub", "hub_cache", "shipped", "config")
+# Weight figures, whatever their source (headers, an index, the Hub, a cache, config
+# shapes). The largest published checkpoints hold ~1-2e12 parameters in ~2 TB; these bounds
+# are far above (the largest model the config bounds admit, 1,024 layers of 4,096 experts
+# 2^17 x 2^20, has ~1.7e18 elements) and keep every sum and float conversion finite.
+MAX_CHECKPOINT_ELEMENTS = 1 << 62  # ~4.6e18 stored elements of one dtype
+MAX_CHECKPOINT_BYTES = 1 << 63  # ~9.2e18 bytes
+
+
+def _checked_figure(what: str, value: Any, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise UsageError(
+            f"the model's weight metadata has {what} = {str(value)[:40]}, outside [0, {high}]",
+            fix="check the model's safetensors files or index (re-download them)",
+            id="bad_model_metadata",
+        )
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,17 @@ class ModelMeta:
     revision: str | None = None
     gated: bool = False
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Every figure in bounds and the config's numbers checked (``check_config``), once,
+        whatever source built the metadata."""
+        for dtype, count in (self.dtype_counts or {}).items():
+            _checked_figure(f"a {dtype} count", count, MAX_CHECKPOINT_ELEMENTS)
+        if self.total_bytes is not None:
+            _checked_figure("total_size", self.total_bytes, MAX_CHECKPOINT_BYTES)
+        for part, size in self.component_bytes.items():
+            _checked_figure(f"{part} bytes", size, MAX_CHECKPOINT_BYTES)
+        ModelConfig(self.config)
 
     @property
     def checkpoint_bytes(self) -> int | None:

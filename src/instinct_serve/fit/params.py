@@ -100,21 +100,24 @@ class _Counter:
         component: str = LANGUAGE,
         bias: bool = False,
         quantized: bool = True,
+        count: int = 1,
     ) -> None:
+        """``count`` identical ``out x inp`` projections (experts are counted at once, never
+        one by one: the work stays proportional to the layers, not to layers x experts)."""
         lin = self.linears
         if quantized and lin.fp8_block is not None:
-            self.out.add(component, lin.weight_dtype, out * inp)
+            self.out.add(component, lin.weight_dtype, count * out * inp)
             bo, bi = lin.fp8_block
-            self.out.add(component, "F32", _cdiv(out, bo) * _cdiv(inp, bi))
+            self.out.add(component, "F32", count * _cdiv(out, bo) * _cdiv(inp, bi))
         else:
-            self.out.add(component, self.float, out * inp)
+            self.out.add(component, self.float, count * out * inp)
         if bias:
-            self.out.add(component, self.float, out)
+            self.out.add(component, self.float, count * out)
 
-    def mlp(self, hidden: int, inter: int, component: str = LANGUAGE) -> None:
-        self.linear(inter, hidden, component=component)
-        self.linear(inter, hidden, component=component)
-        self.linear(hidden, inter, component=component)
+    def mlp(self, hidden: int, inter: int, component: str = LANGUAGE, count: int = 1) -> None:
+        self.linear(inter, hidden, component=component, count=count)
+        self.linear(inter, hidden, component=component, count=count)
+        self.linear(hidden, inter, component=component, count=count)
 
 
 # -- families ----------------------------------------------------------------------------
@@ -155,8 +158,7 @@ def _standard(c: _Counter) -> None:
         sparse = experts and i not in dense_only and (i + 1) % step == 0
         if sparse:
             c.linear(experts, h, quantized=False)
-            for _ in range(experts):
-                c.mlp(h, moe_inter)
+            c.mlp(h, moe_inter, count=experts)
             if mt.startswith("qwen2_moe"):
                 c.mlp(h, cfg.shared_expert_intermediate_size)
                 c.linear(1, h, quantized=False)
@@ -229,8 +231,7 @@ def _deepseek_layer(c: _Counter, layer: int, component: str) -> None:
     experts = cfg.num_experts
     if experts and layer >= first_dense and layer % freq == 0:
         moe_inter = cfg.require_int("moe_intermediate_size")
-        for _ in range(experts):
-            c.mlp(h, moe_inter, component)
+        c.mlp(h, moe_inter, component, count=experts)
         shared = cfg.get_int("n_shared_experts", default=0) or 0
         if shared:
             c.mlp(h, moe_inter * shared, component)
@@ -296,8 +297,7 @@ def _qwen_next_mlp(c: _Counter, component: str) -> None:
     experts = cfg.num_experts
     if experts:
         c.linear(experts, h, component=component, quantized=False)
-        for _ in range(experts):
-            c.mlp(h, cfg.require_int("moe_intermediate_size"), component)
+        c.mlp(h, cfg.require_int("moe_intermediate_size"), component, count=experts)
         shared = cfg.shared_expert_intermediate_size
         if shared:
             c.mlp(h, shared, component)

@@ -58,7 +58,8 @@ def precision_from_config(config: Mapping[str, Any]) -> str | None:
         fmt = str(quant.get("format") or "").lower()
         if "nvfp4" in fmt:
             return "nvfp4"
-        for group in (quant.get("config_groups") or {}).values():
+        groups = quant.get("config_groups")
+        for group in groups.values() if isinstance(groups, Mapping) else ():
             weights = group.get("weights") if isinstance(group, Mapping) else None
             if not isinstance(weights, Mapping):
                 continue
