@@ -4,8 +4,8 @@ fake ``vllm`` executable (the test double) found through ``INSTINCT_VLLM_COMMAND
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import time
 from pathlib import Path
 
