@@ -83,6 +83,16 @@ def test_a_huge_layer_count_is_refused_at_once(
     assert "num_hidden_layers" in doc["error"]["message"]
 
 
+@pytest.mark.parametrize("command", ["fit", "plan"])
+def test_a_broken_local_directory_keeps_its_own_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """plan too: the user's directory is broken, not 'unsized' as for an unreachable Hub."""
+    folder = model_dir(tmp_path, num_attention_heads=0)
+    code, doc = fit_json([command, str(folder), "--gpu", "mi300x"], capsys)
+    assert (code, doc["error"]["id"]) == (2, "bad_model_config")
+
+
 @pytest.mark.parametrize(
     "change",
     [

@@ -173,11 +173,13 @@ class _Sizer:
             return self.metas[model_id]
         if model_id in self.problems:
             return None
-        from instinct_serve.fit.sources import load_model_meta
+        from instinct_serve.fit.sources import is_local_dir, load_model_meta
 
         try:
             meta = load_model_meta(model_id)
         except InstinctError as exc:
+            if is_local_dir(model_id):
+                raise  # the user's own directory is broken: its own id (bad_model_config...)
             self.problems[model_id] = exc.message
             return None
         self.metas[model_id] = meta
