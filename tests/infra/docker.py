@@ -516,10 +516,20 @@ def build_test_image() -> TestImage:
 
 
 def _remove_old_tags(keep: str) -> None:
-    """Drop earlier builds (derived images first: they are children of the old ones)."""
+    """Drop earlier builds (derived images first: they are children of the old ones) that are
+    more than a few hours old: a fresher one may belong to another test session (another
+    checkout) running against the same daemon right now."""
     for repo in (f"{IMAGE_REPO}-derived", IMAGE_REPO):
         out = subprocess.run(
-            ["docker", "images", repo, "--format", "{{.Repository}}:{{.Tag}}"],
+            [
+                "docker",
+                "images",
+                repo,
+                "--filter",
+                "until=6h",
+                "--format",
+                "{{.Repository}}:{{.Tag}}",
+            ],
             capture_output=True,
             text=True,
         )
