@@ -515,26 +515,27 @@ def build_test_image() -> TestImage:
     return TestImage(tag, time.monotonic() - start, False, python)
 
 
-def _remove_old_tags(keep: str) -> None:
+def _remove_old_tags(keep: str, older_than_s: float = 6 * 3600) -> None:
     """Drop earlier builds (derived images first: they are children of the old ones) that are
     more than a few hours old: a fresher one may belong to another test session (another
     checkout) running against the same daemon right now."""
+    from datetime import datetime
+
+    now = time.time()
     for repo in (f"{IMAGE_REPO}-derived", IMAGE_REPO):
         out = subprocess.run(
-            [
-                "docker",
-                "images",
-                repo,
-                "--filter",
-                "until=6h",
-                "--format",
-                "{{.Repository}}:{{.Tag}}",
-            ],
+            ["docker", "images", repo, "--format", "{{.Repository}}:{{.Tag}}\t{{.CreatedAt}}"],
             capture_output=True,
             text=True,
         )
-        for tag in out.stdout.split():
-            if tag != keep:  # fails harmlessly while a container still uses it
+        for line in out.stdout.splitlines():
+            tag, _, created = line.partition("\t")
+            try:  # "2026-12-03 15:00:00 +0000 UTC"
+                stamp = datetime.strptime(" ".join(created.split()[:3]), "%Y-%m-%d %H:%M:%S %z")
+            except ValueError:
+                continue
+            if tag != keep and now - stamp.timestamp() > older_than_s:
+                # fails harmlessly while a container still uses it
                 subprocess.run(["docker", "rmi", tag], capture_output=True, text=True)
 
 
