@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from instinct_serve.hardware.inventory import GpuInventory
 
 __all__ = [
+    "API_KEY_ENV",
     "CONTAINER_HF_CACHE",
     "DEFAULT_PORT",
     "FitSummary",
@@ -29,6 +30,11 @@ __all__ = [
     "PlanResult",
     "Reason",
 ]
+
+
+API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads its API key from here (as --api-key's default)
+LOOPBACK = "127.0.0.1"
+EVERY_INTERFACE = "0.0.0.0"
 
 
 class Reason(NamedTuple):
@@ -167,6 +173,20 @@ class LaunchPlan:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     fit: FitSummary | None = None
     recipe_cross_check: dict[str, Any] | None = None
+    public: bool = False  # every interface (and an API key) instead of 127.0.0.1
+    # where the API key comes from: "generated" (serve makes one and keeps it in a key file
+    # on the host), "environment" (the caller's VLLM_API_KEY, passed by name), or None
+    api_key: str | None = None
+
+    @property
+    def bind_address(self) -> str:
+        """The host address the endpoint listens on: loopback unless ``public``."""
+        return EVERY_INTERFACE if self.public else LOOPBACK
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The variable that carries the endpoint's API key (by name), when it has one."""
+        return API_KEY_ENV if self.api_key is not None else None
 
     @property
     def served_model_name(self) -> str:
@@ -182,6 +202,8 @@ class LaunchPlan:
             "image": self.image,
             "engine": self.engine,
             "port": self.port,
+            "bind": self.bind_address,
+            "api_key": self.api_key,
             "docker_flags": self.docker_flags,
             "mounts": [m.docker_arg() for m in self.mounts],
             "env": dict(sorted(self.env.items())),
@@ -204,7 +226,12 @@ class LaunchPlan:
             "image": self.image,
             "container_name": self.container_name,
             "port": self.port,
-            "base_url": f"http://localhost:{self.port}/v1",
+            "base_url": f"http://{LOOPBACK}:{self.port}/v1",
+            "public": self.public,
+            "bind_address": self.bind_address,
+            "api_key": None
+            if self.api_key is None
+            else {"env": self.api_key_env, "source": self.api_key},
             "tensor_parallel_size": self.tensor_parallel_size,
             "max_model_len": self.max_model_len,
             "native_max_model_len": self.native_max_model_len,

@@ -5,6 +5,13 @@ The official ``vllm/vllm-openai-rocm`` image's entrypoint is ``vllm serve``
 (docker/Dockerfile.rocm), so ``docker run ... IMAGE MODEL <engine args>`` is the container
 command: the model is ``vllm serve``'s positional argument (``--model`` is deprecated
 there). Secrets are referenced by name only in every format.
+
+Safe to paste: the endpoint listens on ``127.0.0.1`` unless the plan is ``public``
+(``-p 127.0.0.1:PORT:PORT``, ``vllm serve --host 127.0.0.1``, a ClusterIP Service); every
+shell word is quoted (``shlex``), YAML is dumped without anchors and with the ``$``
+escapes of compose and Kubernetes, so no name or value in a plan (a recipe can say
+anything) is ever run or interpolated; and environment names are checked
+(``[A-Za-z_][A-Za-z0-9_]*``) before anything is rendered.
 """
 
 from __future__ import annotations
@@ -12,7 +19,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan
+from instinct_serve import vllm_args
+from instinct_serve.errors import UsageError
+from instinct_serve.options import ENV_NAME
+from instinct_serve.plan.model import API_KEY_ENV, CONTAINER_HF_CACHE, LaunchPlan
 
 FORMATS = ("json", "docker", "shell", "native", "compose", "k8s")
 
@@ -26,14 +36,32 @@ def container_args(plan: LaunchPlan) -> list[str]:
     return [plan.model, *plan.vllm_args]
 
 
+def check_names(plan: LaunchPlan) -> None:
+    """Refuse to render a plan with an environment name that is not a variable name."""
+    for name in [*plan.env, *plan.secret_env]:
+        if not ENV_NAME.fullmatch(name):
+            raise UsageError(
+                f"the plan's environment has an invalid variable name {name!r}",
+                fix="variable names are letters, digits and '_' (not starting with a digit)",
+                id="bad_env_name",
+                details={"name": name},
+            )
+
+
+def publish_arg(plan: LaunchPlan) -> str:
+    """``-p``'s value: the port on the plan's bind address (127.0.0.1 unless public)."""
+    return f"{plan.bind_address}:{plan.port}:{plan.port}"
+
+
 def docker_argv(plan: LaunchPlan) -> list[str]:
     """The full ``docker run -d`` argv (labels, AMD flags, port, mounts, env, image, args)."""
+    check_names(plan)
     argv = ["docker", "run", "-d", "--name", plan.container_name]
     for key, value in plan.labels.items():
         argv += ["--label", f"{key}={value}"]
     for flag in plan.docker_flags:
         argv += split_flag(flag)
-    argv += ["-p", f"{plan.port}:{plan.port}"]
+    argv += ["-p", publish_arg(plan)]
     for mount in plan.mounts:
         argv += ["-v", mount.docker_arg()]
     for key, value in plan.env.items():
@@ -56,8 +84,13 @@ def shell_line(plan: LaunchPlan) -> str:
 
 
 def native_argv(plan: LaunchPlan) -> list[str]:
-    """``vllm serve MODEL ...`` for hosts without Docker (the port is the server's own)."""
-    return ["vllm", "serve", plan.model, *plan.vllm_args]
+    """``vllm serve MODEL --host ADDRESS ...`` for hosts without Docker (the port is the
+    server's own). vLLM listens on every interface by default: the plan's bind address
+    (127.0.0.1 unless public) is given unless the plan's arguments name a ``--host``."""
+    argv = ["vllm", "serve", plan.model]
+    if not vllm_args.has(plan.vllm_args, "--host"):
+        argv += ["--host", plan.bind_address]
+    return [*argv, *plan.vllm_args]
 
 
 def native_env(plan: LaunchPlan) -> dict[str, str]:
@@ -69,10 +102,18 @@ def native_env(plan: LaunchPlan) -> dict[str, str]:
 
 
 def native_script(plan: LaunchPlan) -> str:
-    """``export`` lines and the ``vllm serve`` line, ready to paste into a shell."""
+    """``export`` lines and the ``vllm serve`` line, ready to paste into a shell.
+
+    Every value is one shell word (``shlex.quote``) and every name a checked variable
+    name, so running the script runs ``vllm serve`` and nothing else."""
+    check_names(plan)
     lines = [f"export {k}={shlex.quote(v)}" for k, v in native_env(plan).items()]
     for name in plan.secret_env:
         lines.append(f"# {name}: taken from your environment (export {name}=... beforehand)")
+    if plan.api_key_env:
+        lines.append(
+            f': "${{{API_KEY_ENV}:?export {API_KEY_ENV} first: the endpoint requires this key}}"'
+        )
     lines.append(shlex.join(native_argv(plan)))
     return "\n".join(lines) + "\n"
 
@@ -115,9 +156,10 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
         "container_name": plan.container_name,
         "command": container_args(plan),
     }
+    check_names(plan)
     mapped, leftover = _compose_from_flags(plan.docker_flags)
     service.update(mapped)
-    service["ports"] = [f"{plan.port}:{plan.port}"]
+    service["ports"] = [publish_arg(plan)]
     if plan.mounts:
         service["volumes"] = [m.docker_arg() for m in plan.mounts]
     service["environment"] = [f"{k}={v}" for k, v in plan.env.items()] + list(plan.secret_env)
@@ -136,10 +178,28 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
         "start_period": f"{startup_budget_s(plan)}s",
     }
     service["restart"] = "unless-stopped"
-    doc: dict[str, Any] = {"services": {plan.container_name: service}}
+    doc: dict[str, Any] = {"services": {plan.container_name: _compose_escape(service)}}
     if leftover:
-        doc["x-instinct-serve-unmapped-flags"] = leftover
+        doc["x-instinct-serve-unmapped-flags"] = _compose_escape(leftover)
     return doc
+
+
+def _compose_escape(value: Any) -> Any:
+    """Compose interpolates ``$NAME``/``${NAME}`` in every string of the file: ``$$`` is a
+    literal ``$``, so a value from the plan stays exactly what it was."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, dict):
+        return {k: _compose_escape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compose_escape(v) for v in value]
+    return value
+
+
+def _k8s_escape(value: str) -> str:
+    """Kubernetes expands ``$(NAME)`` in a container's args and env values: ``$$(`` is a
+    literal ``$(``."""
+    return value.replace("$(", "$$(")
 
 
 def startup_budget_s(plan: LaunchPlan) -> int:
@@ -156,8 +216,9 @@ def k8s_objects(plan: LaunchPlan, namespace: str | None = None) -> list[dict[str
     meta: dict[str, Any] = {"name": name, "labels": dict(app_labels)}
     if namespace:
         meta["namespace"] = namespace
+    check_names(plan)
     env: list[dict[str, Any]] = [
-        {"name": k, "value": v}
+        {"name": k, "value": _k8s_escape(v)}
         for k, v in plan.env.items()
         if k not in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
     ]
@@ -169,7 +230,8 @@ def k8s_objects(plan: LaunchPlan, namespace: str | None = None) -> list[dict[str
                     "secretKeyRef": {
                         "name": secret.lower().replace("_", "-"),
                         "key": "token",
-                        "optional": True,
+                        # the API key is required: the endpoint must not start without it
+                        "optional": secret != plan.api_key_env,
                     }
                 },
             }
@@ -181,7 +243,9 @@ def k8s_objects(plan: LaunchPlan, namespace: str | None = None) -> list[dict[str
     container: dict[str, Any] = {
         "name": "vllm",
         "image": plan.image,
-        "args": container_args(plan),
+        "args": [_k8s_escape(arg) for arg in container_args(plan)],
+        # no hostPort: reached through the ClusterIP Service below (kubectl port-forward,
+        # or an Ingress you add), never on every node's interfaces
         "ports": [{"name": "http", "containerPort": plan.port, "protocol": "TCP"}],
         "env": env,
         "resources": {"limits": {"amd.com/gpu": gpus}, "requests": {"amd.com/gpu": gpus}},
@@ -247,11 +311,16 @@ def k8s_objects(plan: LaunchPlan, namespace: str | None = None) -> list[dict[str
 
 
 def to_yaml(docs: list[dict[str, Any]] | dict[str, Any]) -> str:
+    """Plain YAML: no anchors or aliases (a shared dict is written out each time)."""
     import yaml
 
+    class Plain(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
     if isinstance(docs, dict):
-        return yaml.safe_dump(docs, sort_keys=False, width=1000)
-    return yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+        return yaml.dump(docs, Dumper=Plain, sort_keys=False, width=1000)
+    return yaml.dump_all(docs, Dumper=Plain, sort_keys=False, width=1000)
 
 
 def render(plan: LaunchPlan, fmt: str) -> str:
