@@ -28,7 +28,7 @@ from tests.serve.conftest import CLI, MODEL, Run, Serve, docker, inspect, parse_
 
 pytestmark = pytest.mark.docker
 
-RACE_ROUNDS = 3
+RACE_ROUNDS = int(os.environ.get("INSTINCT_RACE_ROUNDS", "3"))  # the audit ran 5 pairs
 
 
 def _start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -56,6 +56,9 @@ def _containers_with(label: str) -> list[str]:
 # ------------------------------------------------------------------ the race
 
 
+RACE_EVENTS = ("reused", "attached", "note")
+
+
 def test_two_serves_of_one_plan_at_once_share_one_container(serve: Serve) -> None:
     image = serve.double(load_s=2.0)
     for _round in range(RACE_ROUNDS):
@@ -69,6 +72,8 @@ def test_two_serves_of_one_plan_at_once_share_one_container(serve: Serve) -> Non
             assert not run.of("replaced"), run.explain()
         launched = [e for run in runs for e in run.of("launched")]
         assert len(launched) == 1, [r.explain() for r in runs]  # one launched, one followed
+        followed = [e["event"] for run in runs for e in run.events if e["event"] in RACE_EVENTS]
+        print(f"race round {_round}: {[r.result['status'] for r in runs]} {followed}")
         plan_hash = runs[0].result["plan_hash"]
         assert runs[1].result["plan_hash"] == plan_hash
         ids = _containers_with(f"instinct-serve.plan-hash={plan_hash}")
