@@ -84,6 +84,24 @@ def test_two_serves_of_one_plan_at_once_share_one_container(serve: Serve) -> Non
         docker("rm", "-f", name)
 
 
+def test_a_follower_follows_the_relaunch_of_the_serve_it_raced(serve: Serve) -> None:
+    """The winner relaunches with a fix (OOM in graph capture -> --enforce-eager); the other
+    run, which only followed, neither relaunches nor removes anything: it follows the new
+    container, and both end ready with one container."""
+    image = serve.double("oom_graph_capture", load_s=1.5)
+    port, name = free_port(), serve.name("race-oom")
+    argv = serve.args(image=image, port=port, name=name)
+    runs = [_finish(p) for p in [_start(argv), _start(argv)]]
+    for run in runs:
+        assert run.returncode == 0, run.explain()
+        assert run.result["status"] in ("ready", "reused"), run.explain()
+    relaunches = [e for run in runs for e in run.of("relaunch")]
+    assert len(relaunches) == 1 and len([e for r in runs for e in r.of("launched")]) == 2
+    ids = _containers_with(f"instinct-serve.plan-hash={runs[0].result['plan_hash']}")
+    info = inspect(name)
+    assert ids and info is not None and ids == [info["Id"]] and "--enforce-eager" in info["Args"]
+
+
 # ------------------------------------------------------------------ bind address and key
 
 
@@ -307,9 +325,13 @@ def _check_redacted(serve: Serve, image: str, hf_value: str, by_name: str, shape
     for text in (run.stdout + run.stderr, human.stdout + human.stderr, logs.stdout):
         for secret in secrets:
             assert secret not in text
-    for text in (follow.stdout + follow.stderr, diag.stdout + diag.stderr):
-        for secret in secrets:
-            assert secret not in text
+    for secret in secrets:
+        assert secret not in follow.stdout + follow.stderr
+    # diagnose reads any container the user names (no labels read): as MCP, it redacts the
+    # caller's secrets (HF_TOKEN here) and token-shaped text
+    assert "[redacted]" in diag.stdout
+    for secret in (hf_value, shaped):
+        assert secret not in diag.stdout + diag.stderr
     # the container itself did get the values (by name), so the log really had them
     raw = docker("logs", name)
     assert hf_value in raw.stdout + raw.stderr

@@ -115,10 +115,10 @@ def logs(name: str, follow: bool, tail: int, host_spec: str | None, as_json: boo
 def _follow(host: Host, engine: str, found: Any, tail: int, as_json: bool) -> int:
     import json
 
-    from instinct_serve.runtime.endpoints import log_redactor
+    from instinct_serve.runtime.endpoints import log_redactor, passed_by_name
     from instinct_serve.runtime.follower import LogFollower
 
-    redact = log_redactor(host, found.name)  # as `logs` without -f, and as MCP
+    redact = log_redactor(host, found.name, passed_by_name(found))  # as without -f, as MCP
     if engine == "docker":
         from instinct_serve.runtime.docker import Docker
 

@@ -30,7 +30,8 @@ def keep_end(text: str, limit: int) -> str:
 
 def endpoint_log(host: Host, name: str, *, managed_only: bool, tail: int = ENDPOINT_TAIL) -> str:
     """The last ``tail`` lines of the container or native process ``name``, secrets
-    redacted (``endpoints.log_redactor``: what the CLI and MCP relay is the same text).
+    redacted (``endpoints.log_redactor``: the caller's secrets, token-shaped text and the
+    endpoint's API key; the same text for the CLI and MCP).
 
     ``managed_only``: refuse (``not_managed``) a container this tool did not start, as the
     MCP tools do; the CLI diagnoses any container the user names.

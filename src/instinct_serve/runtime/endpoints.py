@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -209,9 +210,10 @@ def find(host: Host, name: str) -> tuple[str, Any]:
     )
 
 
-def log_redactor(host: Host, name: str) -> Redactor:
+def log_redactor(host: Host, name: str, by_name: Sequence[str] = ()) -> Redactor:
     """What every relayed log line goes through (CLI and MCP alike): this process's secret
-    values, the Hub token file, token-shaped text, and endpoint ``name``'s API key."""
+    values, the Hub token file, token-shaped text, endpoint ``name``'s API key, and the
+    values here of the variables it got by name (``by_name``: ``passed_by_name``)."""
     from instinct_serve.credentials import Redactor
     from instinct_serve.runtime import keys
     from instinct_serve.runtime.secret_env import local_secrets
@@ -223,32 +225,23 @@ def log_redactor(host: Host, name: str) -> Redactor:
         key = None
     if key:
         extra.append(key)
-    extra += local_secrets(_passed_by_name(host, name)).values()
+    extra += local_secrets(list(by_name)).values()
     return Redactor.default(extra)
 
 
-def _passed_by_name(host: Host, name: str) -> list[str]:
-    """The names endpoint ``name`` got its variables by (its label, or the launcher's
-    record): their values in this process's environment are what it may print."""
-    from instinct_serve.engine import launcher
+def passed_by_name(found: Any) -> list[str]:
+    """The names an endpoint (a ``ContainerInfo`` or a native process, as ``find`` returns
+    them) got variables by: its label, or the launcher's record. Names only, checked."""
     from instinct_serve.options import ENV_NAME
     from instinct_serve.runtime.backend import LABEL_BY_NAME
-    from instinct_serve.runtime.docker import Docker
 
+    labels = getattr(found, "labels", None)
+    meta = getattr(found, "meta", None)
     names: list[str] = []
-    try:
-        info = Docker(host).get(name)
-    except InstinctError:
-        info = None
-    if info is not None:
-        names = info.labels.get(LABEL_BY_NAME, "").split(",")
-    else:
-        try:
-            proc = launcher.load(host, name)
-        except InstinctError:
-            proc = None
-        found = proc.meta.get("secret_env") if proc is not None else None
-        names = [str(n) for n in found] if isinstance(found, list) else []
+    if isinstance(labels, Mapping):
+        names = str(labels.get(LABEL_BY_NAME, "")).split(",")
+    elif isinstance(meta, Mapping) and isinstance(meta.get("secret_env"), list):
+        names = [str(n) for n in meta["secret_env"]]
     return [n for n in names if ENV_NAME.fullmatch(n)][:64]
 
 
@@ -264,7 +257,7 @@ def read_log(host: Host, name: str, tail: int, *, managed_only: bool = False) ->
         text = docker.logs(found.name, tail=tail)
     else:
         text = host.run(["tail", "-n", str(tail), found.log_path], timeout=60).stdout
-    return engine, log_redactor(host, found.name).text(text)
+    return engine, log_redactor(host, found.name, passed_by_name(found)).text(text)
 
 
 def _forget_key(host: Host, name: str) -> None:

@@ -77,6 +77,8 @@ DIAGNOSE_TAIL = 2000  # log lines handed to diagnose
 SHOWN_TAIL = 30  # log lines shown with a failure
 FOLLOWER_RESTARTS = 3
 HANG_PHASES = frozenset({"capturing_graphs"})
+SUCCESSOR_WAIT_S = 60.0  # a followed endpoint died: how long its owner may take to relaunch
+SUCCESSOR_DECIDE_S = 10.0  # stopped but still there this long: its owner kept it, gave up
 
 Confirm = Callable[[str], bool]
 
@@ -515,6 +517,18 @@ class Deployer:
             signals: frozenset[Any] = frozenset()
             if result.kind == "stalled":
                 signals = frozenset({"graph_capture_hang"})
+            if handle != self.own and result.kind == "exited":
+                successor = self._successor(handle)  # the serve that launched it relaunches
+                if successor is not None:
+                    self.emit(
+                        Attached(
+                            container=self.plan.container_name,
+                            message=f"{self.plan.container_name} was relaunched by the serve "
+                            "that launched it: following it",
+                        )
+                    )
+                    handle = successor
+                    continue
             diagnosis = self._diagnose(handle, signals)
             retry = self._relaunch_plan(diagnosis) if handle == self.own else None
             if retry is None:
@@ -528,20 +542,46 @@ class Deployer:
     def _relaunch(
         self, handle: str, finding: Finding, new_plan: LaunchPlan, changes: list[str]
     ) -> None:
-        self.backend.discard(handle, keep=False)  # ours: _wait_and_finish checked
-        self.launched = None
-        self.fixes.append(finding.id)
-        self.relaunches.append(Relaunch(finding.id, finding.title, changes))
-        self.emit(
-            Relaunching(
-                finding=finding.id,
-                title=finding.title,
-                changes=changes,
-                message=f"{finding.title}: relaunching once with {', '.join(changes)}",
+        """Replace this run's failed endpoint with one launched with the fix, under the
+        launch lock (no other serve launches the plan in between)."""
+        from instinct_serve.runtime.lock import HostLock
+
+        with HostLock(self.host, on_wait=self.note):
+            self.backend.discard(handle, keep=False)  # ours: _wait_and_finish checked
+            self.launched = None
+            self.fixes.append(finding.id)
+            self.relaunches.append(Relaunch(finding.id, finding.title, changes))
+            self.emit(
+                Relaunching(
+                    finding=finding.id,
+                    title=finding.title,
+                    changes=changes,
+                    message=f"{finding.title}: relaunching once with {', '.join(changes)}",
+                )
             )
-        )
-        self.plan = new_plan
-        self._launch()
+            self.plan = new_plan
+            self._launch()
+
+    def _successor(self, handle: str) -> str | None:
+        """The endpoint another serve relaunched in place of ``handle`` (which this run only
+        followed), once it appears; None when that serve gave up (it keeps its failed
+        endpoint for the log) or nothing appears in time."""
+        deadline = time.monotonic() + SUCCESSOR_WAIT_S
+        kept_since: float | None = None
+        while time.monotonic() < deadline:
+            found = self.backend.same_plan(self.plan)
+            genuine = found is not None and self.backend.verify(self.plan, found) is None
+            if found is not None and genuine:
+                running_again = self.backend.exit_info(found.handle) is None
+                if found.handle != handle or running_again:
+                    return found.handle
+            gone = self.backend.exit_info(handle)
+            if gone is not None and gone.status != "removed":
+                kept_since = kept_since or time.monotonic()
+                if time.monotonic() - kept_since > SUCCESSOR_DECIDE_S:
+                    return None  # stopped and kept: its owner is not relaunching it
+            time.sleep(0.5)
+        return None
 
     def _relaunch_plan(self, diagnosis: Diagnosis) -> tuple[Finding, LaunchPlan, list[str]] | None:
         if len(self.relaunches) >= self.settings.max_relaunches:
