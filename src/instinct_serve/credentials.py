@@ -39,6 +39,11 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+def looks_like_token(value: str) -> bool:
+    """A value shaped like a Hugging Face access token, whatever variable holds it."""
+    return bool(_HF_TOKEN.search(value))
+
+
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """Values to redact: secret-looking variables of the environment and the token file.
 
@@ -55,10 +60,20 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
 
 
 class Redactor:
-    """Replaces known secret values and token-shaped text in strings."""
+    """Replaces known secret values and token-shaped text in strings.
+
+    What every output path uses (the CLI's ``serve``/``logs``/``diagnose`` and the MCP
+    server alike): ``Redactor.default(extra)`` redacts ``secret_values()`` plus ``extra``
+    (an endpoint's API key, the values of variables a plan passes by name).
+    """
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        self.secrets = [s for s in secrets if s]
+        found = {s.strip() for s in secrets if s and len(s.strip()) >= _MIN_SECRET}
+        self.secrets = sorted(found, key=len, reverse=True)
+
+    @classmethod
+    def default(cls, extra: Iterable[str] = ()) -> Redactor:
+        return cls([*secret_values(), *extra])
 
     def text(self, value: str) -> str:
         for secret in self.secrets:

@@ -37,7 +37,8 @@ Kind = Literal[
     "choice",  # one of ``choices``
     "gpu",  # a GPU profile or a gfx target (hardware.profiles)
     "indices",  # device indices: "0,1" or [0, 1]
-    "env",  # NAME=VALUE items or a mapping
+    "env",  # NAME=VALUE items or a mapping (a bare NAME goes to ``names_into``)
+    "names",  # environment variable names (passed by name: the value stays outside)
     "texts",  # a repeatable string option
     "args",  # arguments passed to `vllm serve` as they are
 ]
@@ -68,6 +69,7 @@ class Opt(NamedTuple):
     error_id: str = ""  # "" means bad_<name>
     short: str | None = None  # a one-letter alias, e.g. -y
     positional: bool = False
+    names_into: str = ""  # kind "env": the field that takes the bare NAME items
 
     def spelling(self, name: str) -> str:
         return self.flag or "--" + name.replace("_", "-")
@@ -207,6 +209,39 @@ def _items(name: str, spec: Opt, value: Any) -> list[Any]:
     return items
 
 
+_NOT_ENV_NAME = "is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+
+
+def _env_items(name: str, spec: Opt, value: Any) -> tuple[dict[str, str], list[str]]:
+    """``NAME=VALUE`` items (or a mapping) and the bare ``NAME`` items (passed by name: the
+    value is taken from the caller's environment at launch, never written down)."""
+    pairs: list[tuple[Any, Any]] = []
+    bare: list[str] = []
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    else:
+        for item in _items(name, spec, value):
+            key, sep, val = str(item).partition("=")
+            if sep:
+                pairs.append((key, val))
+            elif spec.names_into:
+                if not ENV_NAME.fullmatch(key) or len(key) > 128:
+                    raise _fail(name, spec, key, _NOT_ENV_NAME)
+                bare.append(key)
+            else:
+                raise _fail(name, spec, item, "use NAME=VALUE")
+    env: dict[str, str] = {}
+    for key, val in pairs:
+        if not isinstance(key, str) or not ENV_NAME.fullmatch(key) or len(key) > 128:
+            raise _fail(name, spec, key, _NOT_ENV_NAME)
+        if not isinstance(val, str) or len(val) > MAX_TEXT or "\0" in val:
+            raise _fail(name, spec, key, "has a value that is not text (or is too long)")
+        env[key] = val
+    if len(env) + len(bare) > MAX_ITEMS:
+        raise _fail(name, spec, "", f"takes at most {MAX_ITEMS} variables")
+    return env, list(dict.fromkeys(bare))
+
+
 def _convert(name: str, spec: Opt, value: Any) -> Any:
     kind = spec.kind
     if kind == "bool":
@@ -251,28 +286,15 @@ def _convert(name: str, spec: Opt, value: Any) -> Any:
             raise _fail(name, spec, value, "lists a device twice")
         return [int(i) for i in indices]
     if kind == "env":
-        pairs: Iterable[tuple[Any, Any]]
-        if isinstance(value, Mapping):
-            pairs = value.items()
-        else:
-            pairs = []
-            for item in _items(name, spec, value):
-                key, sep, val = str(item).partition("=")
-                if not sep:
-                    raise _fail(name, spec, item, "use NAME=VALUE")
-                pairs.append((key, val))
-        env: dict[str, str] = {}
-        for key, val in pairs:
-            if not isinstance(key, str) or not ENV_NAME.fullmatch(key) or len(key) > 128:
-                raise _fail(
-                    name, spec, key, "is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
-                )
-            if not isinstance(val, str) or len(val) > MAX_TEXT or "\0" in val:
-                raise _fail(name, spec, key, "has a value that is not text (or is too long)")
-            env[key] = val
-        if len(env) > MAX_ITEMS:
-            raise _fail(name, spec, "", f"takes at most {MAX_ITEMS} variables")
-        return env
+        return _env_items(name, spec, value)[0]
+    if kind == "names":
+        names: list[str] = []
+        for item in _items(name, spec, value):
+            if not isinstance(item, str) or not ENV_NAME.fullmatch(item) or len(item) > 128:
+                raise _fail(name, spec, item, _NOT_ENV_NAME)
+            if item not in names:
+                names.append(item)
+        return names
     if kind == "texts":
         return [_text(name, spec, item) for item in _items(name, spec, value)]
     if kind == "args":
@@ -332,9 +354,20 @@ class JobOptions:
         values: dict[str, Any] = {}
         for name, (spec, _default) in known.items():
             value = raw.get(name)
-            if value is None or (spec.kind in ("text", "texts", "args", "env") and not value):
+            if value is None or (
+                spec.kind in ("text", "texts", "args", "env", "names") and not value
+            ):
                 continue  # unset (an empty text or list is unset too): the default
-            values[name] = _convert(name, spec, value)
+            if spec.kind == "env" and spec.names_into:
+                values[name], bare = _env_items(name, spec, value)
+                if bare:
+                    merged = [*values.get(spec.names_into, []), *bare]
+                    values[spec.names_into] = list(dict.fromkeys(merged))
+            elif spec.kind == "names":
+                merged = [*values.get(name, []), *_convert(name, spec, value)]
+                values[name] = list(dict.fromkeys(merged))
+            else:
+                values[name] = _convert(name, spec, value)
         options = cls(**values)
         options.check()
         return options
@@ -594,8 +627,25 @@ class PlanOptions(SizingOptions):
         {},
         kind="env",
         flag="--env",
-        metavar="NAME=VALUE",
-        help="Extra environment variable (repeatable; never a token: those pass by name).",
+        metavar="NAME[=VALUE]",
+        help="Extra environment variable (repeatable). A bare NAME passes the variable by "
+        "name: its value is taken from your environment at launch and never written in the "
+        "plan, an argument or a label (how tokens and keys go: --env VLLM_API_KEY).",
+        names_into="env_by_name",
+    )
+    env_by_name: list[str] = opt(
+        [],
+        kind="names",
+        help="Environment variables passed by name (the bare NAMEs of --env).",
+        cli=False,
+        mcp=False,
+    )
+    public: bool = opt(
+        False,
+        kind="bool",
+        help="Listen on every interface instead of 127.0.0.1 only, and require an API key: "
+        "yours with --env VLLM_API_KEY (by name), else one generated and kept in a file only "
+        "you can read (the connection details say where).",
     )
     name: str | None = opt(
         kind="text",
@@ -629,15 +679,27 @@ class PlanOptions(SizingOptions):
 
     def check(self) -> None:
         super().check()
-        from instinct_serve.credentials import is_secret_name
+        from instinct_serve.credentials import is_secret_name, looks_like_token
 
-        for key in self.extra_env:
-            if is_secret_name(key):
+        for key, value in self.extra_env.items():
+            if is_secret_name(key) or looks_like_token(value):
                 raise UsageError(
                     f"{key} must not be given a value on the command line",
-                    fix=f"export {key} in your environment; the plan passes it by name",
+                    fix=f"export {key} in your environment and pass it by name: --env {key}",
                     id="secret_in_args",
                 )
+        for flag in _secret_flags(self.extra_args):
+            raise UsageError(
+                f"{flag} takes a secret, and arguments are visible to every user of the host "
+                "(ps, docker inspect) and written in plans",
+                fix="pass it by name instead: export VLLM_API_KEY=... and add --env "
+                "VLLM_API_KEY (or --public, which generates a key)"
+                if flag == "--api-key"
+                else "pass it by name instead: export HF_TOKEN=... (the plan passes HF_TOKEN "
+                "by name)",
+                id="secret_in_args",
+                details={"option": "extra_args", "flag": flag},
+            )
         if self.engine not in ("docker", "native"):
             raise UsageError(
                 f"unknown engine {self.engine!r}", fix="use docker or native", id="bad_engine"
@@ -655,6 +717,21 @@ class PlanOptions(SizingOptions):
         checked = type(self).parse(values)
         checked.engine, checked.default_gpu = self.engine, self.default_gpu
         checked.check()
+
+
+def _secret_flags(args: Iterable[str]) -> list[str]:
+    """The ``vllm serve`` options in ``args`` whose value is a credential (``--api-key``,
+    ``--hf-token``)."""
+    from instinct_serve import vllm_args
+    from instinct_serve.credentials import is_secret_name
+
+    found = []
+    for unit in vllm_args.units(args):
+        name = unit.name or ""
+        secret = name.startswith("--") and is_secret_name(name[2:].replace("-", "_"))
+        if secret and name not in found:
+            found.append(name)
+    return found
 
 
 @dataclass

@@ -61,7 +61,7 @@ def test_confirmed_serve_reports_progress_then_status_logs_and_stop(serve: Serve
     doc = served.doc
     assert doc["ok"] is True and doc["status"] == "ready" and served.exit_code == 0
     endpoint = doc["endpoint"]
-    assert endpoint["base_url"] == f"http://localhost:{port}/v1"
+    assert endpoint["base_url"] == f"http://127.0.0.1:{port}/v1"
     assert endpoint["model"] == MODEL and endpoint["container"] == name
     assert endpoint["coherence"]["verdict"] == "coherent" and endpoint["curl"]
     values = [value for value, _total, _message in served.progress]

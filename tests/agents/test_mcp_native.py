@@ -56,7 +56,7 @@ def test_native_serve_through_mcp(tmp_path: Path, gpu_root: Path) -> None:
     assert not served.is_error, served.text[-3000:]
     doc = served.doc
     assert doc["status"] == "ready" and doc["engine"] == "native", doc
-    assert doc["endpoint"]["base_url"] == f"http://localhost:{port}/v1"
+    assert doc["endpoint"]["base_url"] == f"http://127.0.0.1:{port}/v1"
     assert doc["endpoint"]["image"] is None
     messages = [message or "" for _v, _t, message in served.progress]
     for phase in ("checking", "planning", "loading_weights", "ready"):

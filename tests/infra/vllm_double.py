@@ -541,15 +541,23 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             body = {"message": sanitize(message), "type": typ, "param": param, "code": code}
             self._send(code, {"error": body})
 
-        def _authorized(self) -> bool:
+        def _authorized(self, path: str) -> bool:
+            """vLLM's --api-key (or VLLM_API_KEY) middleware: every /v1 path needs
+            ``Authorization: Bearer KEY`` (401 ``{"error": "Unauthorized"}`` otherwise, the
+            route unseen); /health, /ping, /version and /metrics stay open
+            (``real-vllm-cpu/responses.json``: models_without_key, chat_wrong_key)."""
             key = state.args.api_key
-            if not key or self.headers.get("authorization") == f"Bearer {key}":
+            if not key or not path.startswith("/v1"):
+                return True
+            if self.headers.get("authorization") == f"Bearer {key}":
                 return True
             self._send(401, {"error": "Unauthorized"})
             return False
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if not self._authorized(path):
+                return
             if path in ("/health", "/ping"):
                 self._send(200 if state.ready.is_set() else 503)
             elif path == "/version":
@@ -562,7 +570,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(body)
             elif path == "/v1/models":
-                if not self._ready() or not self._authorized():
+                if not self._ready():
                     return
                 self._send(200, self._models())
             else:
@@ -570,10 +578,12 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
+            if not self._authorized(path):
+                return
             if path not in ("/v1/completions", "/v1/chat/completions"):
                 self._send(404, {"detail": "Not Found"})
                 return
-            if not self._ready() or not self._authorized():
+            if not self._ready():
                 return
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length)

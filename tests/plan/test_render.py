@@ -1,9 +1,15 @@
-"""Renderers: shell round-trips, compose, secrets by name only (Kubernetes: test_kubernetes)."""
+"""Renderers: shell round-trips, compose, secrets by name only, loopback unless public,
+and scripts that a real ``sh`` runs without running anything else (Kubernetes manifests:
+test_kubernetes)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,10 +17,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from instinct_serve.errors import UsageError
 from instinct_serve.plan.model import LaunchPlan, Mount
 from instinct_serve.plan.render import (
+    FORMATS,
     compose_service,
     docker_argv,
+    k8s_objects,
+    native_argv,
     native_script,
     render,
     shell_line,
@@ -61,7 +71,7 @@ def test_docker_argv_has_every_part_in_order() -> None:
     assert argv[i + 1] == "seccomp=unconfined"
     assert argv[argv.index("--device") + 1] == "/dev/kfd"
     assert "--ipc=host" in argv
-    assert argv[argv.index("-p") + 1] == "8000:8000"
+    assert argv[argv.index("-p") + 1] == "127.0.0.1:8000:8000"  # loopback unless public
     assert argv[argv.index("-v") + 1] == "/home/u/.cache/huggingface:/root/.cache/huggingface"
     image_at = argv.index("vllm/vllm-openai-rocm:v0.22.0")
     assert argv[image_at + 1] == "Qwen/Qwen3.5-9B"  # vllm serve's positional model
@@ -143,3 +153,164 @@ def test_yaml_has_no_anchors_even_for_shared_dicts() -> None:
     assert list(yaml.safe_load_all(text)) == [{"a": shared, "b": shared}, {"c": shared}]
     script = to_yaml({"script": "import os\nprint(os.getpid())\n"})
     assert script == "script: |\n  import os\n  print(os.getpid())\n"
+
+
+# ------------------------------------------------------------------ bind address, public
+
+
+def test_every_format_listens_on_loopback_unless_public() -> None:
+    private = sample_plan()
+    assert "127.0.0.1:8000:8000" in docker_argv(private)
+    assert shlex.split(shell_line(private))[shlex.split(shell_line(private)).index("-p") + 1] == (
+        "127.0.0.1:8000:8000"
+    )
+    assert native_argv(private)[3:5] == ["--host", "127.0.0.1"]
+    compose = yaml.safe_load(render(private, "compose"))["services"]["vllm-qwen3-5-9b"]
+    assert compose["ports"] == ["127.0.0.1:8000:8000"]
+    docs = list(yaml.safe_load_all(render(private, "k8s")))
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert "hostPort" not in json.dumps(docs) and "hostNetwork" not in json.dumps(docs)
+
+    public = sample_plan(public=True, api_key="generated", secret_env=["HF_TOKEN", "VLLM_API_KEY"])
+    assert "0.0.0.0:8000:8000" in docker_argv(public)
+    assert native_argv(public)[3:5] == ["--host", "0.0.0.0"]
+    compose = yaml.safe_load(render(public, "compose"))["services"]["vllm-qwen3-5-9b"]
+    assert compose["ports"] == ["0.0.0.0:8000:8000"]
+    assert "VLLM_API_KEY" in compose["environment"]  # by name
+    argv = docker_argv(public)
+    assert "VLLM_API_KEY" in argv and not any(a.startswith("VLLM_API_KEY=") for a in argv)
+    assert "--api-key" not in argv
+    container = k8s_objects(public)[1]["spec"]["template"]["spec"]["containers"][0]
+    key_ref = next(e for e in container["env"] if e["name"] == "VLLM_API_KEY")
+    assert key_ref["valueFrom"]["secretKeyRef"]["optional"] is False  # must not start without
+    script = native_script(public)
+    assert "VLLM_API_KEY:?" in script  # refuses to start without the key
+
+
+def test_a_plan_arguments_host_wins_in_the_native_argv() -> None:
+    plan = sample_plan(vllm_args=["--port", "8000", "--host", "::1"])
+    argv = native_argv(plan)
+    assert argv.count("--host") == 1 and argv[-2:] == ["--host", "::1"]
+
+
+# ------------------------------------------------------------------ hostile names and values
+
+HOSTILE_VALUES = [
+    "$(touch {m}/dollar)",
+    "`touch {m}/backtick`",
+    "x; touch {m}/semicolon",
+    "x\ntouch {m}/newline",
+    "'; touch {m}/quote; '",
+    '"$(touch {m}/dq)"',
+    "x && touch {m}/and | cat",
+    "$HOME ${{IFS}} \\ * ? [a] ~",
+]
+HOSTILE_NAMES = [
+    "A=$(touch X)",
+    "A;touch X",
+    "A`touch X`",
+    "A\ntouch X",
+    "1A",
+    "A B",
+    "",
+]
+
+RECORDER = """#!{python}
+import json, os, sys
+with open(os.environ["RECORD_TO"], "a") as fh:
+    env = {{k: v for k, v in os.environ.items() if k.startswith("HOSTILE")}}
+    fh.write(json.dumps({{"argv": sys.argv[1:], "env": env}}) + "\\n")
+"""
+
+
+def _recorders(tmp_path: Path) -> tuple[Path, Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("vllm", "docker"):
+        path = bin_dir / name
+        path.write_text(RECORDER.format(python=sys.executable))
+        path.chmod(0o755)
+    return bin_dir, tmp_path / "calls.jsonl"
+
+
+def _run_sh(
+    script: str, bin_dir: Path, record: Path, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD_TO": str(record), "HOME": str(cwd)}
+    return subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, timeout=30, env=env, cwd=cwd
+    )
+
+
+def _hostile_plan(marker: Path) -> LaunchPlan:
+    values = [v.format(m=marker) for v in HOSTILE_VALUES]
+    return sample_plan(
+        model=values[0],
+        env={f"HOSTILE_{i}": v for i, v in enumerate(values)},
+        vllm_args=["--chat-template", values[1], "--served-model-name", values[2]],
+        labels={"instinct-serve.model": values[3]},
+        container_name="c",
+    )
+
+
+def test_a_real_sh_runs_the_printed_scripts_and_nothing_else(tmp_path: Path) -> None:
+    """The audit ran `plan --format native` output and got commands executed: a real sh
+    now runs the native script and the docker line with hostile values, and the only thing
+    executed is the program meant, with every value intact."""
+    marker = tmp_path / "ran"
+    marker.mkdir()
+    bin_dir, record = _recorders(tmp_path)
+    plan = _hostile_plan(marker)
+
+    done = _run_sh(native_script(plan), bin_dir, record, tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = _run_sh(shell_line(plan), bin_dir, record, tmp_path)
+    assert done.returncode == 0, done.stderr
+
+    assert list(marker.iterdir()) == []  # nothing injected ran
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(calls) == 2
+    native, docker = calls
+    assert native["argv"] == native_argv(plan)[1:]
+    assert native["env"] == plan.env  # exported exactly
+    assert docker["argv"] == docker_argv(plan)[1:]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "json"])
+def test_an_environment_name_that_is_not_a_name_is_refused(name: str, fmt: str) -> None:
+    for plan in (sample_plan(env={name: "1"}), sample_plan(secret_env=["HF_TOKEN", name])):
+        with pytest.raises(UsageError) as refused:
+            render(plan, fmt)
+        assert refused.value.id == "bad_env_name"
+
+
+def test_compose_and_k8s_keep_values_literal() -> None:
+    value = "$(touch X) ${HOME} $HOME"
+    plan = sample_plan(env={"A": value}, vllm_args=["--chat-template", value])
+    compose = render(plan, "compose")
+    svc = yaml.safe_load(compose)["services"]["vllm-qwen3-5-9b"]
+    # compose reads $$ as a literal $: nothing is interpolated from the shell
+    assert "A=" + value.replace("$", "$$") in svc["environment"]
+    assert value.replace("$", "$$") in svc["command"]
+    docs = list(yaml.safe_load_all(render(plan, "k8s")))
+    container = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    # Kubernetes expands $(VAR) in args and env values and reads $$ as a literal $
+    assert value.replace("$", "$$") in container["args"]
+    assert {"name": "A", "value": value.replace("$", "$$")} in container["env"]
+
+
+def test_yaml_has_no_anchors_or_aliases() -> None:
+    for fmt in ("compose", "k8s"):
+        text = render(sample_plan(), fmt)
+        assert "&id" not in text and "*id" not in text, text
+
+
+def test_render_module_never_sees_a_key_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    sentinel = "sentinel-api-key-value-1234567890"
+    monkeypatch.setenv("VLLM_API_KEY", sentinel)
+    plan = sample_plan(public=True, api_key="environment", secret_env=["HF_TOKEN", "VLLM_API_KEY"])
+    for fmt in FORMATS:
+        assert sentinel not in render(plan, fmt)
+    assert os.environ["VLLM_API_KEY"] == sentinel

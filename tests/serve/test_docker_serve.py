@@ -59,14 +59,14 @@ def test_whole_path_phases_connection_and_idempotent_reuse(serve: Serve) -> None
     result = run.result
     assert result["ok"] is True and result["status"] == "ready"
     endpoint = result["endpoint"]
-    assert endpoint["base_url"] == f"http://localhost:{port}/v1"
+    assert endpoint["base_url"] == f"http://127.0.0.1:{port}/v1"
     assert endpoint["model"] == MODEL and endpoint["container"] == name
     assert endpoint["tp"] == 1 and endpoint["max_model_len"] == 131072
     assert endpoint["image"].startswith("instinct-serve-test/")
     assert (
         endpoint["warmup_latency_s"] is not None and endpoint["coherence"]["verdict"] == "coherent"
     )
-    assert f"http://localhost:{port}/v1/chat/completions" in endpoint["curl"]
+    assert f"http://127.0.0.1:{port}/v1/chat/completions" in endpoint["curl"]
 
     # the curl's exact values work
     body = json.loads(endpoint["curl"].split(" -d ", 1)[1].strip("'"))
@@ -109,7 +109,7 @@ def test_human_output(serve: Serve) -> None:
     port = free_port()
     run = run_cli(serve.args(port=port, json_lines=False))
     assert run.returncode == 0, run.explain()
-    assert "Endpoint ready" in run.stdout and f"http://localhost:{port}/v1" in run.stdout
+    assert "Endpoint ready" in run.stdout and f"http://127.0.0.1:{port}/v1" in run.stdout
     assert "curl -sS" in run.stdout and MODEL in run.stdout
     # one line per phase, no word twice ("loading_weights loading weights" reads "loading
     # weights: ...")
@@ -128,7 +128,7 @@ def test_a_base_model_without_chat_template_uses_completions(serve: Serve) -> No
     assert run.returncode == 0, run.explain()
     endpoint = run.result["endpoint"]
     assert endpoint["api"] == "completions" and endpoint["coherence"]["verdict"] == "coherent"
-    assert f"http://localhost:{port}/v1/completions " in endpoint["curl"]
+    assert f"http://127.0.0.1:{port}/v1/completions " in endpoint["curl"]
     assert any("chat template" in n["message"] for n in run.of("note"))
 
 

@@ -69,7 +69,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         assert run.returncode == 0, run.explain()
         result = run.result
         assert result["engine"] == "native" and result["status"] == "ready"
-        assert result["endpoint"]["base_url"] == f"http://localhost:{port}/v1"
+        assert result["endpoint"]["base_url"] == f"http://127.0.0.1:{port}/v1"
         assert result["endpoint"]["image"] is None
         assert [r["finding"] for r in result["relaunches"]] == ["oom_graph_capture"]
         for phase in ("loading_weights", "capturing_graphs", "ready", "warming_up"):
@@ -158,7 +158,45 @@ def test_the_native_argv_binds_loopback_unless_told_otherwise() -> None:
         "--port",
         "8123",
     ]
-    for given in (["--host", "0.0.0.0"], ["--host=::"]):
+    for given in (["--host", "::1"], ["--host=localhost"]):  # the plan's own (loopback)
         plan.vllm_args = ["--port", "8123", *given]
         argv = native_argv("/v/bin/vllm", plan)
         assert argv[3:] == plan.vllm_args and "127.0.0.1" not in argv
+    plan.vllm_args = ["--port", "8123"]
+    plan.public = True  # every interface, with an API key (the planner's --public)
+    assert native_argv("/v/bin/vllm", plan)[3:5] == ["--host", "0.0.0.0"]
+
+
+def test_native_public_listens_everywhere_with_a_generated_key(
+    native_env: dict[str, str], gpu_root: Path
+) -> None:
+    import httpx
+
+    port = free_port()
+    name = f"native-pub-{port}"
+    host = LocalHost()
+    try:
+        run = run_cli(native_args(gpu_root, port, name, "--public"), env=native_env)
+        assert run.returncode == 0, run.explain()
+        endpoint = run.result["endpoint"]
+        assert run.result["status"] == "ready" and endpoint["bind_address"] == "0.0.0.0"
+        key_file = Path(endpoint["api_key"]["file"])
+        key = key_file.read_text().strip()
+        assert key not in run.stdout + run.stderr
+        status = launcher.status(host, name)
+        assert status is not None and status.running
+        argv = status.process.argv
+        assert argv[3:5] == ["--host", "0.0.0.0"] and key not in " ".join(argv)
+        assert "VLLM_API_KEY" in status.process.env_names  # by name in the record
+        assert key not in Path(status.process.state_dir, "state.json").read_text()
+        assert _environ(status.process.pid)["VLLM_API_KEY"] == key
+        url = f"http://127.0.0.1:{port}/v1/models"
+        assert httpx.get(url, timeout=5).status_code == 401
+        assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=5).is_success
+        again = run_cli(native_args(gpu_root, port, name, "--public"), env=native_env)
+        assert again.returncode == 0 and again.result["status"] == "reused", again.explain()
+        refused = run_cli(native_args(gpu_root, free_port(), name + "x", "--", "--host", "0.0.0.0"))
+        assert refused.returncode == 2 and refused.result["error"]["id"] == "bad_extra_args"
+    finally:
+        if launcher.load(host, name) is not None:
+            launcher.stop(host, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -26,8 +27,11 @@ def test_serve_over_ssh(serve: Serve, sshd: SshServer) -> None:
     assert run.returncode == 0, run.explain()
     result = run.result
     assert result["host"] == sshd.host_spec and result["status"] == "ready"
-    # the ssh config's HostName, not the alias, is what clients connect to
+    # loopback on the host: reached here through the ssh forward the result names
     assert result["endpoint"]["base_url"] == f"http://127.0.0.1:{port}/v1"
+    assert result["endpoint"]["tunnel"] == (
+        f"ssh -F {sshd.ssh_config} -N -L {port}:127.0.0.1:{port} {sshd.alias}"
+    )
     assert result["endpoint"]["coherence"]["verdict"] == "coherent"
     assert [r["finding"] for r in result["relaunches"]] == ["oom_graph_capture"]
     for phase in ("loading_weights", "capturing_graphs", "ready", "warming_up"):
@@ -56,3 +60,30 @@ def test_serve_over_ssh(serve: Serve, sshd: SshServer) -> None:
     time.sleep(0.5)
     assert [p for p in processes_mentioning(f":{port}") if "ssh" in p[1]] == []
     assert [p for p in processes_mentioning(f"logs -f {name}")] == []
+
+
+def test_public_serve_over_ssh_keeps_the_key_on_the_host(serve: Serve, sshd: SshServer) -> None:
+    env = sshd.env()
+    port = free_port()
+    name = serve.name("sshpub")
+    host = ["--host", sshd.host_spec]
+    run = serve(*host, "--public", port=port, name=name, env=env)
+    assert run.returncode == 0, run.explain()
+    endpoint = run.result["endpoint"]
+    # every interface: the ssh config's HostName, not the alias, is what clients use
+    assert endpoint["base_url"] == f"http://127.0.0.1:{port}/v1" and endpoint["tunnel"] is None
+    key_file = endpoint["api_key"]["file"]
+    remote = sshd.host()
+    key = (remote.read_text(key_file) or "").strip()
+    assert len(key) >= 40
+    assert remote.run(["stat", "-c", "%a", key_file]).stdout.strip() == "600"
+    assert key not in run.stdout + run.stderr
+    info = inspect(name)
+    assert info is not None and key not in json.dumps(info["Args"])
+    # the printed curl fetches the key over ssh and is answered
+    curl = endpoint["curl"]
+    assert f"$(ssh -F {sshd.ssh_config} {sshd.alias} 'cat -- {key_file}')" in curl
+    answer = subprocess.run(["sh", "-c", curl], capture_output=True, text=True, timeout=60)
+    assert answer.returncode == 0 and json.loads(answer.stdout)["choices"], answer.stderr
+    stop = run_cli(["stop", name, *host], env=env)
+    assert stop.returncode == 0 and remote.read_text(key_file) is None

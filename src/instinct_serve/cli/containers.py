@@ -91,7 +91,8 @@ def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
 @host_option
 @json_option
 def logs(name: str, follow: bool, tail: int, host_spec: str | None, as_json: bool) -> int:
-    """Show an endpoint's log (a container's, or a native process's log file).
+    """Show an endpoint's log (a container's, or a native process's log file), with
+    secret values (your tokens, the endpoint's API key) redacted.
 
     With --json: {"name", "engine", "lines": [...]}; with -f --json, one
     {"event": "log", "line": ...} object per line.
@@ -114,8 +115,10 @@ def logs(name: str, follow: bool, tail: int, host_spec: str | None, as_json: boo
 def _follow(host: Host, engine: str, found: Any, tail: int, as_json: bool) -> int:
     import json
 
+    from instinct_serve.runtime.endpoints import log_redactor, passed_by_name
     from instinct_serve.runtime.follower import LogFollower
 
+    redact = log_redactor(host, found.name, passed_by_name(found))  # as without -f, as MCP
     if engine == "docker":
         from instinct_serve.runtime.docker import Docker
 
@@ -128,6 +131,7 @@ def _follow(host: Host, engine: str, found: Any, tail: int, as_json: bool) -> in
             line = follower.get(1.0)
             if line is None:
                 continue
+            line = redact.text(line)
             if as_json:
                 sys.stdout.write(json.dumps({"event": "log", "line": line}) + "\n")
             else:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status
 
+    from instinct_serve.credentials import Redactor
     from instinct_serve.plan.model import PlanResult
     from instinct_serve.runtime.backend import Backend
     from instinct_serve.runtime.documents import ServeOutcome
@@ -62,18 +63,37 @@ def phase_text(phase: str, message: str) -> str:
 
 
 class ServeView:
-    """Renders serve's events: JSON Lines on stdout, or human lines / a status on stderr."""
+    """Renders serve's events: JSON Lines on stdout, or human lines / a status on stderr.
+
+    Everything it prints goes through the same redaction as the MCP server's results
+    (``credentials.Redactor``: the caller's secrets, the token file, token-shaped text,
+    and once a deployer runs, the values it passes by name and the endpoint's API key)."""
 
     def __init__(self, as_json: bool) -> None:
+        from instinct_serve.credentials import Redactor
+
         self.as_json = as_json
         self.tty = sys.stderr.isatty()
         self.err: Console | None = None if as_json else console(stderr=True)
         self._status: Status | None = None
         self._last_phase: str | None = None
+        self._default = Redactor.default()
+        self.deployer: Deployer | None = None
+
+    @property
+    def redact(self) -> Redactor:
+        return self.deployer.redact if self.deployer is not None else self._default
+
+    def _markup(self, text: str) -> str:
+        """Rich markup, redacted (the ``[redacted]`` mark escaped: it is not a style)."""
+        from instinct_serve.credentials import REDACTED
+
+        return self.redact.text(text).replace(REDACTED, "\\" + REDACTED)
 
     # -- JSON Lines
 
     def _line(self, doc: dict[str, Any]) -> None:
+        doc = self.redact(doc)
         sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
         sys.stdout.flush()
 
@@ -120,7 +140,7 @@ class ServeView:
     def _phase(self, event: PhaseUpdate) -> None:
         progress = event.progress
         pct = f" {progress * 100:.0f}%" if isinstance(progress, float) and progress < 1 else ""
-        text = phase_text(event.phase, event.message) + pct
+        text = self._markup(phase_text(event.phase, event.message) + pct)
         if self.tty:
             assert self.err is not None
             if self._status is None:
@@ -136,7 +156,7 @@ class ServeView:
 
     def print(self, text: str) -> None:
         if self.err is not None:
-            self.err.print(text)
+            self.err.print(self._markup(text))
 
     def pause(self) -> None:
         """Stop the status line (before a prompt or the final output)."""
@@ -221,12 +241,32 @@ class ServeView:
             rows.append(("First request", f"{endpoint.warmup_latency_s:.2f} s (warm-up)"))
         if endpoint.coherence is not None:
             rows.append(("Coherence", str(endpoint.coherence.get("verdict"))))
+        rows.append(
+            (
+                "Listens on",
+                "every interface (--public)"
+                if endpoint.bind_address == "0.0.0.0"
+                else f"{endpoint.bind_address} only",
+            )
+        )
+        if endpoint.tunnel:
+            rows.append(("Tunnel", f"{endpoint.tunnel}  (then use the Base URL here)"))
+        if endpoint.api_key_file:
+            rows.append(
+                (
+                    "API key",
+                    f"in {endpoint.api_key_file} on {endpoint.host} (readable only by you; "
+                    f"sent as Authorization: Bearer)",
+                )
+            )
+        elif endpoint.api_key_env:
+            rows.append(("API key", f"yours, from ${endpoint.api_key_env}"))
         for key, value in rows:
-            table.add_row(key, escape(value))
+            table.add_row(key, escape(self.redact.text(value)))
         con.print(table)
         self._notes(con, outcome)
         con.print("\n[bold]Try it:[/]")
-        con.print(endpoint.curl, markup=False, highlight=False, soft_wrap=True)
+        con.print(self.redact.text(endpoint.curl), markup=False, highlight=False, soft_wrap=True)
 
     def _loading(self, outcome: ServeOutcome) -> None:
         from rich.markup import escape
@@ -252,11 +292,12 @@ class ServeView:
             con.print(f"[red]✗[/] serve ended with status {outcome.status}")
             return
         self._notes(con, outcome)
+        red = self.redact.text
         con.print(f"[red]✗ {escape(failure.id)}[/]  [bold]{escape(failure.title)}[/]")
         if failure.line:
-            con.print(f"  [dim]line:[/] {escape(failure.line.strip()[:300])}")
-        con.print(f"  [bold]cause:[/] {escape(failure.cause)}")
-        con.print(f"  [bold]fix:[/]   {escape(failure.fix)}")
+            con.print(f"  [dim]line:[/] {escape(red(failure.line.strip()[:300]))}")
+        con.print(f"  [bold]cause:[/] {escape(red(failure.cause))}")
+        con.print(f"  [bold]fix:[/]   {escape(red(failure.fix))}")
         if failure.left:
             con.print(f"  [dim]{escape(failure.container or '')}: {escape(failure.left)}[/]")
         for command in failure.commands:
@@ -264,7 +305,7 @@ class ServeView:
         if failure.log_tail:
             con.print("  [dim]log tail:[/]")
             for line in failure.log_tail[-15:]:
-                con.print(f"    [dim]{escape(line[:240])}[/]")
+                con.print(f"    [dim]{escape(red(line[:240]))}[/]")
 
     def error(self, exc: InstinctError) -> None:
         """An error before or outside the deployment, as the stream's final line."""
@@ -403,6 +444,7 @@ def _serve(view: ServeView, opts: ServeOptions, host_spec: str | None) -> int:
     yes = opts.yes
     prepared = prepare(host, opts.plan_options(), engine=engine, sink=view.event, root=opts.root)
     deployer = prepared.deployer(settings, view.event, view.confirm_fn())
+    view.deployer = deployer
     try:
         outcome = _run(deployer, prepared.result, yes, view)
     except Interrupted as stop:

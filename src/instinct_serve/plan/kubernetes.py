@@ -29,8 +29,9 @@ Every choice an admin would ask about is here once, with its reason:
   (see ``CACHE_DIRS``), so a restart neither downloads nor recompiles. ReadWriteOnce for a
   single pod; ReadWriteMany once several pods mount it (replicas, autoscaling, nodes).
 * Disruption and rollout: see ``pod_disruption_budget`` and ``deployment``.
-* Secrets only by name: ``secretKeyRef`` per ``SECRET_REFS``, all optional (a public model
-  needs no token; no API key Secret means no authentication, as with the docker plan).
+* Secrets only by name: ``secretKeyRef`` per ``SECRET_REFS``, optional (a public model
+  needs no token; no API key Secret means no authentication) except the API key of a
+  ``--public`` plan, which the pod cannot start without.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ from instinct_serve.errors import UsageError
 from instinct_serve.hardware.profiles import PROFILES
 from instinct_serve.options import KubernetesOptions
 from instinct_serve.plan.model import (
+    API_KEY_ENV,
     CONTAINER_HF_CACHE,
     WARMUP_TIMEOUT_S,
     LaunchPlan,
+    check_names,
     container_args,
     startup_budget_s,
 )
@@ -74,7 +77,6 @@ MAX_NAME = 45  # room for LWS pod names (<name>-<group>-<worker>) and controller
 # Environment variable -> (Secret name, key): ``kubectl create secret generic hf-token
 # --from-literal=token=...``. The API key is read from the container's environment by vLLM
 # (``--api-key`` defaults to VLLM_API_KEY) and by the readiness probe.
-API_KEY_ENV = "VLLM_API_KEY"
 SECRET_REFS: dict[str, tuple[str, str]] = {
     "HF_TOKEN": ("hf-token", "token"),
     API_KEY_ENV: ("vllm-api-key", "api-key"),
@@ -216,6 +218,7 @@ def k8s_objects(plan: LaunchPlan, options: KubernetesOptions | None = None) -> l
     ``k8s_objects(plan, KubernetesOptions(nodes=2, gpus_per_node=8))``.
     """
     opts = options or KubernetesOptions()
+    check_names(plan)
     gpus = gpus_per_pod(plan, opts)
     name = object_name(plan.container_name)
     if opts.nodes == 1:
@@ -594,7 +597,14 @@ def _env(plan: LaunchPlan, opts: KubernetesOptions) -> list[dict[str, Any]]:
         env.append(
             {
                 "name": secret_env,
-                "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}},
+                # a public plan's API key is required: that endpoint must not start open
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": secret,
+                        "key": key,
+                        "optional": secret_env != plan.api_key_env,
+                    }
+                },
             }
         )
     return env

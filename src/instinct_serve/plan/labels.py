@@ -2,10 +2,16 @@
 
 Pure data: the planner writes them into every plan, and ``runtime.docker`` filters on them
 so that ``ps``/``stop`` only ever touch what the tool created.
+
+Labels are data, not trust: anyone can start a container with any labels (copied from
+``instinct plan --json``, or garbage). So every value read back is parsed defensively
+(``label_port``, ``label_text``: a bad value reads as absent, never as an exception), and
+reusing an endpoint takes more than its labels (``runtime.docker_backend.verify``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from instinct_serve import __version__
@@ -37,3 +43,27 @@ def label_args(labels: Mapping[str, str]) -> list[str]:
     for key in sorted(labels):
         out += ["--label", f"{key}={labels[key]}"]
     return out
+
+
+_PORT = re.compile(r"[0-9]{1,5}")
+MAX_LABEL_TEXT = 512
+
+
+def label_port(labels: Mapping[str, str], key: str = LABEL_PORT) -> int | None:
+    """A TCP port label (1..65535, ASCII digits), or None for anything else (``²``, ``-1``,
+    ``99999``, missing)."""
+    text = str(labels.get(key) or "").strip()
+    if not _PORT.fullmatch(text):
+        return None
+    port = int(text)
+    return port if 0 < port < 65536 else None
+
+
+def label_text(labels: Mapping[str, str], key: str) -> str | None:
+    """A text label, or None when missing, empty, too long or with control characters."""
+    value = labels.get(key)
+    if not isinstance(value, str) or not value or len(value) > MAX_LABEL_TEXT:
+        return None
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return None
+    return value

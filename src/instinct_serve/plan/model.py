@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from instinct_serve.options import DEFAULT_PORT
+from instinct_serve.errors import UsageError
+from instinct_serve.options import DEFAULT_PORT, ENV_NAME
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from instinct_serve.hardware.inventory import GpuInventory
 
 __all__ = [
+    "API_KEY_ENV",
     "CONTAINER_HF_CACHE",
     "DEFAULT_PORT",
     "FitSummary",
@@ -28,6 +30,7 @@ __all__ = [
     "Mount",
     "PlanResult",
     "Reason",
+    "check_names",
     "container_args",
     "startup_budget_s",
 ]
@@ -35,6 +38,11 @@ __all__ = [
 # The first request after startup compiles kernels (Triton, AITER JIT builds): serve's warm-up
 # and the Kubernetes readiness probe give it this long.
 WARMUP_TIMEOUT_S = 900
+
+
+API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads its API key from here (as --api-key's default)
+LOOPBACK = "127.0.0.1"
+EVERY_INTERFACE = "0.0.0.0"
 
 
 class Reason(NamedTuple):
@@ -175,6 +183,20 @@ class LaunchPlan:
     recipe_cross_check: dict[str, Any] | None = None
     # the GPUs as partitions and the endpoints of this TP the host holds (replica_gpus)
     partitions: dict[str, Any] | None = None
+    public: bool = False  # every interface (and an API key) instead of 127.0.0.1
+    # where the API key comes from: "generated" (serve makes one and keeps it in a key file
+    # on the host), "environment" (the caller's VLLM_API_KEY, passed by name), or None
+    api_key: str | None = None
+
+    @property
+    def bind_address(self) -> str:
+        """The host address the endpoint listens on: loopback unless ``public``."""
+        return EVERY_INTERFACE if self.public else LOOPBACK
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The variable that carries the endpoint's API key (by name), when it has one."""
+        return API_KEY_ENV if self.api_key is not None else None
 
     @property
     def served_model_name(self) -> str:
@@ -190,6 +212,8 @@ class LaunchPlan:
             "image": self.image,
             "engine": self.engine,
             "port": self.port,
+            "bind": self.bind_address,
+            "api_key": self.api_key,
             "docker_flags": self.docker_flags,
             "mounts": [m.docker_arg() for m in self.mounts],
             "env": dict(sorted(self.env.items())),
@@ -212,7 +236,12 @@ class LaunchPlan:
             "image": self.image,
             "container_name": self.container_name,
             "port": self.port,
-            "base_url": f"http://localhost:{self.port}/v1",
+            "base_url": f"http://{LOOPBACK}:{self.port}/v1",
+            "public": self.public,
+            "bind_address": self.bind_address,
+            "api_key": None
+            if self.api_key is None
+            else {"env": self.api_key_env, "source": self.api_key},
             "tensor_parallel_size": self.tensor_parallel_size,
             "max_model_len": self.max_model_len,
             "native_max_model_len": self.native_max_model_len,
@@ -274,3 +303,16 @@ class PlanResult:
         doc = self.plan.to_dict()
         doc["hardware_source"] = self.hardware_source
         return doc
+
+
+def check_names(plan: LaunchPlan) -> None:
+    """Refuse to render a plan with an environment name that is not a variable name (every
+    rendering calls it: a recipe can say anything)."""
+    for name in [*plan.env, *plan.secret_env]:
+        if not ENV_NAME.fullmatch(name):
+            raise UsageError(
+                f"the plan's environment has an invalid variable name {name!r}",
+                fix="variable names are letters, digits and '_' (not starting with a digit)",
+                id="bad_env_name",
+                details={"name": name},
+            )

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve import __version__
-from instinct_serve.errors import InstinctError
+from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hardware.partitions import Layout, endpoints, spanning_warning
-from instinct_serve.options import PlanOptions
+from instinct_serve.options import ENV_NAME, PlanOptions
 from instinct_serve.plan.decisions import (
     FIT_OK,
     TpDecision,
@@ -33,7 +33,14 @@ from instinct_serve.plan.decisions import (
     choose_variant,
 )
 from instinct_serve.plan.labels import managed_labels
-from instinct_serve.plan.model import DEFAULT_PORT, FitSummary, LaunchPlan, Mount, Reason
+from instinct_serve.plan.model import (
+    API_KEY_ENV,
+    DEFAULT_PORT,
+    FitSummary,
+    LaunchPlan,
+    Mount,
+    Reason,
+)
 from instinct_serve.plan.refusals import Refusal
 from instinct_serve.units import token_count
 from instinct_serve.vllm_args import Unit
@@ -270,6 +277,23 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
             "token never appears in the command line or in this output",
         )
     )
+    for key in opts.env_by_name:
+        if key in env:
+            env.pop(key)
+            reasons.append(Reason(key, "--env", "passed by name: your value replaces this one"))
+        if key not in secrets:
+            secrets.append(key)
+            reasons.append(
+                Reason(
+                    f"--env {key}",
+                    "--env",
+                    "passed by name: its value is taken from your environment at launch and "
+                    "never written in the plan, an argument or a label",
+                )
+            )
+    api_key = _api_key(opts, secrets, reasons)
+
+    _check_env(env)
 
     # --- vLLM arguments
     merge = ArgMerge()
@@ -389,6 +413,7 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     if opts.extra_args:
         merge.add(opts.extra_args, "arguments after --")
         reasons.append(Reason(" ".join(opts.extra_args), "arguments after --", "given by you"))
+    _check_args(merge, opts)
     # The plan's figure is what will run: a recipe's or an after-`--` --max-model-len counts.
     merged_len = token_count(merge.value("--max-model-len") or "")
     if merged_len is not None:
@@ -470,6 +495,8 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         fit=FitSummary.of(fit) if fit else None,
         recipe_cross_check=inp.cross_check,
         partitions=partitions,
+        public=opts.public,
+        api_key=api_key,
     )
     plan.labels = managed_labels(
         model=plan.model,
@@ -478,6 +505,82 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         version=inp.tool_version or __version__,
     )
     return plan
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _api_key(opts: PlanOptions, secrets: list[str], reasons: list[Reason]) -> str | None:
+    """Where the endpoint's API key comes from, if it has one (``LaunchPlan.api_key``)."""
+    if API_KEY_ENV in opts.env_by_name:
+        reasons.append(
+            Reason(
+                f"--env {API_KEY_ENV}",
+                "--env",
+                "vLLM requires this key (Authorization: Bearer) on /v1/*; serve's own probes "
+                "send it too",
+            )
+        )
+        return "environment"
+    if not opts.public:
+        return None
+    secrets.append(API_KEY_ENV)
+    reasons.append(
+        Reason(
+            f"--env {API_KEY_ENV}",
+            "--public",
+            "an endpoint open to the network needs a key: serve generates one, keeps it in a "
+            "file only you can read on the host, and passes it by name",
+        )
+    )
+    return "generated"
+
+
+def _check_env(env: dict[str, str]) -> None:
+    """Refuse a plan whose environment could not be written safely: a name that is not a
+    variable name (a recipe or override file can say anything), a NUL byte, or a
+    credential with its value written down."""
+    from instinct_serve.credentials import is_secret_name, looks_like_token
+
+    for key, value in env.items():
+        if not ENV_NAME.fullmatch(key):
+            raise UsageError(
+                f"the plan's environment has an invalid variable name {key!r}",
+                fix="variable names are letters, digits and '_' (not starting with a digit); "
+                "correct the recipe or override file that sets it",
+                id="bad_env_name",
+                details={"name": key},
+            )
+        if "\0" in value:
+            raise UsageError(
+                f"the value of {key} contains a NUL byte",
+                fix="correct the recipe or override file that sets it",
+                id="bad_env_value",
+                details={"name": key},
+            )
+        if is_secret_name(key) or looks_like_token(value):
+            raise UsageError(
+                f"the plan would write the value of {key}, a credential",
+                fix=f"remove it from the recipe or override file; export {key} and pass it by "
+                f"name: --env {key}",
+                id="secret_in_args",
+                details={"name": key},
+            )
+
+
+def _check_args(merge: ArgMerge, opts: PlanOptions) -> None:
+    """The native route listens on 127.0.0.1 unless ``--public``: an argument that opens
+    it to the network without a key is refused."""
+    host = merge.value("--host")
+    if opts.engine != "native" or host is None or opts.public or host in LOOPBACK_HOSTS:
+        return
+    raise UsageError(
+        f"--host {host} would open the endpoint to the network without an API key",
+        fix="use --public: it listens on every interface and requires a key (yours with "
+        "--env VLLM_API_KEY, else a generated one)",
+        id="bad_extra_args",
+        details={"option": "extra_args", "flag": "--host"},
+    )
 
 
 def _unique(items: Iterable[str]) -> list[str]:

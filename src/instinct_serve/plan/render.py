@@ -5,6 +5,13 @@ The official ``vllm/vllm-openai-rocm`` image's entrypoint is ``vllm serve``
 (docker/Dockerfile.rocm), so ``docker run ... IMAGE MODEL <engine args>`` is the container
 command: the model is ``vllm serve``'s positional argument (``--model`` is deprecated
 there). Secrets are referenced by name only in every format.
+
+Safe to paste: the endpoint listens on ``127.0.0.1`` unless the plan is ``public``
+(``-p 127.0.0.1:PORT:PORT``, ``vllm serve --host 127.0.0.1``, a ClusterIP Service); every
+shell word is quoted (``shlex``), YAML is dumped without anchors and with the ``$``
+escapes of compose and Kubernetes, so no name or value in a plan (a recipe can say
+anything) is ever run or interpolated; and environment names are checked
+(``[A-Za-z_][A-Za-z0-9_]*``) before anything is rendered.
 """
 
 from __future__ import annotations
@@ -14,23 +21,31 @@ from typing import Any
 
 import yaml
 
+from instinct_serve import vllm_args
 from instinct_serve.options import KubernetesOptions
 from instinct_serve.plan import kubernetes
 from instinct_serve.plan.kubernetes import k8s_objects as k8s_objects
-from instinct_serve.plan.model import LaunchPlan, startup_budget_s
+from instinct_serve.plan.model import API_KEY_ENV, LaunchPlan, startup_budget_s
+from instinct_serve.plan.model import check_names as check_names
 from instinct_serve.plan.model import container_args as container_args
 
 FORMATS = ("json", "docker", "shell", "native", "compose", "k8s")
 
 
+def publish_arg(plan: LaunchPlan) -> str:
+    """``-p``'s value: the port on the plan's bind address (127.0.0.1 unless public)."""
+    return f"{plan.bind_address}:{plan.port}:{plan.port}"
+
+
 def docker_argv(plan: LaunchPlan) -> list[str]:
     """The full ``docker run -d`` argv (labels, AMD flags, port, mounts, env, image, args)."""
+    check_names(plan)
     argv = ["docker", "run", "-d", "--name", plan.container_name]
     for key, value in plan.labels.items():
         argv += ["--label", f"{key}={value}"]
     for flag in plan.docker_flags:
         argv += split_flag(flag)
-    argv += ["-p", f"{plan.port}:{plan.port}"]
+    argv += ["-p", publish_arg(plan)]
     for mount in plan.mounts:
         argv += ["-v", mount.docker_arg()]
     for key, value in plan.env.items():
@@ -53,8 +68,13 @@ def shell_line(plan: LaunchPlan) -> str:
 
 
 def native_argv(plan: LaunchPlan) -> list[str]:
-    """``vllm serve MODEL ...`` for hosts without Docker (the port is the server's own)."""
-    return ["vllm", "serve", plan.model, *plan.vllm_args]
+    """``vllm serve MODEL --host ADDRESS ...`` for hosts without Docker (the port is the
+    server's own). vLLM listens on every interface by default: the plan's bind address
+    (127.0.0.1 unless public) is given unless the plan's arguments name a ``--host``."""
+    argv = ["vllm", "serve", plan.model]
+    if not vllm_args.has(plan.vllm_args, "--host"):
+        argv += ["--host", plan.bind_address]
+    return [*argv, *plan.vllm_args]
 
 
 def native_env(plan: LaunchPlan) -> dict[str, str]:
@@ -66,10 +86,18 @@ def native_env(plan: LaunchPlan) -> dict[str, str]:
 
 
 def native_script(plan: LaunchPlan) -> str:
-    """``export`` lines and the ``vllm serve`` line, ready to paste into a shell."""
+    """``export`` lines and the ``vllm serve`` line, ready to paste into a shell.
+
+    Every value is one shell word (``shlex.quote``) and every name a checked variable
+    name, so running the script runs ``vllm serve`` and nothing else."""
+    check_names(plan)
     lines = [f"export {k}={shlex.quote(v)}" for k, v in native_env(plan).items()]
     for name in plan.secret_env:
         lines.append(f"# {name}: taken from your environment (export {name}=... beforehand)")
+    if plan.api_key_env:
+        lines.append(
+            f': "${{{API_KEY_ENV}:?export {API_KEY_ENV} first: the endpoint requires this key}}"'
+        )
     lines.append(shlex.join(native_argv(plan)))
     return "\n".join(lines) + "\n"
 
@@ -112,9 +140,10 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
         "container_name": plan.container_name,
         "command": container_args(plan),
     }
+    check_names(plan)
     mapped, leftover = _compose_from_flags(plan.docker_flags)
     service.update(mapped)
-    service["ports"] = [f"{plan.port}:{plan.port}"]
+    service["ports"] = [publish_arg(plan)]
     if plan.mounts:
         service["volumes"] = [m.docker_arg() for m in plan.mounts]
     service["environment"] = [f"{k}={v}" for k, v in plan.env.items()] + list(plan.secret_env)
@@ -136,10 +165,22 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
         "start_period": f"{startup_budget_s(plan)}s",
     }
     service["restart"] = "unless-stopped"
-    doc: dict[str, Any] = {"services": {plan.container_name: service}}
+    doc: dict[str, Any] = {"services": {plan.container_name: _compose_escape(service)}}
     if leftover:
-        doc["x-instinct-serve-unmapped-flags"] = leftover
+        doc["x-instinct-serve-unmapped-flags"] = _compose_escape(leftover)
     return doc
+
+
+def _compose_escape(value: Any) -> Any:
+    """Compose interpolates ``$NAME``/``${NAME}`` in every string of the file: ``$$`` is a
+    literal ``$``, so a value from the plan stays exactly what it was."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, dict):
+        return {k: _compose_escape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compose_escape(v) for v in value]
+    return value
 
 
 class _Dumper(yaml.SafeDumper):

@@ -55,7 +55,8 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
     rows.append(("Max context", ctx))
     if plan.verdict:
         rows.append(("Fit", f"{plan.verdict}: {fit.verdict_reason if fit else ''}"))
-    rows.append(("Port", f"{plan.port}  (http://localhost:{plan.port}/v1)"))
+    access = "every interface, API key required" if plan.public else "this host only"
+    rows.append(("Port", f"{plan.port}  ({plan.base_url}; {access})"))
     rows.append(("Image", plan.image))
     rows.append(("Container", plan.container_name))
     return rows

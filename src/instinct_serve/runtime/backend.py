@@ -5,6 +5,11 @@ processes in ``runtime.native``) finds endpoints by name or plan (``Target``), n
 holds a plan's port or name (``Occupant``), launches, follows the log, tells how a server
 ended (``ExitInfo``) and stops it. Both run through a ``Host``, so ``--host`` is the same
 code path.
+
+What ``launch`` returns is the *handle* of what it created (a container's id, a native
+process's name): serve follows, stops and removes only that, never something it merely
+found under the same name. An endpoint found by its plan-hash label is reused only once
+``verify`` agrees that it really runs the plan (labels are data, not trust).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from instinct_serve.plan.labels import (
 from instinct_serve.plan.model import LaunchPlan
 
 LABEL_FIXES = "instinct-serve.fixes"  # finding ids whose retry hint a relaunch applied
+# the names of the variables passed by name (values never): what ``logs`` must redact
+LABEL_BY_NAME = "instinct-serve.env-by-name"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,12 @@ class Target:
     port: int | None = None
     plan_hash: str | None = None
     image: str | None = None
+    id: str | None = None  # a container's id (docker); None for native processes
+
+    @property
+    def handle(self) -> str:
+        """What the backend's calls take to act on exactly this endpoint."""
+        return self.id or self.name
 
     def describe(self) -> str:
         what = "container" if self.engine == "docker" else "native vLLM process"
@@ -110,19 +123,27 @@ class Backend(Protocol):
         """Everything before the launch itself (pulling the image)."""
         ...
 
-    def launch(self, plan: LaunchPlan, secrets: Mapping[str, str], fixes: Sequence[str]) -> str:
-        """Start the endpoint; return its name."""
+    def verify(self, plan: LaunchPlan, target: Target) -> str | None:
+        """None when ``target`` (found by its labels) really runs ``plan``, else why not."""
         ...
 
-    def follow(self, name: str, since: float | None = None) -> subprocess.Popen[str]: ...
+    def launch(self, plan: LaunchPlan, secrets: Mapping[str, str], fixes: Sequence[str]) -> str:
+        """Start the endpoint; return its handle (what the other calls take)."""
+        ...
 
-    def exit_info(self, name: str) -> ExitInfo | None:
+    def launching(self) -> str | None:
+        """The handle of what an interrupted ``launch`` created so far, if anything."""
+        ...
+
+    def follow(self, handle: str, since: float | None = None) -> subprocess.Popen[str]: ...
+
+    def exit_info(self, handle: str) -> ExitInfo | None:
         """None while the endpoint runs, else how it ended."""
         ...
 
-    def log_text(self, name: str, tail: int) -> str: ...
+    def log_text(self, handle: str, tail: int) -> str: ...
 
-    def discard(self, name: str, *, keep: bool) -> bool:
+    def discard(self, handle: str, *, keep: bool) -> bool:
         """Stop the endpoint (ours only); remove it unless ``keep``. True if it existed."""
         ...
 
@@ -143,6 +164,47 @@ def launch_labels(plan: LaunchPlan, fixes: Sequence[str]) -> dict[str, str]:
     )
     labels[LABEL_MANAGED] = MANAGED_VALUE
     labels[LABEL_PORT] = str(plan.port)
+    if plan.secret_env:
+        labels[LABEL_BY_NAME] = ",".join(sorted(plan.secret_env))
     if fixes:
         labels[LABEL_FIXES] = ",".join(fixes)
     return labels
+
+
+# Options a relaunch may set or replace (``runtime.retry``: the retry hints of diagnose and
+# its option hints): a relaunched endpoint's command differs from its plan's in these only.
+RELAUNCH_FLAGS = frozenset(
+    {
+        "--enforce-eager",
+        "--max-num-batched-tokens",
+        "--trust-remote-code",
+        "--disable-custom-all-reduce",
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--max-num-seqs",
+        "--tensor-parallel-size",
+    }
+)
+
+
+def same_command(planned: Sequence[str], actual: Sequence[str], *, relaunched: bool) -> bool:
+    """Whether an endpoint's real command is the plan's: equal, or (after a relaunch with
+    a fix) equal but for the options a relaunch may set."""
+    if list(planned) == list(actual):
+        return True
+    if not relaunched:
+        return False
+    from instinct_serve import vllm_args
+
+    def kept(args: Sequence[str]) -> list[list[str]]:
+        out = []
+        for unit in vllm_args.units(args):
+            name = unit.name
+            if name is not None and (
+                name in RELAUNCH_FLAGS or vllm_args.negation(name) in RELAUNCH_FLAGS
+            ):
+                continue
+            out.append(unit.tokens)
+        return out
+
+    return kept(planned) == kept(actual)

@@ -29,11 +29,19 @@ def keep_end(text: str, limit: int) -> str:
 
 
 def endpoint_log(host: Host, name: str, *, managed_only: bool, tail: int = ENDPOINT_TAIL) -> str:
-    """The last ``tail`` lines of the container or native process ``name``.
+    """The last ``tail`` lines of the container or native process ``name``, secrets
+    redacted (``endpoints.log_redactor``: the caller's secrets, token-shaped text and the
+    endpoint's API key; the same text for the CLI and MCP).
 
     ``managed_only``: refuse (``not_managed``) a container this tool did not start, as the
     MCP tools do; the CLI diagnoses any container the user names.
     """
+    from instinct_serve.runtime.endpoints import log_redactor
+
+    return log_redactor(host, name).text(_raw_log(host, name, managed_only, tail))
+
+
+def _raw_log(host: Host, name: str, managed_only: bool, tail: int) -> str:
     if managed_only:
         from instinct_serve.runtime.endpoints import read_log
 

@@ -24,9 +24,10 @@ from instinct_serve.plan.labels import (
     LABEL_MANAGED,
     LABEL_MODEL,
     LABEL_PLAN_HASH,
-    LABEL_PORT,
     LABEL_VERSION,
     MANAGED_VALUE,
+    label_port,
+    label_text,
 )
 
 # --------------------------------------------------------------------------- data
@@ -88,6 +89,13 @@ class ContainerInfo:
     network_mode: str
     restart_count: int
     uptime_s: float | None  # seconds since start while running (daemon clock vs ours)
+    # what it really runs (Config.Entrypoint, Config.Cmd, Config.Env): checked before reuse;
+    # Env holds secret values (HF_TOKEN=...): never in ``to_dict``
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    env: tuple[str, ...] = field(default=(), repr=False)
+
+    # Labels are data, not trust: read defensively (``plan.labels``), never an exception.
 
     @property
     def managed(self) -> bool:
@@ -95,20 +103,19 @@ class ContainerInfo:
 
     @property
     def model(self) -> str | None:
-        return self.labels.get(LABEL_MODEL)
+        return label_text(self.labels, LABEL_MODEL)
 
     @property
     def port(self) -> int | None:
-        text = self.labels.get(LABEL_PORT, "")
-        return int(text) if text.isdigit() else None
+        return label_port(self.labels)
 
     @property
     def plan_hash(self) -> str | None:
-        return self.labels.get(LABEL_PLAN_HASH)
+        return label_text(self.labels, LABEL_PLAN_HASH)
 
     @property
     def version(self) -> str | None:
-        return self.labels.get(LABEL_VERSION)
+        return label_text(self.labels, LABEL_VERSION)
 
     @property
     def short_id(self) -> str:
@@ -245,15 +252,19 @@ def parse_inspect(doc: Mapping[str, Any], now: datetime | None = None) -> Contai
         started_at=started,
         finished_at=parse_docker_time(state_doc.get("FinishedAt")),
         health=(health_doc.get("Status") or None) if isinstance(health_doc, Mapping) else None,
-        pid=int(state_doc["Pid"]) if state_doc.get("Pid") else None,
+        pid=_int(state_doc.get("Pid")) or None,
     )
     ports: list[PublishedPort] = []
     bindings = network.get("Ports") or host_config.get("PortBindings") or {}
-    for spec, binds in sorted(bindings.items()):
+    if not isinstance(bindings, Mapping):
+        bindings = {}
+    for spec, binds in sorted(bindings.items(), key=lambda item: str(item[0])):
         number, _, proto = str(spec).partition("/")
-        for bind in binds or []:
+        for bind in binds if isinstance(binds, list) else []:
+            if not isinstance(bind, Mapping):
+                continue
             host_port = str(bind.get("HostPort") or "")
-            if number.isdigit() and host_port.isdigit():
+            if _is_port(number) and _is_port(host_port):
                 ports.append(
                     PublishedPort(
                         container_port=int(number),
@@ -266,6 +277,8 @@ def parse_inspect(doc: Mapping[str, Any], now: datetime | None = None) -> Contai
     if running and started is not None:
         uptime = max(0.0, ((now or datetime.now(UTC)) - started).total_seconds())
     labels = config.get("Labels") or {}
+    if not isinstance(labels, Mapping):
+        labels = {}
     return ContainerInfo(
         id=str(doc.get("Id") or ""),
         name=str(doc.get("Name") or "").lstrip("/"),
@@ -275,9 +288,29 @@ def parse_inspect(doc: Mapping[str, Any], now: datetime | None = None) -> Contai
         labels={str(k): str(v) for k, v in labels.items()},
         ports=tuple(ports),
         network_mode=str(host_config.get("NetworkMode") or ""),
-        restart_count=int(doc.get("RestartCount") or 0),
+        restart_count=_int(doc.get("RestartCount")),
         uptime_s=uptime,
+        entrypoint=_strings(config.get("Entrypoint")),
+        cmd=_strings(config.get("Cmd")),
+        env=_strings(config.get("Env")),
     )
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 0 < int(text) < 65536
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """Docker's argv fields: a list of strings, a single string, or null."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(str(v) for v in value)
+    return ()
 
 
 _SS_USER = re.compile(r'\("([^"]*)",pid=(\d+)')
@@ -285,7 +318,7 @@ _SS_USER = re.compile(r'\("([^"]*)",pid=(\d+)')
 
 def _split_host_port(text: str) -> tuple[str, int] | None:
     address, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         return None
     address = address.split("%", 1)[0]  # 127.0.0.53%lo
     if address.startswith("[") and address.endswith("]"):
@@ -338,6 +371,7 @@ def parse_proc_net_tcp(text: str, port: int | None = None) -> list[Listener]:
 
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+_FULL_ID = re.compile(r"[0-9a-f]{64}")
 
 
 def container_id_from_cgroup(text: str) -> str | None:
@@ -509,6 +543,7 @@ class Docker:
         self.host = host
         self.binary = binary
         self.timeout = timeout
+        self._cid_dir: str | None = None
 
     # -- plumbing
 
@@ -569,11 +604,46 @@ class Docker:
             self._check(result, "image inspect")
         return False
 
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """The image's ``Config.Entrypoint`` (what a container of it runs unless told
+        otherwise), or None when the image is not here."""
+        fmt = "{{json .Config.Entrypoint}}"
+        result = self._run(["image", "inspect", "--format", fmt, image], timeout=30)
+        if not result.ok:
+            return None
+        try:
+            return _strings(json.loads(result.stdout.strip() or "null"))
+        except json.JSONDecodeError:
+            return None
+
     def pull(self, image: str) -> subprocess.Popen[str]:
         """Start ``docker pull`` and stream its progress (serve shows it as a phase)."""
         return self.host.spawn([self.binary, "pull", image])
 
     # -- containers
+
+    def new_cidfile(self) -> str:
+        """A path (not yet existing) in a private directory on the host, for ``run``'s
+        ``--cidfile``: docker writes the id there the moment it creates the container."""
+        import uuid
+
+        from instinct_serve.engine import hostfs
+
+        directory = self._cid_dir
+        if directory is None:
+            directory = hostfs.join(hostfs.data_dir(self.host), "run")
+            script = 'umask 077; mkdir -p "$1"'
+            self.host.run(["sh", "-c", script, "sh", directory], timeout=30)
+            self._cid_dir = directory
+        return hostfs.join(directory, f"{uuid.uuid4().hex}.cid")
+
+    def created_id(self, cidfile: str) -> str | None:
+        """The id docker wrote in ``cidfile`` (the container that ``run`` created), if any."""
+        text = (self.host.read_text(cidfile) or "").strip()
+        return text if _FULL_ID.fullmatch(text) else None
+
+    def forget_cidfile(self, cidfile: str) -> None:
+        self.host.run(["rm", "-f", "--", cidfile], timeout=30)
 
     def run(
         self,
@@ -581,14 +651,19 @@ class Docker:
         *,
         env: Mapping[str, str] | None = None,
         timeout: float = 300.0,
+        cidfile: str | None = None,
     ) -> str:
         """Run a planner-made ``docker run -d ...`` argv; return the new container id.
 
         ``env`` carries secret values named by ``--env NAME`` in the argv (e.g. HF_TOKEN):
         they reach the docker CLI's environment, over ssh through stdin, never an argument.
         Pull first (``image_present``/``pull``): a missing image is pulled here, silently.
-        On failure, a container docker created but never started (e.g. port conflict) is
-        removed when it carries our label, so the next attempt does not hit a name conflict.
+
+        The run writes the new container's id to ``cidfile`` (``--cidfile``; one is made
+        and removed here unless the caller passes its own): on failure the container docker
+        created but could not start (e.g. a port conflict) is removed by that id, so the
+        next attempt does not hit a name conflict, and nothing that merely has the same
+        name (another run's container) is ever touched.
         """
         args = list(argv)
         if len(args) < 3 or args[0].rsplit("/", 1)[-1] not in ("docker", self.binary):
@@ -596,30 +671,38 @@ class Docker:
         if args[1] != "run" or not any(a in ("-d", "--detach") for a in args):
             raise ValueError("Docker.run needs a detached `docker run -d ...` argv")
         args[0] = self.binary
-        result = self.host.run(args, timeout=timeout, env=env)
-        # docker's own options come before the image: the first --name is the container's
-        name = vllm_args.value(args, "--name", last=False) or None
-        if not result.ok:
-            error = _run_error(self.host, result, name)
-            if name:
-                self._discard_unstarted(name, error)
-            raise error
-        lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()]
-        if not lines or not re.fullmatch(r"[0-9a-f]{12,64}", lines[-1]):
-            raise InstinctError(
-                f"docker run printed no container id on {self.host.name}",
-                fix="check `docker ps -a` on the host",
-                id="docker_run_failed",
-                details={"stdout": result.stdout, "stderr": result.stderr},
-            )
-        return lines[-1]
-
-    def _discard_unstarted(self, name: str, error: InstinctError) -> None:
+        own_cidfile = cidfile is None
+        path = self.new_cidfile() if cidfile is None else cidfile
+        args[2:2] = ["--cidfile", path]
         try:
-            info = self.get(name)
+            result = self.host.run(args, timeout=timeout, env=env)
+            # docker's own options come before the image: the first --name is the container's
+            name = vllm_args.value(args, "--name", last=False) or None
+            if not result.ok:
+                error = _run_error(self.host, result, name)
+                self._discard_unstarted(path, error)
+                raise error
+            lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()]
+            if not lines or not re.fullmatch(r"[0-9a-f]{12,64}", lines[-1]):
+                raise InstinctError(
+                    f"docker run printed no container id on {self.host.name}",
+                    fix="check `docker ps -a` on the host",
+                    id="docker_run_failed",
+                    details={"stdout": result.stdout, "stderr": result.stderr},
+                )
+            return lines[-1]
+        finally:
+            if own_cidfile:
+                self.forget_cidfile(path)
+
+    def _discard_unstarted(self, cidfile: str, error: InstinctError) -> None:
+        """Remove the container this very run created and could not start (by its id)."""
+        try:
+            cid = self.created_id(cidfile)
+            info = self.get(cid) if cid else None
         except InstinctError:
             return
-        if info is not None and info.managed and info.state.status == "created":
+        if info is not None and info.managed and not info.state.running:
             removed = self._run(["rm", "-f", info.id], timeout=60).ok
             error.details["removed_unstarted_container"] = info.name if removed else None
 

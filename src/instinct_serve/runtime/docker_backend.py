@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import subprocess
 import time
@@ -10,9 +11,16 @@ from collections.abc import Callable, Mapping, Sequence
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
-from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime.backend import ExitInfo, Occupant, Target, launch_labels
-from instinct_serve.runtime.docker import Docker, PortHolder
+from instinct_serve.plan.model import LOOPBACK, LaunchPlan
+from instinct_serve.runtime.backend import (
+    LABEL_FIXES,
+    ExitInfo,
+    Occupant,
+    Target,
+    launch_labels,
+    same_command,
+)
+from instinct_serve.runtime.docker import ContainerInfo, Docker, PortHolder
 from instinct_serve.runtime.follower import LogFollower
 from instinct_serve.runtime.native import native_on_port
 
@@ -31,30 +39,59 @@ class DockerBackend:
         # the check root (hidden --root: tests, chroots) also prefixes the devices passed
         # to the container, so a stand-in tree is used instead of the host's /dev
         self.device_root = device_root.rstrip("/")
+        self._cidfile: str | None = None  # the launch in progress writes its id there
 
     def target(self, name: str) -> Target | None:
         info = self.docker.get(name)
         if info is None:
             return None
-        return Target(
-            name=info.name,
-            engine="docker",
-            managed=info.managed,
-            running=info.state.running,
-            status=info.state.status,
-            model=info.model,
-            port=info.port,
-            plan_hash=info.plan_hash,
-            image=info.image,
-        )
+        return _target(info)
+
+    def verify(self, plan: LaunchPlan, target: Target) -> str | None:
+        info = self.docker.get(target.handle)
+        if info is None:
+            return "it is gone"
+        return self._mismatch(plan, info)
+
+    def _mismatch(self, plan: LaunchPlan, info: ContainerInfo) -> str | None:
+        """Why the container does not run ``plan`` (image, entrypoint, command, environment,
+        published address), or None when it does."""
+        from instinct_serve.plan.render import container_args
+
+        if info.image != plan.image:
+            return f"it runs the image {info.image}, not {plan.image}"
+        entrypoint = self.docker.image_entrypoint(plan.image)
+        if entrypoint is not None and info.entrypoint != entrypoint:
+            return f"its entrypoint is {list(info.entrypoint)}, not the image's {list(entrypoint)}"
+        relaunched = bool(info.labels.get(LABEL_FIXES))
+        if not same_command(container_args(plan), info.cmd, relaunched=relaunched):
+            return "its command is not the plan's vllm serve arguments"
+        env = dict(item.partition("=")[::2] for item in info.env)
+        for key, value in plan.env.items():
+            if env.get(key) != value and not relaunched:
+                return f"its environment differs from the plan's ({key})"
+        published = [p for p in info.ports if p.host_port == plan.port and p.protocol == "tcp"]
+        if not published:
+            return f"it does not publish port {plan.port}"
+        addresses = {p.host_ip for p in published}
+        if plan.public:
+            listens = bool(addresses & {"0.0.0.0", "::", ""})
+        else:
+            listens = addresses <= {LOOPBACK}
+        if not listens:
+            return f"it listens on {', '.join(sorted(addresses))}, not {plan.bind_address}"
+        return None
 
     def same_plan(self, plan: LaunchPlan) -> Target | None:
+        """A running container labelled with the plan's hash: one that really runs the
+        plan if there is one, else the first found (``verify`` then says why not)."""
         wanted = plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)
         found = self.docker.list_managed(labels={LABEL_PLAN_HASH: wanted}, include_stopped=False)
-        for info in found:
-            if info.state.running:
-                return self.target(info.name)
-        return None
+        running = [info for info in found if info.state.running]
+        for info in running:
+            if self._mismatch(plan, info) is None:
+                return _target(info)
+        return _target(running[0]) if running else None
 
     def occupants(self, plan: LaunchPlan) -> list[Occupant]:
         out: list[Occupant] = []
@@ -110,6 +147,8 @@ class DockerBackend:
             )
 
     def launch(self, plan: LaunchPlan, secrets: Mapping[str, str], fixes: Sequence[str]) -> str:
+        """``docker run -d``; the container's id (written to a cidfile as docker creates
+        it, so an interrupted launch still knows what it created: ``launching``)."""
         from instinct_serve.plan.render import docker_argv
 
         labelled = copy.copy(plan)
@@ -121,34 +160,68 @@ class DockerBackend:
         argv = docker_argv(labelled)
         if self.device_root:
             argv = rooted_devices(argv, self.device_root)
-        self.docker.run(argv, env=dict(secrets) or None)
-        return plan.container_name
+        cidfile = self._cidfile = self.docker.new_cidfile()
+        # on an exception the cidfile stays for ``launching`` (an interrupted run), then goes
+        cid = self.docker.run(argv, env=dict(secrets) or None, cidfile=cidfile)
+        self._forget()
+        return cid
 
-    def follow(self, name: str, since: float | None = None) -> subprocess.Popen[str]:
-        return self.docker.follow(name, since=since)
+    def launching(self) -> str | None:
+        if self._cidfile is None:
+            return None
+        found = self.docker.created_id(self._cidfile)
+        if found is not None:
+            self._forget()
+        return found
 
-    def exit_info(self, name: str) -> ExitInfo | None:
-        state = self.docker.inspect_state(name)
+    def _forget(self) -> None:
+        cidfile, self._cidfile = self._cidfile, None
+        if cidfile is not None:
+            with contextlib.suppress(InstinctError):
+                self.docker.forget_cidfile(cidfile)
+
+    def follow(self, handle: str, since: float | None = None) -> subprocess.Popen[str]:
+        return self.docker.follow(handle, since=since)
+
+    def exit_info(self, handle: str) -> ExitInfo | None:
+        state = self.docker.inspect_state(handle)
         if state is None:
             return ExitInfo(None, status="removed")
         if state.running or state.status in ("created", "restarting"):
             return None
         return ExitInfo(state.exit_code, state.oom_killed, state.status)
 
-    def log_text(self, name: str, tail: int) -> str:
+    def log_text(self, handle: str, tail: int) -> str:
         try:
-            return self.docker.logs(name, tail=tail)
+            return self.docker.logs(handle, tail=tail)
         except InstinctError:
             return ""
 
-    def discard(self, name: str, *, keep: bool) -> bool:
+    def discard(self, handle: str, *, keep: bool) -> bool:
+        """Stop (and unless ``keep`` remove) the container ``handle`` (an id: exactly the
+        one meant, whatever now carries its name); refused unless it is managed."""
         try:
-            self.docker.stop(name, remove=not keep, grace_s=STOP_GRACE_S)
+            self.docker.stop(handle, remove=not keep, grace_s=STOP_GRACE_S)
         except InstinctError as exc:
             if exc.id == "container_not_found":
                 return False
             raise
         return True
+
+
+def _target(info: ContainerInfo) -> Target:
+    return Target(
+        name=info.name,
+        engine="docker",
+        managed=info.managed,
+        running=info.state.running,
+        status=info.state.status,
+        model=info.model,
+        port=info.port,
+        plan_hash=info.plan_hash,
+        image=info.image,
+        id=info.id or None,
+    )
 
 
 def rooted_devices(argv: list[str], root: str) -> list[str]:

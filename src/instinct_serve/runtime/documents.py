@@ -67,11 +67,27 @@ class Endpoint:
     use_chat: bool
     warmup_latency_s: float | None = None
     coherence: dict[str, Any] | None = None
-    api_key_env: str | None = None
+    api_key_env: str | None = None  # the variable that carries the key (VLLM_API_KEY)
+    api_key_source: str | None = None  # "generated" (in api_key_file) or "environment"
+    api_key_file: str | None = None  # where a generated key is, on the endpoint's host
+    api_key_command: str | None = None  # prints the key here (cat, or ssh HOST cat)
+    bind_address: str = "127.0.0.1"  # where it listens on its host
+    tunnel: str | None = None  # the ssh forward that brings base_url here (remote hosts)
 
     @property
     def curl(self) -> str:
         return curl_command(self)
+
+    def api_key_doc(self) -> dict[str, Any] | None:
+        """Where the key is: never the key itself."""
+        if self.api_key_env is None:
+            return None
+        return {
+            "env": self.api_key_env,
+            "source": self.api_key_source,
+            "file": self.api_key_file,
+            "read_with": self.api_key_command,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +103,9 @@ class Endpoint:
             "api": "chat" if self.use_chat else "completions",
             "warmup_latency_s": self.warmup_latency_s,
             "coherence": self.coherence,
+            "bind_address": self.bind_address,
+            "api_key": self.api_key_doc(),
+            "tunnel": self.tunnel,
             "curl": self.curl,
         }
 
@@ -107,7 +126,9 @@ def curl_command(endpoint: Endpoint) -> str:
         body = {"model": endpoint.model, "prompt": "The capital of France is", "max_tokens": 32}
     parts = ["curl", "-sS", endpoint.base_url + path, "-H", "Content-Type: application/json"]
     line = shlex.join(parts)
-    if endpoint.api_key_env:
+    if endpoint.api_key_command:  # the key stays in its file: the shell reads it
+        line += f' -H "Authorization: Bearer $({endpoint.api_key_command})"'
+    elif endpoint.api_key_env:
         line += f' -H "Authorization: Bearer ${endpoint.api_key_env}"'
     return line + " -d " + shlex.quote(json.dumps(body))
 

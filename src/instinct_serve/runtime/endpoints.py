@@ -3,18 +3,24 @@
 Docker containers are found by the ``instinct-serve.managed`` label, native processes by
 the launcher's state directory; nothing else is ever listed as ours or stopped. A host
 without Docker (the native route) lists and stops its native processes only. The CLI
-(``ps``/``logs``/``stop``) and the MCP tools are both views over these functions.
+(``ps``/``logs``/``stop``) and the MCP tools are both views over these functions, so a log
+is redacted here, once, for both (``log_redactor``: the caller's secrets, the token file,
+token-shaped text and the endpoint's own API key). Labels are read defensively: a
+container with garbage in them is listed, never a crash.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 
 if TYPE_CHECKING:
+    from instinct_serve.credentials import Redactor
     from instinct_serve.hosts import Host
 
 HEALTH_TIMEOUT_S = 2.0
@@ -204,8 +210,43 @@ def find(host: Host, name: str) -> tuple[str, Any]:
     )
 
 
+def log_redactor(host: Host, name: str, by_name: Sequence[str] = ()) -> Redactor:
+    """What every relayed log line goes through (CLI and MCP alike): this process's secret
+    values, the Hub token file, token-shaped text, endpoint ``name``'s API key, and the
+    values here of the variables it got by name (``by_name``: ``passed_by_name``)."""
+    from instinct_serve.credentials import Redactor
+    from instinct_serve.runtime import keys
+    from instinct_serve.runtime.secret_env import local_secrets
+
+    extra: list[str] = []
+    try:
+        key = keys.read_key(host, keys.key_path(host, name))
+    except InstinctError:
+        key = None
+    if key:
+        extra.append(key)
+    extra += local_secrets(list(by_name)).values()
+    return Redactor.default(extra)
+
+
+def passed_by_name(found: Any) -> list[str]:
+    """The names an endpoint (a ``ContainerInfo`` or a native process, as ``find`` returns
+    them) got variables by: its label, or the launcher's record. Names only, checked."""
+    from instinct_serve.options import ENV_NAME
+    from instinct_serve.runtime.backend import LABEL_BY_NAME
+
+    labels = getattr(found, "labels", None)
+    meta = getattr(found, "meta", None)
+    names: list[str] = []
+    if isinstance(labels, Mapping):
+        names = str(labels.get(LABEL_BY_NAME, "")).split(",")
+    elif isinstance(meta, Mapping) and isinstance(meta.get("secret_env"), list):
+        names = [str(n) for n in meta["secret_env"]]
+    return [n for n in names if ENV_NAME.fullmatch(n)][:64]
+
+
 def read_log(host: Host, name: str, tail: int, *, managed_only: bool = False) -> tuple[str, str]:
-    """(engine, the last ``tail`` lines of the endpoint's log)."""
+    """(engine, the last ``tail`` lines of the endpoint's log), secrets redacted."""
     from instinct_serve.runtime.docker import Docker
 
     engine, found = find(host, name)
@@ -213,8 +254,18 @@ def read_log(host: Host, name: str, tail: int, *, managed_only: bool = False) ->
         docker = Docker(host)
         if managed_only:
             docker.require_managed(found.name, "read the log of")
-        return engine, docker.logs(found.name, tail=tail)
-    return engine, host.run(["tail", "-n", str(tail), found.log_path], timeout=60).stdout
+        text = docker.logs(found.name, tail=tail)
+    else:
+        text = host.run(["tail", "-n", str(tail), found.log_path], timeout=60).stdout
+    return engine, log_redactor(host, found.name, passed_by_name(found)).text(text)
+
+
+def _forget_key(host: Host, name: str) -> None:
+    """The API key of a stopped and removed endpoint is of no use any more."""
+    from instinct_serve.runtime import keys
+
+    with contextlib.suppress(InstinctError):
+        keys.remove_key(host, keys.key_path(host, name))
 
 
 def stop_one(host: Host, name: str) -> dict[str, Any]:
@@ -224,6 +275,7 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
         from instinct_serve.runtime.docker import Docker
 
         info = Docker(host).stop(found.name)  # refuses (not_managed) what is not ours
+        _forget_key(host, info.name)
         return {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
     from instinct_serve.engine import launcher
 
@@ -245,6 +297,7 @@ def stop_all(host: Host) -> list[dict[str, Any]]:
     stopped: list[dict[str, Any]] = []
     try:
         for info in Docker(host).stop_all_managed():
+            _forget_key(host, info.name)
             stopped.append(
                 {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
             )

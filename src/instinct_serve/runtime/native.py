@@ -13,13 +13,18 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from instinct_serve import vllm_args
 from instinct_serve.engine import launcher
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime.backend import ExitInfo, Occupant, Target, launch_labels
+from instinct_serve.runtime.backend import (
+    ExitInfo,
+    Occupant,
+    Target,
+    launch_labels,
+    same_command,
+)
 from instinct_serve.runtime.docker import Docker
 
 META_ENGINE = "instinct-serve"
@@ -49,23 +54,19 @@ def native_on_port(host: Host, port: int) -> Target | None:
     return None
 
 
-# Where a native vLLM listens unless the user's arguments say otherwise. vLLM's default is
-# every interface (0.0.0.0): an unauthenticated endpoint open to the network. Clients on
-# the host reach 127.0.0.1, and serve/ps reach a remote host through an ssh tunnel to its
-# 127.0.0.1, so nothing of ours needs more; `-- --host 0.0.0.0` opens it deliberately.
+# Where a native vLLM listens unless the plan is public. vLLM's default is every interface
+# (0.0.0.0): an endpoint open to the network. Clients on the host reach 127.0.0.1, and
+# serve/ps reach a remote host through an ssh tunnel to its 127.0.0.1, so nothing of ours
+# needs more; --public opens it, with an API key (``plan.render.native_argv``).
 NATIVE_BIND = "127.0.0.1"
 
 
 def native_argv(vllm_command: str, plan: LaunchPlan) -> list[str]:
-    """``plan.render.native_argv`` with the discovered executable instead of bare ``vllm``,
-    bound to ``127.0.0.1`` unless the plan's arguments name a ``--host``."""
+    """``plan.render.native_argv`` (``--host`` the plan's bind address) with the
+    discovered executable instead of bare ``vllm``."""
     from instinct_serve.plan.render import native_argv as rendered
 
-    argv = rendered(plan)
-    out = [vllm_command, *argv[1:]]
-    if not vllm_args.has(plan.vllm_args, "--host"):
-        out[3:3] = ["--host", NATIVE_BIND]  # after `serve MODEL`
-    return out
+    return [vllm_command, *rendered(plan)[1:]]
 
 
 class NativeBackend:
@@ -76,6 +77,7 @@ class NativeBackend:
     def __init__(self, host: Host, vllm_command: str) -> None:
         self.host = host
         self.vllm_command = vllm_command
+        self._launching: str | None = None
 
     def target(self, name: str) -> Target | None:
         try:
@@ -126,6 +128,27 @@ class NativeBackend:
             out.append(Occupant(holder.describe(), False))
         return out
 
+    def verify(self, plan: LaunchPlan, target: Target) -> str | None:
+        """The launcher's record (in the user's own state directory) of the command."""
+        proc = launcher.load(self.host, target.name)
+        if proc is None:
+            return "it is gone"
+        planned = native_argv(self.vllm_command, plan)[1:]
+        relaunched = bool(proc.meta.get("fixes"))
+        if not same_command(planned, proc.argv[1:], relaunched=relaunched):
+            return "its command is not the plan's vllm serve arguments"
+        return None
+
+    def launching(self) -> str | None:
+        name, self._launching = self._launching, None
+        if name is None:
+            return None
+        try:
+            status = launcher.status(self.host, name)
+        except InstinctError:
+            return None
+        return name if status is not None and status.running else None
+
     def prepare(self, plan: LaunchPlan, on_line: Callable[[str], None]) -> None:
         """Nothing to pull: the engine was discovered (and checked) before the launch."""
 
@@ -146,9 +169,11 @@ class NativeBackend:
             "gpu_indices": plan.gpu_indices,
             "secret_env": sorted(secrets),
         }
+        self._launching = plan.container_name
         launcher.launch(
             self.host, plan.container_name, native_argv(self.vllm_command, plan), env=env, meta=meta
         )
+        self._launching = None
         return plan.container_name
 
     def _log_path(self, name: str) -> str:

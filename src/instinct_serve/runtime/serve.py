@@ -21,6 +21,7 @@ stream) and ``documents`` (what it returns). Progress is reported as typed event
 from __future__ import annotations
 
 import copy
+import shlex
 import signal
 import subprocess
 import time
@@ -29,12 +30,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from instinct_serve import vllm_args
+from instinct_serve.credentials import Redactor
 from instinct_serve.diagnose import DiagnoseContext, Diagnosis, Finding, diagnose
 from instinct_serve.diagnose.phases import PHASE_ORDER, PhaseTracker
-from instinct_serve.errors import InstinctError, NotReadyError
+from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 from instinct_serve.hosts import Host, SshHost
-from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime import health
+from instinct_serve.plan.model import API_KEY_ENV, LOOPBACK, LaunchPlan
+from instinct_serve.runtime import health, keys
 from instinct_serve.runtime.backend import Backend, ExitInfo, Occupant, Target, launch_labels
 from instinct_serve.runtime.docker_backend import DockerBackend
 from instinct_serve.runtime.documents import (
@@ -75,6 +77,8 @@ DIAGNOSE_TAIL = 2000  # log lines handed to diagnose
 SHOWN_TAIL = 30  # log lines shown with a failure
 FOLLOWER_RESTARTS = 3
 HANG_PHASES = frozenset({"capturing_graphs"})
+SUCCESSOR_WAIT_S = 60.0  # a followed endpoint died: how long its owner may take to relaunch
+SUCCESSOR_DECIDE_S = 10.0  # stopped but still there this long: its owner kept it, gave up
 
 Confirm = Callable[[str], bool]
 
@@ -82,7 +86,7 @@ Confirm = Callable[[str], bool]
 def discard_target(host: Host, target: Target, *, keep: bool) -> bool:
     """Stop (and unless ``keep`` remove) one of our endpoints, whatever its engine."""
     if target.engine == "docker":
-        return DockerBackend(host).discard(target.name, keep=keep)
+        return DockerBackend(host).discard(target.handle, keep=keep)
     return NativeBackend(host, "vllm").discard(target.name, keep=keep)
 
 
@@ -108,9 +112,10 @@ class Interrupted(Exception):
 
 
 def public_address(host: Host) -> str:
-    """The name clients use for the host: ``localhost``, or the ssh config's HostName."""
+    """The name clients on the network use for the host: this machine's own address (the
+    one its default route leaves from), or the ssh config's HostName."""
     if host.is_local:
-        return "localhost"
+        return local_address()
     if isinstance(host, SshHost):
         argv = ["ssh"]
         if host.ssh_config:
@@ -130,8 +135,41 @@ def public_address(host: Host) -> str:
     return host.address
 
 
+def local_address() -> str:
+    """This machine's address on its network (no packet is sent), else its host name."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("192.0.2.1", 9))  # TEST-NET-1: a route lookup, nothing sent
+            address = str(sock.getsockname()[0])
+    except OSError:
+        address = ""
+    if address and not address.startswith("127.") and address != "0.0.0.0":
+        return address
+    return socket.gethostname() or LOOPBACK
+
+
+def _ssh_words(host: Host) -> list[str]:
+    """``ssh [-F CONFIG] [-p PORT] TARGET`` as a user would type it for this host."""
+    if not isinstance(host, SshHost):
+        return []
+    argv = ["ssh"]
+    if host.ssh_config:
+        argv += ["-F", host.ssh_config]
+    if host.port:
+        argv += ["-p", str(host.port)]
+    return [*argv, host.target]
+
+
 class Deployer:
-    """One ``serve`` run of one plan on one host (see the module docstring)."""
+    """One ``serve`` run of one plan on one host (see the module docstring).
+
+    Safe under concurrency: the look for an endpoint of the same plan, the clearing of the
+    way and the launch happen under the host's launch lock (``runtime.lock``), so a second
+    serve of the same plan waits, then reuses what the first launched. Everything this run
+    stops or removes is what it launched, by the handle the backend returned (a
+    container's id), never something found by name."""
 
     def __init__(
         self,
@@ -154,8 +192,12 @@ class Deployer:
         self.confirm = confirm
         self.gfx = gfx or (plan.gfx_version if plan.gfx_version != "unknown" else None)
         self.secrets = local_secrets(plan.secret_env)
-        self.launched: str | None = None  # the endpoint this run started and still owns
+        self.launched: str | None = None  # the handle of the endpoint to clean up on abort
+        self.own: str | None = None  # the handle of the endpoint this run launched last
         self._launching = False  # inside backend.launch: the endpoint may appear late
+        self.api_key: str | None = None  # sent by our probes (Authorization: Bearer)
+        self.key_file: str | None = None  # where a generated key is kept on the host
+        self.redact = Redactor.default(self.secrets.values())
         self.fixes: list[str] = []
         self.relaunches: list[Relaunch] = []
         self.replaced: list[str] = []
@@ -201,17 +243,34 @@ class Deployer:
 
     def reuse(self) -> ServeOutcome | None:
         """An endpoint of this very plan already runs: report it, or wait for it to load."""
+        self._check_own_key()
         existing = self.backend.same_plan(self.plan)
         if existing is None:
             return None
+        return self._reuse(existing)
+
+    def _reuse(self, existing: Target) -> ServeOutcome:
+        """Reuse ``existing`` once it proves to run this plan; an impostor is an error that
+        names it, and it is left untouched."""
+        problem = self.backend.verify(self.plan, existing)
+        if problem is not None:
+            raise self._impostor(existing, problem)
         self.plan = self._with_name(existing.name)
+        self._load_key(create=False)
         sample = health.probe_health(self.base_url, timeout=3.0)
         if sample.ok:
-            self.emit(Reused(container=existing.name, message=f"{existing.name} is healthy"))
             endpoint = self._endpoint(warmup_s=None, coherence=None)
-            failed = self._check_listed(endpoint)
-            if failed is not None:
-                return failed
+            try:
+                models = health.list_models(self.base_url, api_key=self.api_key)
+            except InstinctError as exc:
+                raise self._impostor(existing, f"/v1/models failed: {exc.message}") from None
+            match = next((m for m in models if m.id == endpoint.model), None)
+            if match is None:
+                names = ", ".join(m.id for m in models) or "nothing"
+                raise self._impostor(existing, f"/v1/models lists {names}, not {endpoint.model}")
+            if match.max_model_len:
+                endpoint.max_model_len = match.max_model_len
+            self.emit(Reused(container=existing.name, message=f"{existing.name} is healthy"))
             outcome = self._outcome("reused", endpoint=endpoint)
             outcome.phase = "ready"
             return outcome
@@ -221,39 +280,120 @@ class Deployer:
                 message=f"{existing.name} (same plan) is still starting: following it",
             )
         )
-        return self._wait_and_finish(existing.name)
+        return self._wait_and_finish(existing.handle)
+
+    def _impostor(self, target: Target, why: str) -> NotReadyError:
+        """An endpoint labelled as this plan's that does not run it: named, not touched."""
+        plan = self.plan
+        holds_name = target.name == plan.container_name
+        what = f"{target.describe()} carries the labels of this plan, but {why}"
+        return NotReadyError(
+            f"{what}: not reused, and left as it is",
+            fix=(
+                "choose another name with --name"
+                if holds_name
+                else f"choose another port, e.g. --port {_suggest_port(plan.port)}"
+            )
+            + "; inspect it with `docker inspect "
+            + target.name
+            + "` (labels can be copied: instinct-serve only reuses what runs the plan)",
+            id="container_name_conflict" if holds_name else "port_in_use",
+            details={
+                "name": target.name,
+                "port": plan.port,
+                "why": why,
+                "holder": {"name": target.name, "engine": target.engine, "managed": False},
+            },
+        )
 
     def deploy(self) -> ServeOutcome:
-        """Clear the way, launch and wait (after the user confirmed the plan)."""
-        self._clear_the_way()
+        """Clear the way, launch and wait (after the user confirmed the plan).
+
+        The image is pulled first (a pull may take an hour; two serves may pull at once).
+        Then, under the host's launch lock: an endpoint of the same plan that appeared
+        meanwhile (another serve) is reused; else the way is cleared and this run launches.
+        """
+        from instinct_serve.runtime.lock import HostLock
+
+        self._check_own_key()
         if self.backend.engine == "docker":
             self.phase("pulling_image", f"checking image {self.plan.image}")
         self.backend.prepare(self.plan, self._feed_pull)
-        self._launch()
+        with HostLock(self.host, on_wait=self.note):
+            existing = self.backend.same_plan(self.plan)
+            if existing is None:
+                self._clear_the_way()
+                self._load_key(create=True)
+                self._launch()
+        if existing is not None:
+            return self._reuse(existing)
         assert self.launched is not None
         return self._wait_and_finish(self.launched)
 
     def abandon(self) -> str | None:
         """After an unexpected error: stop and remove what this run launched, if anything."""
         self.close()
-        name, self.launched = self.launched, None
-        if name is None:
+        if self._launching:
+            self.launched = self.backend.launching()
+            self._launching = False
+        handle, self.launched = self.launched, None
+        if handle is None:
             return None
         try:
-            return name if self.backend.discard(name, keep=False) else None
+            return self.plan.container_name if self.backend.discard(handle, keep=False) else None
         except InstinctError:
             return None
+
+    # -- the API key
+
+    def _check_own_key(self) -> None:
+        """``--env VLLM_API_KEY``: the caller's key must be there before anything starts."""
+        if self.plan.api_key != "environment":
+            return
+        value = self.secrets.get(API_KEY_ENV, "")
+        if not keys.valid_key(value):
+            raise UsageError(
+                f"--env {API_KEY_ENV} passes your {API_KEY_ENV} by name, and it is not set "
+                "in your environment (or holds a newline)",
+                fix=f"export {API_KEY_ENV}=<your key> first, or drop --env {API_KEY_ENV} "
+                "(with --public a key is generated)",
+                id="api_key_missing",
+            )
+        self.api_key = value
+
+    def _load_key(self, *, create: bool) -> None:
+        """A generated key: read from (or, at launch, made in) the key file on the host."""
+        if self.plan.api_key != "generated":
+            return
+        path = keys.key_path(self.host, self.plan.container_name)
+        self.key_file = path
+        key = keys.ensure_key(self.host, path) if create else keys.read_key(self.host, path)
+        if key is None:
+            raise NotReadyError(
+                f"{self.plan.container_name} requires an API key and its key file {path} "
+                f"is missing on {self.host.name}",
+                fix=f"stop it (`instinct stop {self.plan.container_name}`) and serve again: "
+                "a new key is made",
+                id="api_key_missing",
+                details={"key_file": path},
+            )
+        self.api_key = key
+        self.secrets[API_KEY_ENV] = key
+        self.redact = Redactor.default([*self.secrets.values()])
 
     def interrupted(self, signum: int = signal.SIGINT) -> Interrupted:
         """Cleanup after Ctrl-C: stop and remove what this run launched (nothing else)."""
         self.close()
         removed = None
+        if self._launching:
+            self.launched = self._created_while_launching()
+            self._launching = False
         if self.launched is not None:
             try:
-                if self._discard_launched():
-                    removed = self.launched
+                if self.backend.discard(self.launched, keep=False):
+                    removed = self.plan.container_name
             except InstinctError as exc:
-                self.notes.append(f"could not remove {self.launched}: {exc.message}")
+                self.notes.append(f"could not remove {self.plan.container_name}: {exc.message}")
             self.launched = None
         outcome = self._outcome("interrupted")
         if removed:
@@ -262,17 +402,17 @@ class Deployer:
             outcome.notes.append("nothing was launched by this run; nothing was removed")
         return Interrupted(outcome, signum)
 
-    def _discard_launched(self) -> bool:
-        """Remove this run's endpoint. Interrupted inside the launch, the engine may still
-        be creating it: look again for a moment before concluding there is none."""
-        assert self.launched is not None
-        attempts = 15 if self._launching else 1
-        for attempt in range(attempts):
-            if self.backend.discard(self.launched, keep=False):
-                return True
-            if attempt + 1 < attempts:
+    def _created_while_launching(self) -> str | None:
+        """Interrupted inside the launch: the engine may still be creating the endpoint.
+        Ask the backend what its launch created (docker's cidfile), again for a moment
+        before concluding there is nothing."""
+        for attempt in range(15):
+            found = self.backend.launching()
+            if found is not None or self.backend.engine != "docker":
+                return found
+            if attempt < 14:
                 time.sleep(0.2)
-        return False
+        return None
 
     # -- steps
 
@@ -354,53 +494,94 @@ class Deployer:
         self.tracker = PhaseTracker()
         self.phase("launching", self.plan.container_name, attempt=attempt)
         name = self.plan.container_name
-        self.launched = name  # before the call: a Ctrl-C inside it must still clean up
-        self._launching = True
-        self.backend.launch(self.plan, self.secrets, self.fixes)
+        self._launching = True  # a Ctrl-C inside the call must still clean up
+        handle = self.backend.launch(self.plan, self.secrets, self.fixes)
+        self.launched = self.own = handle
         self._launching = False
         self.emit(Launched(container=name, engine=self.backend.engine, attempt=attempt))
 
-    def _wait_and_finish(self, name: str) -> ServeOutcome:
+    def _wait_and_finish(self, handle: str) -> ServeOutcome:
+        """Wait for ``handle`` (ours, or one we attached to) and finish: ready, diagnosed,
+        or relaunched once with a fix (only what this run launched is relaunched)."""
         for _round in range(self.settings.max_relaunches + 2):
-            result = self._wait(name)
+            result = self._wait(handle)
             if result.kind == "detached":
-                return self._detached(name)
+                return self._detached(handle)
             if result.kind == "timeout":
-                return self._timed_out(name, result)
+                return self._timed_out(handle, result)
             if result.kind == "healthy":
-                finished = self._after_healthy(name)
+                finished = self._after_healthy(handle)
                 if finished is not None:
                     return finished
-                result = WaitResult("exited", self.backend.exit_info(name))
+                result = WaitResult("exited", self.backend.exit_info(handle))
             signals: frozenset[Any] = frozenset()
             if result.kind == "stalled":
                 signals = frozenset({"graph_capture_hang"})
-            diagnosis = self._diagnose(name, signals)
-            retry = self._relaunch_plan(diagnosis)
+            if handle != self.own and result.kind == "exited":
+                successor = self._successor(handle)  # the serve that launched it relaunches
+                if successor is not None:
+                    self.emit(
+                        Attached(
+                            container=self.plan.container_name,
+                            message=f"{self.plan.container_name} was relaunched by the serve "
+                            "that launched it: following it",
+                        )
+                    )
+                    handle = successor
+                    continue
+            diagnosis = self._diagnose(handle, signals)
+            retry = self._relaunch_plan(diagnosis) if handle == self.own else None
             if retry is None:
-                return self._failed(name, result, diagnosis)
+                return self._failed(handle, result, diagnosis)
             finding, new_plan, changes = retry
-            self._relaunch(name, finding, new_plan, changes)
-            name = self.plan.container_name
-        return self._failed(name, WaitResult("exited"), self._diagnose(name, frozenset()))
+            self._relaunch(handle, finding, new_plan, changes)
+            assert self.launched is not None
+            handle = self.launched
+        return self._failed(handle, WaitResult("exited"), self._diagnose(handle, frozenset()))
 
     def _relaunch(
-        self, name: str, finding: Finding, new_plan: LaunchPlan, changes: list[str]
+        self, handle: str, finding: Finding, new_plan: LaunchPlan, changes: list[str]
     ) -> None:
-        self.backend.discard(name, keep=False)
-        self.launched = None
-        self.fixes.append(finding.id)
-        self.relaunches.append(Relaunch(finding.id, finding.title, changes))
-        self.emit(
-            Relaunching(
-                finding=finding.id,
-                title=finding.title,
-                changes=changes,
-                message=f"{finding.title}: relaunching once with {', '.join(changes)}",
+        """Replace this run's failed endpoint with one launched with the fix, under the
+        launch lock (no other serve launches the plan in between)."""
+        from instinct_serve.runtime.lock import HostLock
+
+        with HostLock(self.host, on_wait=self.note):
+            self.backend.discard(handle, keep=False)  # ours: _wait_and_finish checked
+            self.launched = None
+            self.fixes.append(finding.id)
+            self.relaunches.append(Relaunch(finding.id, finding.title, changes))
+            self.emit(
+                Relaunching(
+                    finding=finding.id,
+                    title=finding.title,
+                    changes=changes,
+                    message=f"{finding.title}: relaunching once with {', '.join(changes)}",
+                )
             )
-        )
-        self.plan = new_plan
-        self._launch()
+            self.plan = new_plan
+            self._launch()
+
+    def _successor(self, handle: str) -> str | None:
+        """The endpoint another serve relaunched in place of ``handle`` (which this run only
+        followed), once it appears; None when that serve gave up (it keeps its failed
+        endpoint for the log) or nothing appears in time."""
+        deadline = time.monotonic() + SUCCESSOR_WAIT_S
+        kept_since: float | None = None
+        while time.monotonic() < deadline:
+            found = self.backend.same_plan(self.plan)
+            genuine = found is not None and self.backend.verify(self.plan, found) is None
+            if found is not None and genuine:
+                running_again = self.backend.exit_info(found.handle) is None
+                if found.handle != handle or running_again:
+                    return found.handle
+            gone = self.backend.exit_info(handle)
+            if gone is not None and gone.status != "removed":
+                kept_since = kept_since or time.monotonic()
+                if time.monotonic() - kept_since > SUCCESSOR_DECIDE_S:
+                    return None  # stopped and kept: its owner is not relaunching it
+            time.sleep(0.5)
+        return None
 
     def _relaunch_plan(self, diagnosis: Diagnosis) -> tuple[Finding, LaunchPlan, list[str]] | None:
         if len(self.relaunches) >= self.settings.max_relaunches:
@@ -431,19 +612,23 @@ class Deployer:
             signals=signals,
         )
 
-    def _diagnose(self, name: str, signals: frozenset[Any]) -> Diagnosis:
-        text = self.backend.log_text(name, DIAGNOSE_TAIL)
+    def _log_text(self, handle: str, tail: int) -> str:
+        """The endpoint's log, with every secret value redacted (what serve relays)."""
+        return self.redact.text(self.backend.log_text(handle, tail))
+
+    def _diagnose(self, handle: str, signals: frozenset[Any]) -> Diagnosis:
+        text = self._log_text(handle, DIAGNOSE_TAIL)
         return diagnose(text, self._context(signals))
 
     # -- the wait loop
 
-    def _wait(self, name: str) -> WaitResult:
+    def _wait(self, handle: str) -> WaitResult:
         settings = self.settings
         timeout = settings.timeout_s or startup_timeout_s(self.plan)
         start = time.monotonic()
         deadline = start + timeout
         detach = detaches(self.plan, settings)
-        follower = LogFollower(self.backend.follow(name))
+        follower = LogFollower(self.backend.follow(handle))
         restarts = 0
         next_health = start
         next_alive = start + ALIVE_CHECK_S
@@ -459,7 +644,7 @@ class Deployer:
                     time.sleep(max(0.0, min(wake - now, 0.5)))
                 line = follower.get(wake - now)
                 while line is not None:
-                    event = self.tracker.feed(line)
+                    event = self.tracker.feed(self.redact.text(line))
                     if event is not None:
                         key = (event.phase, event.message)
                         if key != last_phase_key:
@@ -472,7 +657,7 @@ class Deployer:
                 if detach and self._loading_confirmed():
                     return WaitResult("detached", elapsed_s=now - start)
                 if follower.ended:
-                    gone = self.backend.exit_info(name)
+                    gone = self.backend.exit_info(handle)
                     if gone is not None:
                         return WaitResult("exited", gone, now - start)
                     if restarts >= FOLLOWER_RESTARTS:
@@ -480,9 +665,9 @@ class Deployer:
                     else:
                         restarts += 1
                         follower.close()
-                        follower = LogFollower(self.backend.follow(name, since=time.time()))
+                        follower = LogFollower(self.backend.follow(handle, since=time.time()))
                 if now >= next_alive:
-                    gone = self.backend.exit_info(name)
+                    gone = self.backend.exit_info(handle)
                     if gone is not None:
                         follower.drain(2.0)
                         return WaitResult("exited", gone, now - start)
@@ -517,19 +702,19 @@ class Deployer:
 
     # -- after /health
 
-    def _after_healthy(self, name: str) -> ServeOutcome | None:
+    def _after_healthy(self, handle: str) -> ServeOutcome | None:
         """Models, warm-up, coherence. None when the server died meanwhile (diagnose it)."""
         endpoint = self._endpoint(warmup_s=None, coherence=None)
-        listed = self._check_listed(endpoint)
+        listed = self._check_listed(endpoint, handle)
         if isinstance(listed, ServeOutcome):
             return listed
         self.phase("warming_up", "first request (compiles kernels: may take minutes)")
         try:
             first = self._warmup(endpoint)
         except InstinctError as exc:
-            if self.backend.exit_info(name) is not None:
+            if self.backend.exit_info(handle) is not None:
                 return None
-            return self._http_failure(name, exc)
+            return self._http_failure(handle, exc)
         endpoint.warmup_latency_s = round(first.latency_s, 3)
         self.emit(WarmedUp(latency_s=endpoint.warmup_latency_s, endpoint=first.endpoint))
         if not self.settings.coherence:
@@ -541,32 +726,34 @@ class Deployer:
                 endpoint.model,
                 use_chat=self.use_chat,
                 timeout=self.settings.probe_timeout_s,
+                api_key=self.api_key,
             )
         except InstinctError as exc:
-            if self.backend.exit_info(name) is not None:
+            if self.backend.exit_info(handle) is not None:
                 return None
-            return self._http_failure(name, exc)
+            return self._http_failure(handle, exc)
         endpoint.coherence = probe.to_dict()
         self.emit(CoherenceChecked(verdict=probe.verdict.verdict, text=probe.completion.text[:200]))
         if probe.ok:
             return self._outcome("ready", endpoint=endpoint)
-        diagnosis = self._diagnose(name, frozenset({"incoherent_output"}))
-        retry = self._relaunch_plan(diagnosis)
+        diagnosis = self._diagnose(handle, frozenset({"incoherent_output"}))
+        retry = self._relaunch_plan(diagnosis) if handle == self.own else None
         if retry is None:
             finding = diagnosis.get("incoherent_output")
-            failure = self._failure_from(name, diagnosis, finding, None)
-            failure.cause += f" Probe answer: {probe.completion.text[:200]!r}."
-            failure.left = self._stop_kept(name)
+            failure = self._failure_from(diagnosis, finding, None)
+            failure.cause += f" Probe answer: {self.redact.text(probe.completion.text[:200])!r}."
+            failure.left = self._stop_kept(handle)
             return self._outcome("failed", failure=failure, endpoint=endpoint)
         finding, new_plan, changes = retry
-        self._relaunch(name, finding, new_plan, changes)
-        return self._wait_and_finish(self.plan.container_name)
+        self._relaunch(handle, finding, new_plan, changes)
+        assert self.launched is not None
+        return self._wait_and_finish(self.launched)
 
-    def _check_listed(self, endpoint: Endpoint) -> ServeOutcome | None:
+    def _check_listed(self, endpoint: Endpoint, handle: str) -> ServeOutcome | None:
         try:
-            models = health.list_models(self.base_url)
+            models = health.list_models(self.base_url, api_key=self.api_key)
         except InstinctError as exc:
-            return self._http_failure(endpoint.container, exc)
+            return self._http_failure(handle, exc)
         names = [m.id for m in models]
         match = next((m for m in models if m.id == endpoint.model), None)
         if match is None:
@@ -577,6 +764,7 @@ class Deployer:
                 "another server may answer on this port",
                 fix="check `instinct ps` and the port; pass --port to use another one",
                 container=endpoint.container,
+                left=self._stop_kept(handle),
             )
             return self._outcome("failed", failure=failure, endpoint=endpoint)
         if match.max_model_len:
@@ -585,8 +773,11 @@ class Deployer:
 
     def _warmup(self, endpoint: Endpoint) -> health.CompletionResult:
         timeout = self.settings.warmup_timeout_s
+        key = self.api_key
         try:
-            return health.warmup(self.base_url, endpoint.model, use_chat=True, timeout=timeout)
+            return health.warmup(
+                self.base_url, endpoint.model, use_chat=True, timeout=timeout, api_key=key
+            )
         except InstinctError as exc:
             if exc.details.get("status_code") != 400:
                 raise
@@ -594,15 +785,30 @@ class Deployer:
         self.use_chat = False
         endpoint.use_chat = False
         self.note("the model has no chat template: using /v1/completions")
-        return health.warmup(self.base_url, endpoint.model, use_chat=False, timeout=timeout)
+        return health.warmup(
+            self.base_url, endpoint.model, use_chat=False, timeout=timeout, api_key=key
+        )
 
     # -- outcomes
 
     def _endpoint(self, *, warmup_s: float | None, coherence: dict[str, Any] | None) -> Endpoint:
         plan = self.plan
-        api_key = "VLLM_API_KEY" if vllm_args.has(plan.vllm_args, "--api-key") else None
+        tunnel = None
+        if plan.public:
+            address = self.address  # the host's own address: it listens on every interface
+        else:
+            address = LOOPBACK  # here, or at our end of an ssh tunnel to the host's loopback
+            ssh = _ssh_words(self.host)
+            if ssh:
+                forward = f"{plan.port}:{LOOPBACK}:{plan.port}"
+                tunnel = shlex.join([*ssh[:-1], "-N", "-L", forward, ssh[-1]])
+        key_command = None
+        if self.key_file is not None:
+            read = ["cat", "--", self.key_file]
+            ssh = _ssh_words(self.host)
+            key_command = shlex.join([*ssh, shlex.join(read)] if ssh else read)
         return Endpoint(
-            base_url=f"http://{self.address}:{plan.port}/v1",
+            base_url=f"http://{address}:{plan.port}/v1",
             model=plan.served_model_name,
             container=plan.container_name,
             engine=self.backend.engine,
@@ -614,7 +820,12 @@ class Deployer:
             use_chat=self.use_chat,
             warmup_latency_s=warmup_s,
             coherence=coherence,
-            api_key_env=api_key,
+            api_key_env=plan.api_key_env,
+            api_key_source=plan.api_key,
+            api_key_file=self.key_file,
+            api_key_command=key_command,
+            bind_address=plan.bind_address,
+            tunnel=tunnel,
         )
 
     def _outcome(
@@ -639,8 +850,9 @@ class Deployer:
             elapsed_s=time.monotonic() - self.started,
         )
 
-    def _detached(self, name: str) -> ServeOutcome:
+    def _detached(self, handle: str) -> ServeOutcome:
         self.launched = None  # loading on purpose: Ctrl-C from now on must not remove it
+        name = self.plan.container_name
         where = "" if self.host.is_local else f" --host {self.host.name}"
         self.note(
             f"{name} is loading ({self.tracker.message}); follow it with "
@@ -648,10 +860,11 @@ class Deployer:
         )
         return self._outcome("loading", endpoint=self._endpoint(warmup_s=None, coherence=None))
 
-    def _timed_out(self, name: str, result: WaitResult) -> ServeOutcome:
+    def _timed_out(self, handle: str, result: WaitResult) -> ServeOutcome:
         self.launched = None  # not known to be broken: left running
+        name = self.plan.container_name
         where = "" if self.host.is_local else f" --host {self.host.name}"
-        tail = _tail(self.backend.log_text(name, SHOWN_TAIL))
+        tail = _tail(self._log_text(handle, SHOWN_TAIL))
         failure = Failure(
             id=STARTUP_TIMEOUT,
             title="Not healthy in time",
@@ -666,25 +879,30 @@ class Deployer:
         )
         return self._outcome("timeout", failure=failure)
 
-    def _stop_kept(self, name: str) -> str:
-        """Stop a failed endpoint but keep it (its log) for ``instinct logs``/``diagnose``."""
+    def _stop_kept(self, handle: str) -> str:
+        """Stop a failed endpoint this run launched but keep it (its log) for ``instinct
+        logs``/``diagnose``; one this run only followed (another serve launched it) is left
+        to the run that owns it."""
         self.launched = None
+        if handle != self.own:
+            return "left as it is (another serve launched it)"
         try:
-            self.backend.discard(name, keep=True)
+            self.backend.discard(handle, keep=True)
         except InstinctError as exc:
             return f"could not stop it: {exc.message}"
         return "stopped, kept for its log"
 
-    def _failed(self, name: str, result: WaitResult, diagnosis: Diagnosis) -> ServeOutcome:
+    def _failed(self, handle: str, result: WaitResult, diagnosis: Diagnosis) -> ServeOutcome:
         specific = [f for f in diagnosis.findings if not f.generic] or list(diagnosis.findings)
         finding = specific[0] if specific else None
-        failure = self._failure_from(name, diagnosis, finding, result.exit)
-        failure.left = self._stop_kept(name)
+        failure = self._failure_from(diagnosis, finding, result.exit)
+        failure.left = self._stop_kept(handle)
         return self._outcome("failed", failure=failure)
 
     def _failure_from(
-        self, name: str, diagnosis: Diagnosis, finding: Finding | None, gone: ExitInfo | None
+        self, diagnosis: Diagnosis, finding: Finding | None, gone: ExitInfo | None
     ) -> Failure:
+        name = self.plan.container_name
         where = "" if self.host.is_local else f" --host {self.host.name}"
         tail = list(diagnosis.tail[-SHOWN_TAIL:])
         how = f"{name} {gone.describe()}" if gone is not None else f"{name} failed"
@@ -723,13 +941,14 @@ class Deployer:
             finding=finding.to_dict(),
         )
 
-    def _http_failure(self, name: str, exc: InstinctError) -> ServeOutcome:
+    def _http_failure(self, handle: str, exc: InstinctError) -> ServeOutcome:
+        name = self.plan.container_name
         failure = Failure(
             id=exc.id,
             title="The endpoint is up but a request failed",
-            cause=exc.message,
+            cause=self.redact.text(exc.message),
             fix=exc.fix or "read the server log",
-            log_tail=_tail(self.backend.log_text(name, SHOWN_TAIL)),
+            log_tail=_tail(self._log_text(handle, SHOWN_TAIL)),
             container=name,
             commands=[f"instinct logs {name}"],
         )
@@ -737,7 +956,7 @@ class Deployer:
             failure.left = "running"
             self.launched = None
         else:
-            failure.left = self._stop_kept(name)
+            failure.left = self._stop_kept(handle)
         return self._outcome("failed", failure=failure)
 
 
