@@ -101,7 +101,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         assert status is not None and not status.running
         ps = run_cli(["ps", "--json", "--no-health"], env=native_env)
         rows = {r["name"]: r for r in json.loads(ps.stdout)["endpoints"]}
-        assert rows[name]["status"] == "stopped"  # not "exited (None)"
+        assert rows[name]["status"] == "stopped (exit 0)"  # not "exited (None)"
         # launcher.stop returns once the wrapper is gone; vLLM itself follows shortly
         deadline = time.monotonic() + 10
         while processes_mentioning(f"--port {port}") and time.monotonic() < deadline:

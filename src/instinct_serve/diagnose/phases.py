@@ -226,6 +226,12 @@ class PhaseTracker:
         return dict(self._figures)
 
     @property
+    def failed_for_good(self) -> bool:
+        """A strong failure signal (``failure_signals``) ended the start-up: no later line
+        can overrule it, unlike a bare exception (a soft failure)."""
+        return self.phase == "failed" and self._soft_failed_from is None
+
+    @property
     def building(self) -> bool:
         """A JIT kernel build has started and not yet reported its end."""
         return bool(self._building)
