@@ -175,3 +175,14 @@ def test_no_format_contains_a_token_value(fmt: str, monkeypatch: pytest.MonkeyPa
     sentinel = "hf_SENTINEL_should_never_appear_1234"
     monkeypatch.setenv("HF_TOKEN", sentinel)
     assert sentinel not in render(sample_plan(), fmt)
+
+
+def test_the_native_script_prints_the_bind_serve_launches() -> None:
+    """``plan --format native`` shows what ``serve --engine native`` runs: 127.0.0.1 unless
+    the arguments name a --host (vLLM's own default is every interface)."""
+    plan = sample_plan(vllm_args=["--port", "8000"])
+    argv = shlex.split(native_script(plan).strip().splitlines()[-1])
+    assert argv[3:] == ["--host", "127.0.0.1", "--port", "8000"]
+    opened = sample_plan(vllm_args=["--port", "8000", "--host", "0.0.0.0"])
+    argv = shlex.split(native_script(opened).strip().splitlines()[-1])
+    assert argv[3:] == ["--port", "8000", "--host", "0.0.0.0"]

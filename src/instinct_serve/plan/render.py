@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from instinct_serve import vllm_args
 from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan
 
 FORMATS = ("json", "docker", "shell", "native", "compose", "k8s")
@@ -55,9 +56,19 @@ def shell_line(plan: LaunchPlan) -> str:
     return shlex.join(docker_argv(plan))
 
 
+# Where a native vLLM listens unless the plan's arguments say otherwise. vLLM's default is
+# every interface (0.0.0.0): an unauthenticated endpoint open to the network. Clients on
+# the host reach 127.0.0.1, and serve/ps reach a remote host through an ssh tunnel to its
+# 127.0.0.1, so nothing of ours needs more; `-- --host 0.0.0.0` opens it deliberately.
+# (The docker route publishes the container's port instead: docker_argv.)
+NATIVE_BIND = "127.0.0.1"
+
+
 def native_argv(plan: LaunchPlan) -> list[str]:
-    """``vllm serve MODEL ...`` for hosts without Docker (the port is the server's own)."""
-    return ["vllm", "serve", plan.model, *plan.vllm_args]
+    """``vllm serve MODEL ...`` for hosts without Docker, as ``serve --engine native``
+    launches it: bound to ``NATIVE_BIND`` unless the arguments name a ``--host``."""
+    bind = [] if vllm_args.has(plan.vllm_args, "--host") else ["--host", NATIVE_BIND]
+    return ["vllm", "serve", plan.model, *bind, *plan.vllm_args]
 
 
 def native_env(plan: LaunchPlan) -> dict[str, str]:

@@ -13,7 +13,6 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from instinct_serve import vllm_args
 from instinct_serve.engine import launcher
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host
@@ -49,23 +48,13 @@ def native_on_port(host: Host, port: int) -> Target | None:
     return None
 
 
-# Where a native vLLM listens unless the user's arguments say otherwise. vLLM's default is
-# every interface (0.0.0.0): an unauthenticated endpoint open to the network. Clients on
-# the host reach 127.0.0.1, and serve/ps reach a remote host through an ssh tunnel to its
-# 127.0.0.1, so nothing of ours needs more; `-- --host 0.0.0.0` opens it deliberately.
-NATIVE_BIND = "127.0.0.1"
-
-
 def native_argv(vllm_command: str, plan: LaunchPlan) -> list[str]:
-    """``plan.render.native_argv`` with the discovered executable instead of bare ``vllm``,
-    bound to ``127.0.0.1`` unless the plan's arguments name a ``--host``."""
+    """``plan.render.native_argv`` (what ``plan --format native`` prints, bound to
+    ``127.0.0.1`` unless the plan's arguments name a ``--host``) with the discovered
+    executable instead of bare ``vllm``."""
     from instinct_serve.plan.render import native_argv as rendered
 
-    argv = rendered(plan)
-    out = [vllm_command, *argv[1:]]
-    if not vllm_args.has(plan.vllm_args, "--host"):
-        out[3:3] = ["--host", NATIVE_BIND]  # after `serve MODEL`
-    return out
+    return [vllm_command, *rendered(plan)[1:]]
 
 
 # How long serve lets a server it discards (failed, relaunched, replaced) end on SIGTERM
