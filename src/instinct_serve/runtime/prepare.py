@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, NotReadyError
+from instinct_serve.hardware.target import CPU_SOURCE
 from instinct_serve.runtime.events import EventSink, PhaseUpdate, WarningEvent
 
 if TYPE_CHECKING:
     from instinct_serve.checks import CheckReport
+    from instinct_serve.engine.discovery import Engine
     from instinct_serve.hosts import Host
     from instinct_serve.options import PlanOptions, ServeOptions
     from instinct_serve.plan.model import PlanResult
@@ -24,15 +26,33 @@ if TYPE_CHECKING:
     from instinct_serve.runtime.settings import ServeSettings
 
 DOCKER_CHECKS = frozenset({"docker_installed", "docker_daemon"})
+# What a CPU-only engine does not use: the GPU, its driver and devices, ROCm.
+GPU_CHECKS = frozenset(
+    {"amdgpu_driver", "dev_kfd", "dev_dri", "visible_devices_empty", "rocm_version"}
+)
+
+
+def ignored_checks(engine: str, cpu: bool = False) -> frozenset[str]:
+    """The checks that do not matter for this launch: Docker on the native route, the
+    GPU for a CPU-only engine."""
+    ignored = DOCKER_CHECKS if engine == "native" else frozenset()
+    return ignored | GPU_CHECKS if cpu else ignored
 
 
 def require_ready(
-    host: Host, model: str, port: int, hf_cache: str | None, root: str, engine: str
+    host: Host,
+    model: str,
+    port: int,
+    hf_cache: str | None,
+    root: str,
+    engine: str,
+    *,
+    cpu: bool = False,
 ) -> CheckReport:
     """``instinct check`` for this launch; ``NotReadyError`` naming the first blocker.
 
     The port check is left to the deployer (it knows which holders it may replace), and
-    Docker does not matter on the native route.
+    ``ignored_checks`` do not block.
     """
     from instinct_serve.checks import CheckOptions, run_checks
     from instinct_serve.checks.hub import model_is_gated
@@ -40,7 +60,7 @@ def require_ready(
     gated = model_is_gated(model) if model else None
     options = CheckOptions(model=model, model_gated=gated, port=port, hf_cache=hf_cache, root=root)
     report = run_checks(host, options)
-    ignored = {"port_free"} | (DOCKER_CHECKS if engine == "native" else set())
+    ignored = {"port_free"} | ignored_checks(engine, cpu)
     errors = [c for c in report.errors if c.id not in ignored]
     if errors:
         first = errors[0]
@@ -56,14 +76,22 @@ def require_ready(
     return report
 
 
-def native_backend(host: Host, result: PlanResult, warn: Callable[[str], None]) -> Backend:
-    """Discover the vLLM to run, pin the GPUs (most free first), and wrap the launcher."""
+def native_engine(host: Host, warn: Callable[[str], None]) -> Engine:
+    """The vLLM the native route runs (``engine.discovery``), its warnings said."""
     from instinct_serve.engine.discovery import discover, require_usable
-    from instinct_serve.runtime.native import NativeBackend
 
     engine = require_usable(discover(host))
     for message in engine.warnings:
         warn(message)
+    return engine
+
+
+def native_backend(
+    host: Host, result: PlanResult, warn: Callable[[str], None], engine: Engine
+) -> Backend:
+    """Pin the GPUs (most free first) and wrap the launcher around ``engine``."""
+    from instinct_serve.runtime.native import NativeBackend
+
     plan = result.plan
     if plan.gpu_indices is None and result.hardware_source == "detect":
         from instinct_serve.engine.gpus import rank, select, telemetry_trusted
@@ -103,7 +131,7 @@ class Prepared:
     @property
     def gfx(self) -> str | None:
         gfx = self.result.inventory.gfx_version
-        return gfx if gfx not in ("unknown", "mixed") else None
+        return gfx if gfx not in ("unknown", "mixed", CPU_SOURCE) else None
 
     def deployer(
         self,
@@ -138,26 +166,32 @@ def prepare(
     ``approved_hash``: the ``plan_hash`` a user approved; a different plan now (GPUs,
     catalog or arguments changed) raises ``plan_changed`` before anything is launched.
     """
-    from instinct_serve.gather.plan import make_plan
+    from instinct_serve.gather.plan import cpu_plan_target, make_plan
     from instinct_serve.runtime.docker_backend import DockerBackend
 
     def warn(message: str) -> None:
         sink(WarningEvent(message=message))
 
     sink(PhaseUpdate(phase="checking", message=f"host {host.name}"))
-    report = require_ready(host, opts.model, opts.port, opts.hf_cache, root, engine)
+    # The native engine first: a CPU-only one (allowed by INSTINCT_ALLOW_CPU_ENGINE) needs
+    # no GPU, and its plan is the CPU backend's (hardware.target.cpu_target).
+    native = native_engine(host, warn) if engine == "native" else None
+    cpu = native is not None and native.cpu_only
+    report = require_ready(host, opts.model, opts.port, opts.hf_cache, root, engine, cpu=cpu)
+    ignored = ignored_checks(engine, cpu)
     for warning in report.warnings:
-        if engine == "docker" or warning.id not in DOCKER_CHECKS:
+        if warning.id not in ignored:
             warn(f"{warning.id}: {warning.message}")
     sink(PhaseUpdate(phase="planning", message=opts.model))
-    result = make_plan(opts, host)
+    target = cpu_plan_target(opts, host) if cpu else None
+    result = make_plan(opts, host, target=target)
     if approved_hash is not None and result.plan.plan_hash != approved_hash:
         raise plan_changed(approved_hash, result)
     for message in result.warnings:
         warn(message)
     backend: Backend = (
-        native_backend(host, result, warn)
-        if engine == "native"
+        native_backend(host, result, warn, native)
+        if native is not None
         else DockerBackend(host, device_root=root)
     )
     return Prepared(host, result, backend, engine)
