@@ -1473,6 +1473,31 @@ def _rccl(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return build_rccl_error(ctx, **_at(hit, count)) if hit else None
 
 
+# vLLM's CPU backend reads the CPU topology with util-linux's lscpu; an image without it
+# fails at start-up (seen building the real-vLLM test image, TODO-tool-fixes.md item 15):
+# "subprocess.CalledProcessError: Command 'lscpu --json --extended=CPU,CORE,NODE --online'
+# returned non-zero exit status 127."
+_NO_LSCPU = exc(r"Command '\[?'?lscpu\b[^\n]{0,200}returned non-zero exit status 127")
+
+
+def build_lscpu_missing(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="lscpu_missing",
+        title="lscpu is missing",
+        cause="vLLM's CPU backend reads the CPU topology with lscpu (util-linux), and the "
+        "image or host it runs in has no lscpu (exit status 127: command not found).",
+        fix="Install util-linux where vLLM runs (apt-get install util-linux, dnf install "
+        "util-linux), or use an image that has it.",
+        commands=("lscpu --version",),
+        **at,
+    )
+
+
+def _lscpu(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_NO_LSCPU)
+    return build_lscpu_missing(ctx, **_at(hit, count)) if hit else None
+
+
 # =========================================================================== wrappers
 
 _ENGINE_WRAPPER = exc(
@@ -1894,6 +1919,13 @@ REGISTRY = Registry(
                 r"fail|error|no working|not found|missing|invalid",
                 numbers=_jit_component,
             ),
+        ),
+        Rule(
+            "lscpu_missing",
+            95,
+            build_lscpu_missing,
+            _lscpu,
+            words(r"\blscpu\b", r"not found|127|missing|no such"),
         ),
         Rule(
             "unknown_argument",
