@@ -82,7 +82,7 @@ def test_serve_with_a_local_image_end_to_end(docker_served: DockerServed, real_v
     assert info is not None and info["State"]["Running"]
     assert info["Config"]["Labels"]["instinct-serve.managed"] == "true"
     cmd = info["Config"]["Cmd"]
-    assert cmd[:2] == ["--model", real_vllm.model_id] and "--enforce-eager" in cmd
+    assert cmd[0] == real_vllm.model_id and "--enforce-eager" in cmd  # vllm serve's positional
     assert "VLLM_CPU_KVCACHE_SPACE=1" in info["Config"]["Env"]
     mounts = {m["Destination"]: m["Source"] for m in info["Mounts"]}
     assert mounts["/root/.cache/huggingface"] == str(real_vllm.hf_home)

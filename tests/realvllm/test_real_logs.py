@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from instinct_serve.diagnose.phases import track
+from instinct_serve.diagnose.phases import PhaseTracker, track
 from tests.realvllm import captured
 from tests.serve.conftest import run_cli
 
@@ -169,7 +169,10 @@ def test_a_clean_sigterm_shutdown_is_not_a_failure(name: str) -> None:
 )
 def test_an_engine_core_failure_is_seen_as_failed_at_once(name: str) -> None:
     """The tracker sees the failure when it is logged, whether or not the processes exit
-    (serve does not act on it yet: TODO-tool-fixes.md, "waits the full timeout")."""
-    events = track(captured.text(name).splitlines())
-    failed = [e for e in events if e.phase == "failed"]
-    assert failed, [e.phase for e in events]
+    (serve ends its wait on it: TODO-tool-fixes.md item 5), and for good."""
+    tracker = PhaseTracker()
+    for number, line in enumerate(captured.text(name).splitlines()):
+        tracker.feed(line, now=float(number))
+        if tracker.failed_for_good:
+            break
+    assert tracker.failed_for_good and tracker.failed_line is not None
