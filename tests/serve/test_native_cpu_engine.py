@@ -14,6 +14,9 @@ import pytest
 
 from instinct_serve.engine import launcher
 from instinct_serve.hosts import LocalHost
+from instinct_serve.options import PlanOptions
+from instinct_serve.runtime.events import ServeEvent
+from instinct_serve.runtime.prepare import prepare, serve_plan
 from tests.engine.envs import make_env
 from tests.infra.docker import free_port
 from tests.infra.paths import CONFIGS, REPO
@@ -44,14 +47,19 @@ def cpu_engine_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     return env
 
 
-def test_a_cpu_only_engine_serves_without_a_gpu(
-    cpu_engine_env: dict[str, str], tmp_path: Path
-) -> None:
+def smol_dir(tmp_path: Path) -> Path:
     model = tmp_path / "SmolLM2-135M-Instruct"
     model.mkdir()
     (model / "config.json").write_bytes(
         (CONFIGS / "HuggingFaceTB__SmolLM2-135M-Instruct.json").read_bytes()
     )
+    return model
+
+
+def test_a_cpu_only_engine_serves_without_a_gpu(
+    cpu_engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    model = smol_dir(tmp_path)
     port = free_port()
     name = f"native-cpu-{port}"
     args = ["serve", str(model), "--engine", "native", "--port", str(port), "--name", name]
@@ -71,3 +79,21 @@ def test_a_cpu_only_engine_serves_without_a_gpu(
     finally:
         if launcher.load(LocalHost(), name) is not None:
             launcher.stop(LocalHost(), name, timeout=5)
+
+
+def test_the_plan_shown_before_confirmation_is_the_one_serve_makes(
+    cpu_engine_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MCP summary (``serve_plan``) and ``prepare`` agree on the CPU plan: its hash is
+    the approved one, so a confirmed serve does not fail with plan_changed."""
+    for key in ("INSTINCT_VLLM_COMMAND", "INSTINCT_ALLOW_CPU_ENGINE"):
+        monkeypatch.setenv(key, cpu_engine_env[key])
+    opts = PlanOptions(model=str(smol_dir(tmp_path)), engine="native", port=free_port())
+    summary = serve_plan(LocalHost(), opts, engine="native")
+    assert summary.hardware_source == "cpu" and "HIP_VISIBLE_DEVICES" not in summary.plan.env
+    events: list[ServeEvent] = []
+    prepared = prepare(
+        LocalHost(), opts, engine="native", sink=events.append, approved_hash=summary.plan.plan_hash
+    )
+    assert prepared.result.plan.plan_hash == summary.plan.plan_hash
+    assert prepared.gfx is None  # no gfx for diagnose to sharpen fixes with

@@ -108,6 +108,22 @@ def native_backend(
     return NativeBackend(host, engine.vllm_command)
 
 
+def serve_plan(host: Host, opts: PlanOptions, *, engine: str) -> PlanResult:
+    """The plan ``prepare`` will make, without checking or launching anything (the MCP
+    summary a user approves): vLLM's CPU backend's when the native engine is CPU-only,
+    else the GPUs'. Only reads the host (engine discovery, GPUs)."""
+    from instinct_serve.gather.plan import cpu_plan_target, make_plan
+
+    target = None
+    if engine == "native":
+        from instinct_serve.engine.discovery import discover
+
+        found = discover(host)
+        if found.usable and found.engine is not None and found.engine.cpu_only:
+            target = cpu_plan_target(opts, host)
+    return make_plan(opts, host, target=target)
+
+
 def plan_changed(approved: str, result: PlanResult) -> InstinctError:
     """The user approved another plan than the one made at launch."""
     return InstinctError(
