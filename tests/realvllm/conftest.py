@@ -62,7 +62,7 @@ def serve_args(
     *,
     port: int,
     name: str,
-    root: Path,
+    root: Path | None = None,
     extra: tuple[str, ...] = (),
     vllm_args: tuple[str, ...] = ("--max-model-len", "2048", "--enforce-eager"),
     engine: str = "native",
@@ -70,13 +70,19 @@ def serve_args(
     timeout_s: int = SERVE_TIMEOUT_S,
     kv_cache_gib: str | None = KV_CACHE_GIB,
 ) -> list[str]:
-    """``instinct serve MODEL`` as the tier runs it: planned for an MI300X (this machine has
-    no GPU; ``--root`` is a tree where the GPU checks pass, as in tests/serve), the KV cache
-    bounded with ``VLLM_CPU_KVCACHE_SPACE`` (else vLLM takes ~20 GiB of RAM)."""
-    argv = ["serve", model, "--gpu", "mi300x", "--port", str(port), "--name", name]
-    argv += ["--root", str(root), "--timeout", str(timeout_s), "--yes"]
+    """``instinct serve MODEL`` as the tier runs it. Natively, as a user of a CPU-only engine
+    would: no ``--gpu``, no GPU root (serve plans for vLLM's CPU backend). Through docker,
+    planned for an MI300X (the tool cannot know the image is a CPU build; ``root`` is a tree
+    where the GPU checks pass, as in tests/serve). The KV cache bounded with
+    ``VLLM_CPU_KVCACHE_SPACE`` (the plan's default is 4 GiB)."""
+    argv = ["serve", model, "--port", str(port), "--name", name]
+    argv += ["--timeout", str(timeout_s), "--yes"]
     if engine == "native":
         argv += ["--engine", "native"]
+    else:
+        if root is None:
+            raise ValueError("the docker route needs a GPU root")
+        argv += ["--gpu", "mi300x", "--root", str(root)]
     if kv_cache_gib is not None:  # it overrides --kv-cache-memory-bytes when set
         argv += ["--env", f"VLLM_CPU_KVCACHE_SPACE={kv_cache_gib}"]
     argv += list(extra)

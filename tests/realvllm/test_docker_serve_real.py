@@ -82,7 +82,7 @@ def test_serve_with_a_local_image_end_to_end(docker_served: DockerServed, real_v
     assert info is not None and info["State"]["Running"]
     assert info["Config"]["Labels"]["instinct-serve.managed"] == "true"
     cmd = info["Config"]["Cmd"]
-    assert cmd[:2] == ["--model", real_vllm.model_id] and "--enforce-eager" in cmd
+    assert cmd[0] == real_vllm.model_id and "--enforce-eager" in cmd  # vllm serve's positional
     assert "VLLM_CPU_KVCACHE_SPACE=1" in info["Config"]["Env"]
     mounts = {m["Destination"]: m["Source"] for m in info["Mounts"]}
     assert mounts["/root/.cache/huggingface"] == str(real_vllm.hf_home)
@@ -103,11 +103,6 @@ def test_ps_logs_and_stop_of_the_container(docker_served: DockerServed) -> None:
     assert inspect(docker_served.name) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs: plan/assemble.py to mount a local model directory into the container "
-    "(-v DIR:DIR:ro) on the docker route; see TODO-tool-fixes.md",
-)
 def test_a_local_model_directory_through_docker(
     real_vllm: Setup,
     real_image: str,
@@ -130,5 +125,8 @@ def test_a_local_model_directory_through_docker(
         run = cli(args, env, timeout=300)
         assert run.returncode == 0, run.explain()
         assert run.result["status"] == "ready"
+        mounts = {m["Destination"]: m for m in (inspect(name) or {}).get("Mounts", [])}
+        model = str(real_vllm.model_dir)
+        assert mounts[model]["Source"] == model and mounts[model]["RW"] is False
     finally:
         docker("rm", "-f", name, timeout=120)

@@ -149,3 +149,12 @@ def test_the_tool_reads_the_same_end_of_start_up_from_both(double: LocalDouble) 
     real = captured.text(captured.EAGER_LOG).splitlines()
     real = real[: next(i for i, s in enumerate(real) if "Application startup complete" in s) + 1]
     assert tail([line for _, line in double.lines]) == tail(real) == ["starting_server", "ready"]
+
+
+def test_the_tool_reads_the_server_address_from_both(double: LocalDouble) -> None:
+    """vLLM 0.32's "Starting vLLM server on URL" (not 0.1x's "... API server ...") gives the
+    address in both, the real log and the double's."""
+    real = track(captured.text(captured.EAGER_LOG).splitlines())[-1].figures
+    own = track([line for _, line in double.lines])[-1].figures
+    assert real["api_url"].startswith("http://127.0.0.1:")
+    assert own["api_url"].startswith("http://") and own["api_url"].rsplit(":", 1)[1].isdigit()

@@ -42,6 +42,8 @@ def test_detect_names_the_real_versions_and_says_cpu_only(real_vllm: Setup, tmp_
     assert human.returncode == 3
     flat = " ".join(human.stdout.split())
     assert "vllm_version: 0.32.0+cpu" in flat and "torch_build: cpu" in flat
+    for line in ("vllm_build: cpu", "serves_on: cpu", "cpu_only: True"):  # not only in --json
+        assert line in flat, flat
     assert "CPU-only engine" in flat and "not a ROCm build" in flat
 
 

@@ -57,16 +57,14 @@ def stop_if_running(data: Path, name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(
-    real_vllm: Setup, gpu_root: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Served]:
+def served(real_vllm: Setup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     data = tmp_path_factory.mktemp("rv-native")
     env = tier_env(real_vllm, data)
     port = free_port()
     name = f"rv-native-{port}"
     model = str(real_vllm.model_dir)
     start = time.monotonic()
-    run = cli(serve_args(model, port=port, name=name, root=gpu_root), env)
+    run = cli(serve_args(model, port=port, name=name), env)
     result = Served(run, env, port, name, model, data, time.monotonic() - start)
     try:
         yield result
@@ -107,18 +105,26 @@ def test_serve_plans_launches_follows_and_proves_the_real_engine(served: Served)
     assert served.seconds < 300
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs: runtime/phases.py to read vLLM 0.32's 'CPU KV cache size: N tokens, "
-    "Maximum concurrency for ...' line (profiling, kv_cache_tokens) and 'Starting vLLM "
-    "server on URL' (api_url); see tests/realvllm/TODO-tool-fixes.md",
-)
 def test_the_kv_cache_and_server_address_phases_are_read(served: Served) -> None:
     result = served.run.result
     assert "profiling" in served.run.phases
     assert result["figures"]["kv_cache_tokens"] == 46592
     assert result["figures"]["max_concurrency"] == 22.75
     assert result["figures"]["api_url"] == f"http://127.0.0.1:{served.port}"
+
+
+def test_it_was_planned_for_the_cpu_backend(served: Served) -> None:
+    """No --gpu, no GPU root: the CPU-only engine's plan has no GPU setting, and its KV
+    figure is the one vLLM reports (tests/plan/test_cpu.py: 46,592 tokens at 1 GiB)."""
+    warnings = [e["message"] for e in served.run.of("warning")]
+    assert "the vLLM on this machine is CPU-only: planned for its CPU backend, not a GPU" in (
+        warnings
+    )
+    state = served.state()
+    assert sorted(state["env_names"]) == ["INSTINCT_NATIVE_NAME", "VLLM_CPU_KVCACHE_SPACE"]
+    assert state["meta"]["gpu_indices"] is None
+    assert "--gpu-memory-utilization" not in state["argv"]
+    assert served.run.result["figures"]["kv_cache_tokens"] == 46592
 
 
 def test_it_listens_on_loopback_only(served: Served) -> None:
@@ -151,13 +157,9 @@ def test_the_endpoint_answers_the_printed_request(served: Served) -> None:
     assert answer.json()["usage"]["completion_tokens"] > 0
 
 
-def test_a_second_serve_reuses_it_and_prints_the_connection_table(
-    served: Served, gpu_root: Path
-) -> None:
+def test_a_second_serve_reuses_it_and_prints_the_connection_table(served: Served) -> None:
     pid = served.state()["pid"]
-    args = serve_args(
-        served.model, port=served.port, name=served.name, root=gpu_root, json_lines=False
-    )
+    args = serve_args(served.model, port=served.port, name=served.name, json_lines=False)
     human = cli(args, served.env, timeout=180)
     assert human.returncode == 0, human.explain()
     table = human.stdout
@@ -172,7 +174,7 @@ def test_a_second_serve_reuses_it_and_prints_the_connection_table(
         "curl -sS",
     ):
         assert text in table, table
-    args = serve_args(served.model, port=served.port, name=served.name, root=gpu_root)
+    args = serve_args(served.model, port=served.port, name=served.name)
     again = cli(args, served.env, timeout=180)
     assert again.returncode == 0, again.explain()
     assert again.result["status"] == "reused"

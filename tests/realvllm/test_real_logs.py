@@ -3,17 +3,17 @@
 the start-up phase tracker must follow the real lines. Fast (captured files, no engine); the
 live reproductions are in the ``realvllm`` tier (test_failures_real.py).
 
-Expectations the tool does not meet yet are ``xfail(strict=True)`` with the fix they need
-(tests/realvllm/TODO-tool-fixes.md): they turn into failures, visibly, once it is made.
+What these logs taught the tool is recorded in tests/realvllm/TODO-tool-fixes.md.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from instinct_serve.diagnose.phases import track
+from instinct_serve.diagnose.phases import PhaseTracker, track
 from tests.realvllm import captured
 from tests.serve.conftest import run_cli
 
@@ -25,32 +25,16 @@ def diagnose(name: str) -> dict[str, object]:
     return doc
 
 
-def needs(fix: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"needs: {fix} (TODO-tool-fixes.md)")
-
-
 # (file, the diagnosis it must get) for every captured real failure
 FAILURES = [
     ("10_max_model_len_exceeds_model_context.log", "max_model_len_exceeds_model"),
     ("11_kv_cache_space_zero.log", "kv_cache_no_memory"),
     ("12_kv_cache_too_small_for_max_model_len.log", "max_model_len_exceeds_kv"),
     ("13_unknown_architecture.log", "unsupported_architecture"),
-    pytest.param(
-        "14_missing_model_directory.log",
-        "repo_not_found",
-        marks=needs("diagnose/rules.py _REPO_NOT_FOUND to match 0.32's HFValidationError"),
-    ),
+    ("14_missing_model_directory.log", "repo_not_found"),
     ("15_port_already_in_use.log", "port_in_use"),
-    pytest.param(
-        "16_compiled_without_cxx_compiler.log",
-        "jit_build_failed",
-        marks=needs("diagnose/rules.py to read torch inductor's InvalidCxxCompiler"),
-    ),
-    pytest.param(
-        "17_docker_default_shm_64m_too_small.log",
-        "shm_too_small",
-        marks=needs("diagnose/rules.py _SHM to match 'Insufficient space in /dev/shm'"),
-    ),
+    ("16_compiled_without_cxx_compiler.log", "jit_build_failed"),
+    ("17_docker_default_shm_64m_too_small.log", "shm_too_small"),
 ]
 
 
@@ -58,6 +42,44 @@ FAILURES = [
 def test_each_real_failure_gets_its_diagnosis(name: str, expected: str) -> None:
     doc = diagnose(name)
     assert doc["matched"] is True and doc["primary"] == expected, (doc["primary"], doc["findings"])
+
+
+def _finding(name: str, finding_id: str) -> dict[str, Any]:
+    doc = diagnose(name)
+    findings: list[dict[str, Any]] = doc["findings"]  # type: ignore[assignment]
+    return next(f for f in findings if f["id"] == finding_id)
+
+
+def test_a_missing_model_directory_says_the_path_does_not_exist() -> None:
+    finding = _finding("14_missing_model_directory.log", "repo_not_found")
+    assert finding["title"] == "Model directory not found"
+    assert finding["details"]["variant"] == "missing_path"
+    assert finding["details"]["path"].endswith("/no-such-model-dir")
+    assert "HFValidationError" in finding["line"] and finding["retry"] is None
+
+
+def test_no_cxx_compiler_is_fixed_by_eager_mode() -> None:
+    finding = _finding("16_compiled_without_cxx_compiler.log", "jit_build_failed")
+    assert finding["details"]["component"] == "torch.compile (inductor)"
+    assert "InvalidCxxCompiler: No working C++ compiler found" in finding["line"]
+    assert finding["retry"] == {"add_args": ["--enforce-eager"]} and finding["auto_retry"]
+    assert "g++" in finding["fix"]
+
+
+def test_the_shm_finding_carries_the_real_figures() -> None:
+    finding = _finding("17_docker_default_shm_64m_too_small.log", "shm_too_small")
+    assert finding["details"] == {"required_mib": 160.0, "free_mib": 64.0}
+    assert "--ipc=host" in finding["fix"]
+
+
+def test_no_kv_memory_on_the_cpu_backend_names_the_cpu_kv_space() -> None:
+    """vLLM's own message speaks of gpu_memory_utilization "despite its name"; the CPU
+    backend's KV cache is VLLM_CPU_KVCACHE_SPACE GiB of RAM (0 in this run)."""
+    finding = _finding("11_kv_cache_space_zero.log", "kv_cache_no_memory")
+    assert finding["details"] == {"backend": "cpu", "kv_cache_space_gib": 0.0}
+    assert finding["retry"] == {"set_env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+    assert "VLLM_CPU_KVCACHE_SPACE" in finding["fix"]
+    assert "Raise --gpu-memory-utilization" not in finding["fix"]
 
 
 def test_the_max_model_len_finding_carries_the_models_real_limit() -> None:
@@ -93,7 +115,6 @@ def test_the_real_eager_start_up_is_followed_to_ready() -> None:
     assert figures["init_engine_s"] > 0
 
 
-@needs("runtime/phases.py _KV_TOKENS/_CONCURRENCY for 'CPU KV cache size: N tokens, Maximum ...'")
 def test_the_real_cpu_kv_cache_line_is_read() -> None:
     events = track(_startup(captured.EAGER_LOG))
     assert "profiling" in [e.phase for e in events]
@@ -101,16 +122,23 @@ def test_the_real_cpu_kv_cache_line_is_read() -> None:
     assert events[-1].figures["max_concurrency"] == 22.75
 
 
-@needs("runtime/phases.py _API_START for vLLM 0.32's 'Starting vLLM server on URL'")
 def test_the_real_server_address_is_read() -> None:
     events = track(_startup(captured.EAGER_LOG))
     assert events[-1].figures["api_url"].startswith("http://127.0.0.1:")
 
 
-@needs("runtime/phases.py to read 'Warming up model for the compilation...' as compiling")
 def test_the_real_compilation_is_a_compiling_phase() -> None:
     events = track(_startup(captured.COMPILED_COLD_LOG))
-    assert "compiling" in [e.phase for e in events]
+    compiling = [e.message for e in events if e.phase == "compiling"]
+    assert compiling == ["torch.compile: warming up the model", "torch.compile: warm-up done"]
+    phases = list(dict.fromkeys(e.phase for e in events))
+    assert phases.index("loading_weights") < phases.index("compiling") < phases.index("ready")
+
+
+def test_a_compile_cache_that_fails_to_load_is_reported() -> None:
+    events = track(_startup(captured.COMPILED_WARM_LOG))
+    compiling = [e.message for e in events if e.phase == "compiling"]
+    assert "compile cache failed to load: compiling again" in compiling
 
 
 @pytest.mark.parametrize(
@@ -118,13 +146,8 @@ def test_the_real_compilation_is_a_compiling_phase() -> None:
     [
         captured.EAGER_LOG,  # SIGTERM to the process group (as `instinct stop` sends it)
         "04_healthy_eager_sigterm_to_the_api_server_only.log",  # as `docker stop`, `kill`
-        pytest.param(
-            "05_healthy_eager_sigterm_logs_engine_dead_error.log",  # the same, another run
-            marks=needs(
-                "runtime/phases.py not to read EngineDeadError after '[shutdown]' lines as a "
-                "failure"
-            ),
-        ),
+        "05_healthy_eager_sigterm_logs_engine_dead_error.log",  # the same, another run
+        captured.COMPILED_COLD_LOG,  # compiled, SIGTERM: EngineDeadError in the teardown too
     ],
 )
 def test_a_clean_sigterm_shutdown_is_not_a_failure(name: str) -> None:
@@ -146,7 +169,10 @@ def test_a_clean_sigterm_shutdown_is_not_a_failure(name: str) -> None:
 )
 def test_an_engine_core_failure_is_seen_as_failed_at_once(name: str) -> None:
     """The tracker sees the failure when it is logged, whether or not the processes exit
-    (serve does not act on it yet: TODO-tool-fixes.md, "waits the full timeout")."""
-    events = track(captured.text(name).splitlines())
-    failed = [e for e in events if e.phase == "failed"]
-    assert failed, [e.phase for e in events]
+    (serve ends its wait on it: TODO-tool-fixes.md item 5), and for good."""
+    tracker = PhaseTracker()
+    for number, line in enumerate(captured.text(name).splitlines()):
+        tracker.feed(line, now=float(number))
+        if tracker.failed_for_good:
+            break
+    assert tracker.failed_for_good and tracker.failed_line is not None

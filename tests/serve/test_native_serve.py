@@ -195,7 +195,10 @@ def test_native_public_listens_everywhere_with_a_generated_key(
         assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=5).is_success
         again = run_cli(native_args(gpu_root, port, name, "--public"), env=native_env)
         assert again.returncode == 0 and again.result["status"] == "reused", again.explain()
-        refused = run_cli(native_args(gpu_root, free_port(), name + "x", "--", "--host", "0.0.0.0"))
+        refused = run_cli(
+            native_args(gpu_root, free_port(), name + "x", "--", "--host", "0.0.0.0"),
+            env=native_env,
+        )
         assert refused.returncode == 2 and refused.result["error"]["id"] == "bad_extra_args"
     finally:
         if launcher.load(host, name) is not None:

@@ -271,16 +271,18 @@ def serve_summary(result: PlanResult, host: Host) -> dict[str, Any]:
 def serve(inp: ServeExtras, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
     """``instinct serve --json``: the final result document; events go to ``sink``.
 
-    Without ``confirm`` this only plans (no check, no docker command) and returns the
+    Without ``confirm`` this only plans (no check, no launch; the native engine is only
+    discovered, to plan for the CPU when it is CPU-only) and returns the
     confirmation summary. ``cancelled`` is polled at every event: once true, the run
     stops and removes what it launched, as Ctrl-C does in the CLI.
     """
-    from instinct_serve.gather.plan import make_plan
+    from instinct_serve.runtime.prepare import serve_plan
 
     opts: ServeOptions = inp.options()
     host = _host(inp.host)
-    if not inp.confirm:
-        return Outcome(serve_summary(make_plan(opts.plan_options(), host), host))
+    if not inp.confirm:  # the plan prepare will make (a CPU-only engine's: its CPU's)
+        result = serve_plan(host, opts.plan_options(), engine=opts.engine)
+        return Outcome(serve_summary(result, host))
     return deploy(inp, opts, host, sink, cancelled)
 
 

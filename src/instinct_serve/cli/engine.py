@@ -69,8 +69,11 @@ def detect_cmd(device_check: bool, as_json: bool, host_spec: str | None) -> int:
             "vllm_command",
             "python",
             "vllm_version",
+            "vllm_build",
             "torch_version",
             "torch_build",
+            "serves_on",
+            "cpu_only",
             "torch_rocm",
             "hip_version",
         ):

@@ -128,6 +128,10 @@ _DYNAMO = re.compile(r"^Dynamo bytecode transform time: " + _NUM + r" ?s")
 _COMPILE_GRAPH = re.compile(r"^Compiling a graph for (?:dynamic|general) shape takes " + _NUM)
 _COMPILE_LOAD = re.compile(r"^Directly load the compiled graph")
 _COMPILE_TOTAL = re.compile(r"^torch\.compile takes " + _NUM + r" ?s in total")
+# vLLM 0.32's CPU model runner compiles in its warm-up run (silent for minutes but for these)
+_CPU_COMPILE_START = re.compile(r"^Warming up model for the compilation")
+_CPU_COMPILE_AGAIN = re.compile(r"Compiling model again due to a load failure")
+_CPU_COMPILE_DONE = re.compile(r"^Warming up done\.")
 _AITER_START = re.compile(r"^\[aiter\] start build \[?([^\]\s,]+)\]?")
 _AITER_FINISH = re.compile(r"^\[aiter\] finish build \[?([^\]\s,]+)\]?, cost " + _NUM)
 
@@ -139,10 +143,12 @@ _V0_BUDGET = re.compile(
 _V0_PEAK = re.compile(r"PyTorch activation peak memory takes " + _NUM + r" ?GiB")
 _V0_KV = re.compile(r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB")
 _AVAILABLE_KV = re.compile(r"^Available KV cache memory: " + _NUM + r" ?GiB")
-_KV_TOKENS = re.compile(r"^GPU KV cache size: " + _NUM + r" tokens")
+# "GPU KV cache size: N tokens"; vLLM 0.32's CPU backend says "CPU KV cache size: N tokens,
+# Maximum concurrency for L tokens per request: Cx" (both figures on one line).
+_KV_TOKENS = re.compile(r"^(?:GPU|CPU|XPU) KV cache size: " + _NUM + r" tokens")
 _BLOCKS = re.compile(r"^# (\w+) blocks: " + _NUM)
 _CONCURRENCY = re.compile(
-    r"^Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r" ?x"
+    r"(?:^|, )Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r" ?x"
 )
 _GRAPH_ESTIMATE = re.compile(r"^Estimated CUDA graph memory: " + _NUM + r" ?GiB")
 _MAX_MODEL_LEN = re.compile(r"^Using max model len " + _NUM)
@@ -160,10 +166,20 @@ _CAPTURE_DONE = re.compile(
 
 # Engine up, API server
 _INIT_ENGINE = re.compile(r"^init engine (?:\([^)]*\) )?took " + _NUM + r" ?s")
-_API_START = re.compile(r"^Starting vLLM API server(?: \d+)?(?: \([^)]*\))? on (\S+)")
+# "Starting vLLM API server 0 on URL" (0.8-0.1x); 0.32: "Starting vLLM server on URL"
+_API_START = re.compile(r"^Starting vLLM (?:API )?server(?: \d+)?(?: \([^)]*\))? on (\S+)")
 _ROUTES = re.compile(r"^Available routes are")
 _READY_UVICORN = re.compile(r"^Uvicorn running on (\S+)")
 _READY_APP = re.compile(r"^Application startup complete")
+
+# A stop asked from outside (SIGTERM/SIGINT: ``instinct stop``, ``docker stop``): vLLM 0.32's
+# "[shutdown] API server: shutdown triggered", "[shutdown] EngineCore: trigger received
+# signal=SIGTERM", uvicorn's "Shutting down". What follows is teardown: vLLM 0.32 races and
+# may log "AsyncLLM output_handler failed" / EngineDeadError then, which is no failure.
+_SHUTDOWN = re.compile(
+    r"^\[shutdown\] (?:API server: shutdown triggered|EngineCore: trigger received signal)"
+    r"|^Shutting down$"
+)
 
 # Versions
 _ENGINE_VERSION = re.compile(r"^Initializing an? (?:(V0|V1) )?LLM engine \(v([^)\s]+)\)")
@@ -201,12 +217,19 @@ class PhaseTracker:
         self._building: list[str] = []  # JIT modules started and not finished
         self._last_key: tuple[Any, ...] | None = None
         self._lines_seen = 0
+        self.shutting_down = False  # a stop was asked for: later failure lines are teardown
 
     # -- public API -------------------------------------------------------------------
 
     @property
     def figures(self) -> dict[str, Any]:
         return dict(self._figures)
+
+    @property
+    def failed_for_good(self) -> bool:
+        """A strong failure signal (``failure_signals``) ended the start-up: no later line
+        can overrule it, unlike a bare exception (a soft failure)."""
+        return self.phase == "failed" and self._soft_failed_from is None
 
     @property
     def building(self) -> bool:
@@ -295,6 +318,11 @@ class PhaseTracker:
         text = line.text.strip()
         if not text:
             return None
+        if self.shutting_down:
+            return None
+        if _SHUTDOWN.match(text) and self.phase != "failed":
+            self.shutting_down = True
+            return _Update(message="shutting down: a stop was asked for")
         # A strong signal (``failure_signals``) ends the start-up whatever came before; a
         # bare exception line before the server is ready is a soft failure that later
         # progress lines can overrule (some libraries log a traceback and carry on).
@@ -405,6 +433,12 @@ class PhaseTracker:
             elif self._building:
                 self._building.pop(0)
             return _Update(message=f"built kernel {name} in {_num(m.group(2)):.0f} s")
+        if _CPU_COMPILE_START.match(text):
+            return _Update("compiling", "torch.compile: warming up the model")
+        if _CPU_COMPILE_AGAIN.search(text):
+            return _Update("compiling", "compile cache failed to load: compiling again")
+        if _CPU_COMPILE_DONE.match(text):
+            return _Update("compiling", "torch.compile: warm-up done", 1.0)
         if _COMPILE_CACHE.match(text) or _COMPILE_LOAD.match(text):
             return _Update("compiling", "torch.compile")
         m = _DYNAMO.match(text)
@@ -455,6 +489,10 @@ class PhaseTracker:
         m = _KV_TOKENS.match(text)
         if m:
             figures = {"kv_cache_tokens": _int(m.group(1))}
+            both = _CONCURRENCY.search(text)
+            if both:
+                figures["max_model_len"] = _int(both.group(1))
+                figures["max_concurrency"] = _num(both.group(2))
             return _Update("profiling", self._kv_message(figures), figures=figures)
         m = _BLOCKS.match(text)
         if m and m.group(1).upper() != "CPU":

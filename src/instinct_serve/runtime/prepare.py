@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, NotReadyError
+from instinct_serve.hardware.target import CPU_SOURCE
 from instinct_serve.runtime.events import EventSink, PhaseUpdate, WarningEvent
 
 if TYPE_CHECKING:
     from instinct_serve.checks import CheckReport
+    from instinct_serve.engine.discovery import Engine
     from instinct_serve.hosts import Host
     from instinct_serve.options import PlanOptions, ServeOptions
     from instinct_serve.plan.model import PlanResult
@@ -24,6 +26,27 @@ if TYPE_CHECKING:
     from instinct_serve.runtime.settings import ServeSettings
 
 DOCKER_CHECKS = frozenset({"docker_installed", "docker_daemon"})
+# What a CPU-only engine does not use: the GPU, its driver and devices, ROCm.
+GPU_CHECKS = frozenset(
+    {
+        "amdgpu_driver",
+        "dev_kfd",
+        "dev_dri",
+        "visible_devices_empty",
+        "gpu_supported",
+        "rocm_version",
+    }
+)
+
+
+def ignored_checks(engine: str, cpu: bool = False, force: bool = False) -> frozenset[str]:
+    """The checks that do not matter for this launch: Docker on the native route, the
+    GPU for a CPU-only engine, and with ``--force`` whether the GPUs are ones this tool
+    serves (``gpu_supported``: a Radeon, an MI100)."""
+    ignored = DOCKER_CHECKS if engine == "native" else frozenset()
+    if force:
+        ignored |= {"gpu_supported"}
+    return ignored | GPU_CHECKS if cpu else ignored
 
 
 def require_ready(
@@ -33,13 +56,14 @@ def require_ready(
     hf_cache: str | None,
     root: str,
     engine: str,
+    *,
+    cpu: bool = False,
     force: bool = False,
 ) -> CheckReport:
     """``instinct check`` for this launch; ``NotReadyError`` naming the first blocker.
 
     The port check is left to the deployer (it knows which holders it may replace), and
-    Docker does not matter on the native route; ``force`` (``--force``) launches on GPUs
-    this tool does not serve (``gpu_supported``).
+    ``ignored_checks`` do not block (``force``: GPUs this tool does not serve).
     """
     from instinct_serve.checks import CheckOptions, run_checks
     from instinct_serve.checks.hub import model_is_gated
@@ -47,9 +71,7 @@ def require_ready(
     gated = model_is_gated(model) if model else None
     options = CheckOptions(model=model, model_gated=gated, port=port, hf_cache=hf_cache, root=root)
     report = run_checks(host, options)
-    ignored = {"port_free"} | (DOCKER_CHECKS if engine == "native" else set())
-    if force:
-        ignored.add("gpu_supported")
+    ignored = {"port_free"} | ignored_checks(engine, cpu, force)
     errors = [c for c in report.errors if c.id not in ignored]
     if errors:
         first = errors[0]
@@ -65,14 +87,22 @@ def require_ready(
     return report
 
 
-def native_backend(host: Host, result: PlanResult, warn: Callable[[str], None]) -> Backend:
-    """Discover the vLLM to run, pin the GPUs (most free first), and wrap the launcher."""
+def native_engine(host: Host, warn: Callable[[str], None]) -> Engine:
+    """The vLLM the native route runs (``engine.discovery``), its warnings said."""
     from instinct_serve.engine.discovery import discover, require_usable
-    from instinct_serve.runtime.native import NativeBackend
 
     engine = require_usable(discover(host))
     for message in engine.warnings:
         warn(message)
+    return engine
+
+
+def native_backend(
+    host: Host, result: PlanResult, warn: Callable[[str], None], engine: Engine
+) -> Backend:
+    """Pin the GPUs (most free first) and wrap the launcher around ``engine``."""
+    from instinct_serve.runtime.native import NativeBackend
+
     plan = result.plan
     if plan.gpu_indices is None and result.hardware_source == "detect":
         from instinct_serve.engine.gpus import rank, select, telemetry_trusted
@@ -87,6 +117,22 @@ def native_backend(host: Host, result: PlanResult, warn: Callable[[str], None]) 
             ranked = rank(result.inventory)[: plan.tensor_parallel_size]
             plan.gpu_indices = sorted(g.index for g in ranked)
     return NativeBackend(host, engine.vllm_command)
+
+
+def serve_plan(host: Host, opts: PlanOptions, *, engine: str) -> PlanResult:
+    """The plan ``prepare`` will make, without checking or launching anything (the MCP
+    summary a user approves): vLLM's CPU backend's when the native engine is CPU-only,
+    else the GPUs'. Only reads the host (engine discovery, GPUs)."""
+    from instinct_serve.gather.plan import cpu_plan_target, make_plan
+
+    target = None
+    if engine == "native":
+        from instinct_serve.engine.discovery import discover
+
+        found = discover(host)
+        if found.usable and found.engine is not None and found.engine.cpu_only:
+            target = cpu_plan_target(opts, host)
+    return make_plan(opts, host, target=target)
 
 
 def plan_changed(approved: str, result: PlanResult) -> InstinctError:
@@ -112,7 +158,7 @@ class Prepared:
     @property
     def gfx(self) -> str | None:
         gfx = self.result.inventory.gfx_version
-        return gfx if gfx not in ("unknown", "mixed") else None
+        return gfx if gfx not in ("unknown", "mixed", CPU_SOURCE) else None
 
     def deployer(
         self,
@@ -147,28 +193,34 @@ def prepare(
     ``approved_hash``: the ``plan_hash`` a user approved; a different plan now (GPUs,
     catalog or arguments changed) raises ``plan_changed`` before anything is launched.
     """
-    from instinct_serve.gather.plan import make_plan
+    from instinct_serve.gather.plan import cpu_plan_target, make_plan
     from instinct_serve.runtime.docker_backend import DockerBackend
 
     def warn(message: str) -> None:
         sink(WarningEvent(message=message))
 
     sink(PhaseUpdate(phase="checking", message=f"host {host.name}"))
+    # The native engine first: a CPU-only one (allowed by INSTINCT_ALLOW_CPU_ENGINE) needs
+    # no GPU, and its plan is the CPU backend's (hardware.target.cpu_target).
+    native = native_engine(host, warn) if engine == "native" else None
+    cpu = native is not None and native.cpu_only
     report = require_ready(
-        host, opts.model, opts.port, opts.hf_cache, root, engine, force=opts.force
+        host, opts.model, opts.port, opts.hf_cache, root, engine, cpu=cpu, force=opts.force
     )
+    ignored = ignored_checks(engine, cpu, opts.force)
     for warning in report.warnings:
-        if engine == "docker" or warning.id not in DOCKER_CHECKS:
+        if warning.id not in ignored:
             warn(f"{warning.id}: {warning.message}")
     sink(PhaseUpdate(phase="planning", message=opts.model))
-    result = make_plan(opts, host)
+    target = cpu_plan_target(opts, host) if cpu else None
+    result = make_plan(opts, host, target=target)
     if approved_hash is not None and result.plan.plan_hash != approved_hash:
         raise plan_changed(approved_hash, result)
     for message in result.warnings:
         warn(message)
     backend: Backend = (
-        native_backend(host, result, warn)
-        if engine == "native"
+        native_backend(host, result, warn, native)
+        if native is not None
         else DockerBackend(host, device_root=root)
     )
     return Prepared(host, result, backend, engine)

