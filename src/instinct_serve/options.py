@@ -662,6 +662,22 @@ class PlanOptions(SizingOptions):
         "full context with safe headroom) or throughput (the smallest TP with safe "
         "headroom, GPUs left for replicas).",
     )
+    replicas: int | None = opt(
+        kind="int",
+        metavar="N",
+        help="Copies of the endpoint behind one address: on this host, N copies on disjoint "
+        "GPUs behind a router (HAProxy), or vLLM's own data parallelism for a "
+        "mixture-of-experts model (default: 1, or as many as fit with --objective "
+        "throughput); with --format k8s, the Deployment's pods.",
+        low=1,
+        high=1024,
+    )
+    router_image: str | None = opt(
+        kind="text",
+        metavar="IMAGE",
+        help="The HAProxy image that routes to the replicas (default: haproxy:3.0).",
+        max_length=512,
+    )
     force: bool = opt(
         False,
         kind="bool",
@@ -676,6 +692,9 @@ class PlanOptions(SizingOptions):
     )
     engine: str = "docker"  # docker | native: set by the command (serve --engine, --format)
     default_gpu: str | None = None  # profile used when detection finds no GPU (plan only)
+    # copies planned on this host (``plan.replicas``); False where the cluster makes them
+    # (``plan --format k8s``: --replicas is the Deployment's)
+    local_group: bool = True
 
     def check(self) -> None:
         super().check()
@@ -716,6 +735,7 @@ class PlanOptions(SizingOptions):
         values = {name: getattr(self, name) for name, _spec, _default in declared(type(self))}
         checked = type(self).parse(values)
         checked.engine, checked.default_gpu = self.engine, self.default_gpu
+        checked.local_group = self.local_group
         checked.check()
 
 
@@ -869,15 +889,6 @@ class KubernetesOptions(JobOptions):
         max_length=63,
         mcp=False,
     )
-    replicas: int = opt(
-        1,
-        kind="int",
-        metavar="N",
-        help="With --format k8s: copies of the endpoint (with --autoscale, the fewest).",
-        low=1,
-        high=1024,
-        mcp=False,
-    )
     autoscale: bool = opt(
         False,
         kind="bool",
@@ -933,6 +944,9 @@ class KubernetesOptions(JobOptions):
     # Set by a multi-node planner that knows the node size; by default the plan's TP x PP
     # split evenly over ``nodes``.
     gpus_per_node: int | None = None
+    # copies of the endpoint (with --autoscale, the fewest): the plan's --replicas
+    # (``PlanOptions.replicas``), which on this host means replicas behind a router
+    replicas: int = 1
 
     def check(self) -> None:
         super().check()

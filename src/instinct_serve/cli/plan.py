@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -78,14 +79,16 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     --autoscale).
     """
     from instinct_serve.gather.plan import plan_for
-    from instinct_serve.plan.render import render, shell_line
+    from instinct_serve.plan.render import render
 
     fmt = "json" if as_json else fmt
     opts = parse_cli(PlanOptions, kwargs, engine="native" if fmt == "native" else "docker")
-    k8s = parse_cli(KubernetesOptions, kwargs)
-    if fmt != "k8s" and k8s != KubernetesOptions():
+    k8s = parse_cli(KubernetesOptions, kwargs, replicas=opts.replicas or 1)
+    if fmt == "k8s":  # the cluster makes the copies: one endpoint per pod
+        opts.replicas, opts.local_group = None, False
+    if fmt != "k8s" and replace(k8s, replicas=1) != KubernetesOptions():
         raise UsageError(
-            "--namespace, --replicas, --autoscale, --max-replicas, --nodes, --storage-class, "
+            "--namespace, --autoscale, --max-replicas, --nodes, --storage-class, "
             "--socket-ifname and --prometheus-url shape Kubernetes manifests",
             fix="add --format k8s",
             id="k8s_only",
@@ -113,7 +116,7 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
         print_summary(con, result)
         con.print()
         con.print("[bold]Command[/] (instinct plan --format docker|native|compose|k8s for more):")
-        con.print(shell_line(result.plan), markup=False, soft_wrap=True)
+        con.print(render(result.plan, "shell").rstrip("\n"), markup=False, soft_wrap=True)
 
     emit(result, False, human)
     return 0

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from instinct_serve.catalog.matching import Match
     from instinct_serve.fit.estimate import FitReport
     from instinct_serve.hardware.inventory import GpuInventory
+    from instinct_serve.plan.replicas import GroupPlan
 
 __all__ = [
     "API_KEY_ENV",
@@ -187,6 +188,9 @@ class LaunchPlan:
     # where the API key comes from: "generated" (serve makes one and keeps it in a key file
     # on the host), "environment" (the caller's VLLM_API_KEY, passed by name), or None
     api_key: str | None = None
+    # several copies behind one endpoint (``plan.replicas``): replicas behind a router, or
+    # vLLM's own data parallelism; None for one endpoint
+    group: GroupPlan | None = None
 
     @property
     def bind_address(self) -> str:
@@ -220,7 +224,7 @@ class LaunchPlan:
             "secret_env": sorted(self.secret_env),
             "vllm_args": self.vllm_args,
             "gpu_indices": self.gpu_indices,
-        }
+        } | ({"group": self.group.identity()} if self.group is not None else {})
 
     @property
     def plan_hash(self) -> str:
@@ -272,6 +276,7 @@ class LaunchPlan:
             "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
             "partitions": self.partitions,
+            "replicas": self.group.to_dict() if self.group is not None else None,
         }
 
 

@@ -209,7 +209,10 @@ def to_yaml(docs: list[dict[str, Any]] | dict[str, Any]) -> str:
 
 def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> str:
     """The plan in one of ``FORMATS`` (``json`` is handled by the CLI's JSON emitter);
-    ``k8s`` shapes the Kubernetes manifests (replicas, nodes, autoscaling)."""
+    ``k8s`` shapes the Kubernetes manifests (replicas, nodes, autoscaling). A plan of
+    replicas behind a router (``plan.replicas``) renders as shell lines (docker, shell)."""
+    if plan.group is not None and plan.group.mode == "replicas":
+        return _group(plan, fmt)
     if fmt == "docker":
         return "\n".join(docker_argv(plan)) + "\n"
     if fmt == "shell":
@@ -225,3 +228,25 @@ def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> 
 
         return dumps(plan) + "\n"
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _group(plan: LaunchPlan, fmt: str) -> str:
+    """Replicas behind a router: each replica's ``docker run``, the router's configuration
+    and its ``docker run`` (``plan.replicas.group_script``)."""
+    from instinct_serve.errors import UsageError
+    from instinct_serve.plan.replicas import group_script
+
+    if fmt in ("docker", "shell"):
+        return group_script(plan, docker_argv)
+    if fmt == "json":
+        from instinct_serve.jsonio import dumps
+
+        return dumps(plan) + "\n"
+    raise UsageError(
+        f"--format {fmt} renders one endpoint, and this plan is {plan.group.count if plan.group else 0} "
+        "replicas behind a router",
+        fix="use --format shell (every replica's docker run and the router's), or plan one "
+        "endpoint (--replicas 1)",
+        id="bad_format",
+        details={"format": fmt},
+    )
