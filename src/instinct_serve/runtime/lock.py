@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from instinct_serve.errors import HostError, NotReadyError
-from instinct_serve.hosts import Host, SshHost
+from instinct_serve.hosts import Host, SshHost, ssh_missing
 
 LOCK_WAIT_S = 600.0  # a launch holds it seconds; a slow docker run, a few minutes
 POLL_S = 0.1
@@ -175,11 +175,7 @@ class HostLock:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise HostError(
-                "the ssh client is not installed on this machine",
-                fix="install OpenSSH (e.g. apt-get install openssh-client)",
-                id="ssh_missing",
-            ) from exc
+            raise ssh_missing() from exc
         assert proc.stdout is not None
         deadline = time.monotonic() + self.wait_s + host.connect_timeout + 20
         told_at = time.monotonic() + 1.0  # a lock held by nobody comes back at once
