@@ -58,7 +58,9 @@ def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
         table = Table(title=f"Endpoints on {escape(host.name)}", title_justify="left")
         columns = ("NAME", "ENGINE", "MODEL", "PORT", "STATUS", "UPTIME", "HEALTH", "PROVEN")
         for column in columns:
-            table.add_column(column, overflow="fold")
+            # Short facts (status, port, health) keep one line; names and proofs fold.
+            wraps = column in ("NAME", "MODEL", "PROVEN")
+            table.add_column(column, overflow="fold", no_wrap=not wraps)
         for row in rows:
             colour = {"healthy": "green", "loading": "yellow"}.get(row.health or "", "red")
             table.add_row(
