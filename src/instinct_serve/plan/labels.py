@@ -68,6 +68,7 @@ def label_text(labels: Mapping[str, str], key: str) -> str | None:
         return None
     return value
 
+
 # A replica group (``plan.replicas``): N endpoints behind one router, all labelled with the
 # group's name (the router's container name); each carries its role, a replica its index.
 LABEL_GROUP = "instinct-serve.group"

@@ -276,7 +276,7 @@ class LaunchPlan:
             "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
             "partitions": self.partitions,
-            "replicas": self.group.to_dict() if self.group is not None else None,
+            "replicas": _group_document(self),
         }
 
 
@@ -321,3 +321,9 @@ def check_names(plan: LaunchPlan) -> None:
                 id="bad_env_name",
                 details={"name": name},
             )
+
+
+def _group_document(plan: LaunchPlan) -> dict[str, Any] | None:
+    from instinct_serve.plan.replicas import group_document
+
+    return group_document(plan)

@@ -242,9 +242,9 @@ def _group(plan: LaunchPlan, fmt: str) -> str:
         from instinct_serve.jsonio import dumps
 
         return dumps(plan) + "\n"
+    count = plan.group.count if plan.group else 0
     raise UsageError(
-        f"--format {fmt} renders one endpoint, and this plan is {plan.group.count if plan.group else 0} "
-        "replicas behind a router",
+        f"--format {fmt} renders one endpoint, and this plan is {count} replicas behind a router",
         fix="use --format shell (every replica's docker run and the router's), or plan one "
         "endpoint (--replicas 1)",
         id="bad_format",

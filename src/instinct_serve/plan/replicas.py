@@ -67,6 +67,9 @@ SPARSE_DENSITY = 0.01  # AMD: "ultra-sparse MoE (<1%): DP or TP without EP"
 # Health checks: every 2 s, 0.5 s while a state changes; 2 failures drop a replica, 2
 # successes bring it back. A refused connection is retried on another replica meanwhile.
 CHECK = "inter 2s fastinter 500ms downinter 2s fall 2 rise 2"
+# dockerd restarts a replica or the router that dies; replicas get it once proven healthy
+# (``runtime.group``), so a replica that fails at startup is diagnosed, not looped
+RESTART_POLICY = "unless-stopped"
 
 Mode = Literal["replicas", "data_parallel"]
 
@@ -257,7 +260,9 @@ def _restrict(plan: LaunchPlan, gpus: list[int], source: str, why: str) -> None:
     plan.env["HIP_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
     for other in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
         plan.env.pop(other, None)
-    plan.reasons.append(Reason(f"HIP_VISIBLE_DEVICES={plan.env['HIP_VISIBLE_DEVICES']}", source, why))
+    plan.reasons.append(
+        Reason(f"HIP_VISIBLE_DEVICES={plan.env['HIP_VISIBLE_DEVICES']}", source, why)
+    )
 
 
 def _data_parallel(
@@ -323,8 +328,7 @@ def _replicas(plan: LaunchPlan, count: int, used: list[list[int]], asked: str) -
         member_name = f"{name}-r{index}"
         if not CONTAINER_NAME.fullmatch(member_name):
             raise UsageError(
-                f"the replica name {member_name} is not a container name (128 characters "
-                "at most)",
+                f"the replica name {member_name} is not a container name (128 characters at most)",
                 fix="choose a shorter --name",
                 id="bad_name",
             )
@@ -435,7 +439,6 @@ def haproxy_config(plan: LaunchPlan) -> str:
 # instinct-serve: the router of {group.name}, {group.count} replicas of {plan.model}
 # (written by `instinct serve`; `instinct stop {group.name}` stops the group)
 global
-    maxconn 20000
     log stdout format raw local0 info
 
 defaults
@@ -449,6 +452,7 @@ defaults
     timeout http-request 60s
     timeout http-keep-alive 60s
     retries 3
+    retry-on conn-failure empty-response
     option redispatch 1
 
 frontend openai
@@ -471,7 +475,7 @@ def router_argv(plan: LaunchPlan, config_path: str) -> list[str]:
     group = plan.group
     assert group is not None and group.router is not None
     router = group.router
-    argv = ["docker", "run", "-d", "--name", router.name]
+    argv = ["docker", "run", "-d", "--restart", RESTART_POLICY, "--name", router.name]
     for key, value in router_labels(plan).items():
         argv += ["--label", f"{key}={value}"]
     argv += ["--network", "host", "-v", f"{config_path}:{ROUTER_CONFIG}:ro"]
@@ -488,6 +492,9 @@ def group_script(plan: LaunchPlan, member_argv: Any) -> str:
     lines = [f"# {group.why}"]
     for member in group.members:
         lines.append(shlex.join(member_argv(member_plan(plan, member))))
+    names = [m.name for m in group.members]
+    lines.append("# once every replica answers /health: dockerd restarts one that dies")
+    lines.append(shlex.join(restart_argv(names)))
     config_file = f"{group.name}-haproxy.cfg"
     lines.append(f"cat > {shlex.quote(config_file)} <<'EOF'")
     lines.append(haproxy_config(plan).rstrip("\n"))
@@ -497,3 +504,30 @@ def group_script(plan: LaunchPlan, member_argv: Any) -> str:
     mount = '"$PWD"/' + shlex.quote(f"{config_file}:{ROUTER_CONFIG}:ro")
     lines.append(shlex.join(argv[:at]) + " " + mount + " " + shlex.join(argv[at + 1 :]))
     return "\n".join(lines) + "\n"
+
+
+def restart_argv(names: list[str]) -> list[str]:
+    """``docker update`` giving proven replicas docker's restart policy."""
+    return ["docker", "update", "--restart", RESTART_POLICY, *names]
+
+
+def group_document(plan: LaunchPlan) -> dict[str, Any] | None:
+    """``plan --json``'s ``replicas``: the group, each replica's exact ``docker run``, the
+    ``docker update`` that follows, the router's configuration and ``docker run`` (with
+    ``config_file`` mounted: ``serve`` keeps it in the tool's data directory)."""
+    group = plan.group
+    if group is None:
+        return None
+    doc = group.to_dict()
+    if group.mode != "replicas" or group.router is None:
+        return doc
+    from instinct_serve.plan.render import docker_argv
+
+    config_file = f"{group.name}-haproxy.cfg"
+    for entry, member in zip(doc["members"], group.members, strict=True):
+        entry["docker_argv"] = docker_argv(member_plan(plan, member))
+    doc["restart_argv"] = restart_argv([m.name for m in group.members])
+    doc["router"]["config_file"] = config_file
+    doc["router"]["config"] = haproxy_config(plan)
+    doc["router"]["docker_argv"] = router_argv(plan, config_file)
+    return doc
