@@ -451,9 +451,13 @@ defaults
     timeout server 1h
     timeout http-request 60s
     timeout http-keep-alive 60s
+    # a replica that dies or restarts: the request goes to another one (the whole request
+    # is buffered so it can be sent again; a new connection each time, never a dead one)
     retries 3
     retry-on conn-failure empty-response
     option redispatch 1
+    option http-buffer-request
+    http-reuse never
 
 frontend openai
     bind {router.bind}:{router.port}
