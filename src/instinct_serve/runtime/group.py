@@ -26,6 +26,7 @@ group into one row (``fold_rows``) and ``stop NAME`` of a router stops the whole
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -456,4 +457,4 @@ def stop_group(host: Host, name: str) -> list[dict[str, Any]]:
 def replica_index(labels: Mapping[str, str]) -> int | None:
     """A replica's index label, or None when absent or not a small number."""
     text = label_text(labels, LABEL_REPLICA)
-    return int(text) if text is not None and text.isdigit() and len(text) < 6 else None
+    return int(text) if text is not None and re.fullmatch(r"[0-9]{1,5}", text) else None
