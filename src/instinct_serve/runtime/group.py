@@ -112,6 +112,7 @@ class GroupDeployer:
         self.members = [member_plan(plan, m) for m in group.members]
         self.launched: list[str] = []  # container ids this run started (removed on abort)
         self.notes: list[str] = []
+        self.fresh: set[str] = set()  # the replicas this run launched (not reused)
         self.started = time.monotonic()
         self.api_key: str | None = None
         self._current: Deployer | None = None
@@ -188,6 +189,7 @@ class GroupDeployer:
             outcome = deployer.reuse() or deployer.deploy()
             if deployer.own is not None:
                 self.launched.append(deployer.own)
+                self.fresh.add(plan.container_name)
             if not outcome.ok:
                 return self._member_failed(outcome)
         return self._finish(reused=False)
@@ -276,10 +278,11 @@ class GroupDeployer:
             api_key=self.api_key,
         )
         for outcome in outcomes:
+            name = outcome.plan.container_name
             states.append(
                 {
-                    "name": outcome.endpoint.container if outcome.endpoint else None,
-                    "status": outcome.status,
+                    "name": name,
+                    "status": "launched" if name in self.fresh else "reused",
                     "port": outcome.endpoint.port if outcome.endpoint else None,
                     "gpus": outcome.plan.gpu_indices,
                     "warmup_latency_s": outcome.endpoint.warmup_latency_s

@@ -170,7 +170,16 @@ class Prepared:
         from instinct_serve.runtime.serve import Deployer
 
         group = self.result.plan.group
-        if group is not None and group.mode == "replicas" and self.engine == "docker":
+        if group is not None and group.mode == "replicas" and self.engine != "docker":
+            from instinct_serve.errors import UsageError
+
+            raise UsageError(
+                f"{group.count} replicas behind a router run as Docker containers; the "
+                f"{self.engine} engine serves one endpoint",
+                fix="use --engine docker, or --replicas 1",
+                id="bad_engine",
+            )
+        if group is not None and group.mode == "replicas":
             from instinct_serve.runtime.group import GroupDeployer
 
             backend = self.backend
