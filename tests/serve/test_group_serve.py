@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -159,10 +160,14 @@ def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImag
     assert again.returncode == 0, again.explain()
     assert again.result["status"] == "reused" and not again.of("launched")
 
-    # stop: the group, router first
+    # stop: the group, router first; its configuration goes with it
+    config = Path(os.environ["INSTINCT_DATA_DIR"]) / "groups" / f"{name}.haproxy.cfg"
+    assert f"server r2 127.0.0.1:{ports[2]} check" in config.read_text()
+    assert config.stat().st_mode & 0o777 == 0o644  # HAProxy's user reads it; no secret
     stop = run_cli(["stop", name, "--json"])
     assert stop.returncode == 0, stop.explain()
     stopped = json.loads(stop.stdout)["stopped"][0]
     assert [m["name"] for m in stopped["members"]] == [name, *members]
     for container in (name, *members):
         assert inspect(container) is None
+    assert not config.exists()

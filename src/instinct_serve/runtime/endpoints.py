@@ -322,11 +322,10 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
     """Stop one endpoint: a managed container is removed, a native process stopped."""
     engine, found = find(host, name)
     if engine == "docker":
-        from instinct_serve.plan.labels import ROLE_ROUTER
         from instinct_serve.runtime.docker import Docker
-        from instinct_serve.runtime.group import group_name, role, stop_group
+        from instinct_serve.runtime.group import is_router, stop_group
 
-        if found.managed and role(found) == ROLE_ROUTER and group_name(found) == found.name:
+        if is_router(found):
             members = stop_group(host, found.name)
             _forget_record(host, found.name)
             for member in members:
@@ -362,9 +361,13 @@ def stop_all(host: Host) -> list[dict[str, Any]]:
 
     stopped: list[dict[str, Any]] = []
     try:
+        from instinct_serve.runtime.group import forget_config, is_router
+
         for info in Docker(host).stop_all_managed():
             _forget_key(host, info.name)
             _forget_record(host, info.name)
+            if is_router(info):
+                forget_config(host, info.name)
             stopped.append(
                 {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
             )

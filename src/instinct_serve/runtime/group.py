@@ -425,6 +425,17 @@ def fold_rows(rows: Sequence[Row]) -> list[Row]:
     return out
 
 
+def is_router(info: ContainerInfo) -> bool:
+    """A group's router, started by this tool (its group is its own name)."""
+    return info.managed and role(info) == ROLE_ROUTER and group_name(info) == info.name
+
+
+def forget_config(host: Host, name: str) -> None:
+    """The router's configuration is of no use once the router is gone."""
+    with contextlib.suppress(InstinctError):
+        host.run(["rm", "-f", "--", config_path(host, name)], timeout=30)
+
+
 def group_members(docker: Docker, name: str) -> list[ContainerInfo]:
     """The managed containers of group ``name`` (router and replicas)."""
     return docker.list_managed(labels={LABEL_GROUP: name})
@@ -452,8 +463,7 @@ def stop_group(host: Host, name: str) -> list[dict[str, Any]]:
             )
         with contextlib.suppress(InstinctError):
             keys.remove_key(host, keys.key_path(host, info.name))
-    with contextlib.suppress(InstinctError):
-        host.run(["rm", "-f", "--", config_path(host, name)], timeout=30)
+    forget_config(host, name)
     return stopped
 
 
