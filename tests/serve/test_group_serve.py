@@ -171,3 +171,35 @@ def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImag
     for container in (name, *members):
         assert inspect(container) is None
     assert not config.exists()
+
+
+def test_a_public_group_has_one_generated_key(serve: Serve, router_test_image: TestImage) -> None:
+    """--public: only the router listens on every interface; the replicas stay on loopback
+    and share the group's generated key, so the client's one key passes to any replica."""
+    port = free_port()
+    name = serve.name("pubgroup")
+    members = [f"{name}-r0", f"{name}-r1"]
+    serve.names.extend(members)
+    extra = ["--gpu-count", "2", "--replicas", "2", "--router-image", router_test_image.tag]
+    run = serve("--public", *extra, name=name, port=port)
+    assert run.returncode == 0, run.explain()
+    endpoint = run.result["endpoint"]
+    assert endpoint["bind_address"] == "0.0.0.0" and endpoint["container"] == name
+    key_file = Path(endpoint["api_key"]["file"])
+    key = key_file.read_text().strip()
+    assert len(key) >= 40 and key not in run.stdout + run.stderr
+    for member in members:
+        info = inspect(member)
+        assert info is not None and f"VLLM_API_KEY={key}" in info["Config"]["Env"]
+        ports = info["HostConfig"]["PortBindings"]
+        assert all(b["HostIp"] == "127.0.0.1" for bs in ports.values() for b in bs), ports
+    router = inspect(name)
+    assert router is not None and key not in json.dumps(router["Config"])
+    base = f"http://127.0.0.1:{port}"
+    assert httpx.get(f"{base}/v1/models", timeout=5).status_code == 401
+    good = {"Authorization": f"Bearer {key}"}
+    assert all(httpx.get(f"{base}/v1/models", headers=good, timeout=5).is_success for _ in range(4))
+    stop = run_cli(["stop", name, "--json"])
+    assert stop.returncode == 0, stop.explain()
+    assert not key_file.exists()
+    assert all(inspect(c) is None for c in (name, *members))
