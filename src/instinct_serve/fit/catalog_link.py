@@ -37,6 +37,7 @@ class LaunchContext:
     unsupported_precisions: list[str] = field(default_factory=lambda: ["nvfp4"])
     launch_args: list[str] = field(default_factory=list)
     vllm_version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the launch's environment (VLLM_USE_V1)
     image: str | None = None
     notes: list[str] = field(default_factory=list)
 
