@@ -150,6 +150,9 @@ def fit_options(
     language_model_only: bool = False,
     speculative_mtp: int = 0,
     enable_prefix_caching: bool = False,
+    engine: str | None = None,
+    pipeline_parallel_size: int = 1,
+    kv_cache_memory: int | None = None,
 ) -> tuple[FitOptions, list[str]]:
     """``FitOptions`` for a launch: explicit values win, then the flags in
     ``ctx.launch_args`` (the catalog's AMD args, or a plan's whole ``vllm serve`` argv),
@@ -174,6 +177,8 @@ def fit_options(
     max_num_batched_tokens = max_num_batched_tokens or taken("--max-num-batched-tokens", int)
     max_model_len = max_model_len or taken("--max-model-len", token_count)
     tp = tp or taken("--tensor-parallel-size", int) or taken("-tp", int)
+    if pipeline_parallel_size == 1:
+        pipeline_parallel_size = taken("--pipeline-parallel-size", int) or taken("-pp", int) or 1
     language_model_only = language_model_only or ctx.has_flag("--language-model-only")
     enforce_eager = enforce_eager or ctx.has_flag("--enforce-eager")
     enable_prefix_caching = enable_prefix_caching or ctx.has_flag("--enable-prefix-caching")
@@ -199,7 +204,14 @@ def fit_options(
             notes.append(
                 f"MTP speculative decoding ({speculative_mtp} tokens) from the launch flags"
             )
+    use_v1 = ctx.env.get("VLLM_USE_V1")
+    v2_runner = ctx.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip() == "1"
     options = FitOptions(
+        engine=engine,
+        use_v1_env=use_v1,
+        v2_model_runner=v2_runner,
+        pipeline_parallel_size=pipeline_parallel_size,
+        kv_cache_memory_bytes=kv_cache_memory,
         tp=tp,
         max_model_len=max_model_len,
         native_max_model_len=ctx.context_length or None,  # upstream writes 0 for "unknown"
