@@ -63,6 +63,12 @@ _VERDICT_STYLE = {
 }
 
 
+_BASIS_TEXT = {  # fit.meta.SIZE_BASES
+    "exact": "exact (read from the weights)",
+    "config": "from config.json shapes",
+    "estimated": "estimated (parameter count x precision)",
+}
+
 _SOURCE_TEXT = {
     "local_dir": "local directory",
     "hf_cache": "Hugging Face cache",
@@ -114,7 +120,8 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
     weights_from = _WEIGHTS_TEXT.get(meta.weights_source, meta.weights_source)
     con.print(
         f"[bold]{escape(report.model_id)}[/]  "
-        f"[dim]metadata: {where}; weights from {weights_from}[/]"
+        f"[dim]size: {_BASIS_TEXT[meta.size_basis]}; metadata: {where}; "
+        f"weights from {weights_from}[/]"
     )
     con.print(
         f"{report.hardware.gpu_count} x {escape(report.hardware.name)} "

@@ -309,6 +309,7 @@ class FitReport:
             "model": self.model_id,
             "source": self.meta.source,
             "metadata": {
+                "size_basis": self.meta.size_basis,
                 "source": self.meta.source,
                 "weights_source": self.meta.weights_source,
                 "detail": self.meta.source_detail,

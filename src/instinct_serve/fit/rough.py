@@ -68,6 +68,16 @@ def parameter_count_from_name(model_id: str) -> str | None:
     return f"{best:g}B" if best else None
 
 
+def estimated_weight_bytes(parameter_count: str | None, precision: str | None) -> int | None:
+    """A parameter count (``"235B"``) x the bytes of ``precision`` as stored; None when
+    either is unknown. The ``estimated`` size basis (``fit.meta.SIZE_BASES``)."""
+    params = parse_parameter_count(parameter_count)
+    per_param = BYTES_PER_PARAM.get((precision or "bf16").lower())
+    if params is None or per_param is None:
+        return None
+    return int(params * per_param)
+
+
 class Need(NamedTuple):
     """The smallest TP that a size needs on given GPUs, and what says so."""
 
@@ -112,10 +122,9 @@ def rough_size(
     budget = int(vram_bytes * utilization) - OVERHEAD_BYTES
     usable = int(budget * (1 - MIN_KV_SHARE))
     weights = None
-    params = parse_parameter_count(parameter_count)
+    size = estimated_weight_bytes(parameter_count, precision)
     per_param = BYTES_PER_PARAM.get((precision or "bf16").lower())
-    if params is not None and per_param is not None:
-        size = int(params * per_param)
+    if size is not None and per_param is not None:
         weights = _need(
             size,
             usable,

@@ -43,6 +43,7 @@ class Choice:
     kv_cache_tokens: int | None = None
     max_model_len: int | None = None
     full_context_concurrency: float | None = None
+    size_basis: str | None = None  # exact | config | estimated (fit.meta.SIZE_BASES)
     chosen: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +148,7 @@ def plan_choices(
         candidates = [(match.model_id, precision, match.variant_key)]
     support = base.gfx_cfg.precision
     per_gpu = layout(inv).per_gpu
+    recipe_count = recipe.parameter_count if recipe is not None else None
     for model_id, precision, key in candidates:
         status = support.status(precision)
         amd = amd_config(
@@ -175,7 +177,10 @@ def plan_choices(
             row = Choice(model_id, precision, key, tp, status, None, False)
             problems = tp_problems(tp, shape, situation)
             report = None if problems else _report(sizer, model_id, tp)
+            if report is None and meta is None and not problems:
+                _estimated_row(row, recipe_count, hw, sizer)
             if report is not None:
+                row.size_basis = report.meta.size_basis
                 row.verdict = report.verdict
                 row.weights_per_gpu_gib = round(report.weights.per_rank_bytes / 2**30, 1)
                 row.kv_cache_tokens = report.kv_tokens
@@ -197,6 +202,32 @@ def plan_choices(
     served = next((c for c in candidates if chosen and c[0] == chosen[0]), candidates[0])
     listing.partition_modes = _mode_rows(opts, base, served, hw, ctx)
     return listing
+
+
+def _estimated_row(
+    row: Choice, parameter_count: str | None, hw: HardwareSpec, sizer: _Sizer
+) -> None:
+    """A row with no metadata: the weights per GPU from the recipe's parameter count and
+    the precision (``fit.rough``), said to be an estimate; no KV figures."""
+    from instinct_serve.fit.rough import OVERHEAD_BYTES, estimated_weight_bytes
+    from instinct_serve.fit.vllm import behaviour
+
+    size = estimated_weight_bytes(parameter_count, row.precision)
+    if size is None:
+        return
+    per_gpu = -(-size // row.tp)
+    row.size_basis = "estimated"
+    row.weights_per_gpu_gib = round(per_gpu / 2**30, 1)
+    opts = sizer.options(None)
+    util = (
+        opts.gpu_memory_utilization or behaviour(opts.vllm_version).default_gpu_memory_utilization
+    )
+    left = int(hw.vram_bytes * util) - per_gpu - OVERHEAD_BYTES
+    if left <= 0:
+        row.why_not = (
+            f"estimated weights {row.weights_per_gpu_gib:g} GiB per GPU ({parameter_count} "
+            f"x {row.precision or 'bf16'}) + overhead exceed the budget"
+        )
 
 
 def _report(sizer: _Sizer, model_id: str, tp: int) -> FitReport | None:
