@@ -14,10 +14,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve.errors import InstinctError
+from instinct_serve.fit.precision import precision_from_name
+
 if TYPE_CHECKING:
     from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport, HardwareSpec
-
-from instinct_serve.fit.precision import precision_from_name
+    from instinct_serve.fit.estimated import EstimatedFit
 
 MAX_ALTERNATIVES = 8
 
@@ -38,6 +40,7 @@ class LaunchContext:
     launch_args: list[str] = field(default_factory=list)
     vllm_version: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # the launch's environment (VLLM_USE_V1)
+    parameter_count: str | None = None  # the recipe's ("36B"): the ``estimated`` size basis
     image: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -103,8 +106,11 @@ def launch_context(model_id: str, gpu: str | None) -> LaunchContext:
         ctx.context_length = recipe.context_length
         variant = match.variant
         ctx.precision = variant.precision if variant else None
+        ctx.parameter_count = recipe.parameter_count
         for v in recipe.variants.values():
             ctx.variants.append((v.model_id, v.precision, v.key))
+    elif match.legacy is not None:
+        ctx.parameter_count = match.legacy.parameter_count
     if match.blacklist is not None:
         ctx.notes.append(f"blacklisted in the catalog: {match.blacklist.reason}")
     if gpu:
@@ -282,26 +288,59 @@ def find_alternatives(
 class FitAnswer:
     """``instinct fit``'s answer: the report with its catalog context and alternatives."""
 
-    report: FitReport
+    report: FitReport | None  # None: no metadata, only ``estimated``
     context: LaunchContext
     alternatives: list[Alternative]
     skipped: list[str]
     tp_asked: bool
+    estimated: EstimatedFit | None = None
 
     @property
     def failed(self) -> bool:
         """Does not fit as asked: no room, too tight, or more GPUs than asked or present."""
-        verdict = self.report.verdict
+        done = self.report or self.estimated
+        assert done is not None
+        verdict = done.verdict
         return verdict in ("does_not_fit", "too_tight") or (
-            verdict == "needs_tp" and (self.tp_asked or self.report.min_tp_required is None)
+            verdict == "needs_tp" and (self.tp_asked or done.min_tp_required is None)
         )
 
     def to_dict(self) -> dict[str, Any]:
-        doc = self.report.to_dict()
+        done = self.report or self.estimated
+        assert done is not None
+        doc = done.to_dict()
         doc["catalog"] = self.context.to_dict()
         doc["alternatives"] = [a.to_dict() for a in self.alternatives]
         doc["alternatives_skipped"] = self.skipped
         return doc
+
+
+# metadata errors an estimate from the recipe stands in for (offline, the Hub refusing)
+_ESTIMABLE = ("model_metadata_unavailable", "hub_refused")
+
+
+def _estimated(
+    exc: InstinctError, model: str, ctx: LaunchContext, hw: HardwareSpec, opts: FitOptions
+) -> EstimatedFit | None:
+    """The ``estimated`` fit of a catalog model whose metadata cannot be had here."""
+    from instinct_serve.fit.estimated import estimated_fit
+    from instinct_serve.fit.vllm import behaviour
+
+    if exc.id not in _ESTIMABLE or not ctx.parameter_count:
+        return None
+    vllm = behaviour(opts.vllm_version, platform=hw.platform)
+    # the precision of this very checkpoint (a recipe id matches its default variant, which
+    # may be another checkpoint: dots3-note-prev is bf16, its default variant the -fp8 one)
+    own = [p for mid, p, _key in ctx.variants if mid.lower() == model.lower()]
+    return estimated_fit(
+        model,
+        parameter_count=ctx.parameter_count,
+        precision=own[0] if own else ctx.precision,
+        hw=hw,
+        utilization=opts.gpu_memory_utilization or vllm.default_gpu_memory_utilization,
+        vllm_version=vllm.version,
+        tp=opts.tp,
+    )
 
 
 def fit_model(
@@ -333,7 +372,14 @@ def fit_model(
     )
     opts, option_notes = fit_options(ctx, **options)
     with step(f"Reading metadata of {model}"):
-        meta = load_model_meta(model, revision=revision, suggest=close_matches)
+        try:
+            meta = load_model_meta(model, revision=revision, suggest=close_matches)
+        except InstinctError as exc:
+            rough = _estimated(exc, model, ctx, hw, opts)
+            if rough is None:
+                raise
+            rough.notes[:0] = [*option_notes, *ctx.notes, exc.message]
+            return FitAnswer(None, ctx, [], [], options.get("tp") is not None, rough)
     report = estimate(meta, hw, opts)
     report.notes = option_notes + ctx.notes + report.notes
     alts: list[Alternative] = []
