@@ -382,3 +382,17 @@ def test_kv_cache_memory_skips_the_profile() -> None:
     meta = shipped("Qwen/Qwen3-8B")
     r = estimate(meta, MI300X, FitOptions(kv_cache_memory_bytes=8 * 2**30))
     assert r.remaining_bytes == 8 * 2**30
+
+
+def test_the_launch_env_turns_the_graph_estimate_off() -> None:
+    from instinct_serve.fit.catalog_link import LaunchContext, fit_options
+
+    meta = shipped("Qwen/Qwen3-8B")
+    on, _ = fit_options(LaunchContext(vllm_version="0.22.0"))
+    off, _ = fit_options(
+        LaunchContext(vllm_version="0.22.0", env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"})
+    )
+    with_graphs, without = estimate(meta, MI300X, on), estimate(meta, MI300X, off)
+    assert with_graphs.overhead.graph_bytes > 0 and without.overhead.graph_bytes == 0
+    v0, _ = fit_options(LaunchContext(vllm_version="0.9.2", env={"VLLM_USE_V1": "1"}))
+    assert not estimate(meta, MI300X, v0).vllm.v0_engine  # VLLM_USE_V1=1 on ROCm 0.9

@@ -212,10 +212,13 @@ def fit_options(
             )
     use_v1 = ctx.env.get("VLLM_USE_V1")
     v2_runner = ctx.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip() == "1"
+    # "To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" (the v0.21+ startup log)
+    graphs = ctx.env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "").strip() != "0"
     options = FitOptions(
         engine=engine,
         use_v1_env=use_v1,
         v2_model_runner=v2_runner,
+        estimate_graphs=graphs,
         pipeline_parallel_size=pipeline_parallel_size,
         kv_cache_memory_bytes=kv_cache_memory,
         tp=tp,

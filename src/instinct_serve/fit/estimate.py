@@ -123,6 +123,7 @@ class FitOptions:
     engine: str | None = None  # "v0" | "v1" (``VLLM_USE_V1`` spelled as an option)
     use_v1_env: str | None = None  # the launch's VLLM_USE_V1
     v2_model_runner: bool = False  # VLLM_USE_V2_MODEL_RUNNER=1: profiles no sampler, no graphs
+    estimate_graphs: bool = True  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off
     pipeline_parallel_size: int = 1
     kv_cache_memory_bytes: int | None = None  # --kv-cache-memory: vLLM skips the profile
     max_num_batched_tokens: int | None = None
@@ -498,6 +499,9 @@ class _Estimator:
             hw.vram_bytes, self.target, hw.name, v0_chunked_prefill=chunked
         )
         self.pp = opts.pipeline_parallel_size
+        # the V2 model runner profiled neither the sampler nor graphs until vllm#48601
+        # (2026-07-14); the first release with the fix is taken to be 0.26
+        self.v2_unprofiled = opts.v2_model_runner and self.vllm.before("0.26")
         self.stage_layers = self.layers
         if self.pp > 1:  # the first stage holds the most layers; KV blocks are the minimum
             per_stage = -(-len(self.layers.layers) // self.pp)
@@ -558,8 +562,8 @@ class _Estimator:
             graphs_in_budget=self.vllm.graph_memory_in_budget,
             enforce_eager=opts.enforce_eager,
             platform=self.hw.platform,
-            profile_sampler=not opts.v2_model_runner,
-            graphs_estimated=not opts.v2_model_runner,
+            profile_sampler=not self.v2_unprofiled,
+            graphs_estimated=opts.estimate_graphs and not self.v2_unprofiled,
             **(
                 {"sampler_bytes_per_logit": opts.sampler_bytes_per_logit}
                 if opts.sampler_bytes_per_logit

@@ -82,6 +82,10 @@ class VllmBehaviour:
         mnbt = min(mnbt, seqs * max(1, max_model_len))
         return mnbt, min(seqs, mnbt)
 
+    def before(self, release: str) -> bool:
+        """This version is older than ``release`` (pre-releases of it count as older)."""
+        return Version(Version(self.version).base_version) < Version(release)
+
     @property
     def kv_tokens_text(self) -> str:
         if self.kv_tokens_formula == "blocks":

@@ -159,6 +159,7 @@ def plan_choices(
             strategies=base.catalog.strategies,
         )
         ctx.launch_args = [*amd.args, *opts.extra_args]
+        ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
         sizer.reports.clear()
         meta = sizer.meta(model_id)
         shape = None
@@ -271,6 +272,7 @@ def _mode_rows(
         strategies=base.catalog.strategies,
     )  # fmt: skip
     ctx.launch_args = [*amd.args, *opts.extra_args]
+    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
     shape = None
     modes = paired(part)
     current = None
