@@ -327,11 +327,9 @@ def _estimated(
 ) -> EstimatedFit | None:
     """The ``estimated`` fit of a catalog model whose metadata cannot be had here."""
     from instinct_serve.fit.estimated import estimated_fit
-    from instinct_serve.fit.vllm import behaviour
 
     if exc.id not in _ESTIMABLE or not ctx.parameter_count:
         return None
-    vllm = behaviour(opts.vllm_version, platform=hw.platform)
     # the precision of this very checkpoint (a recipe id matches its default variant, which
     # may be another checkpoint: dots3-note-prev is bf16, its default variant the -fp8 one)
     own = [p for mid, p, _key in ctx.variants if mid.lower() == model.lower()]
@@ -340,8 +338,8 @@ def _estimated(
         parameter_count=ctx.parameter_count,
         precision=own[0] if own else ctx.precision,
         hw=hw,
-        utilization=opts.gpu_memory_utilization or vllm.default_gpu_memory_utilization,
-        vllm_version=vllm.version,
+        utilization=opts.gpu_memory_utilization,
+        vllm_version=opts.vllm_version,
         tp=opts.tp,
     )
 

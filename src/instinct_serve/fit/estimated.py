@@ -15,6 +15,7 @@ from typing import Any
 
 from instinct_serve.fit.estimate import SAFE_BYTES, TIGHT_BYTES, HardwareSpec
 from instinct_serve.fit.rough import OVERHEAD_BYTES, estimated_weight_bytes
+from instinct_serve.fit.vllm import behaviour
 from instinct_serve.units import GB, GIB
 
 MAX_TP = 64
@@ -86,15 +87,18 @@ def estimated_fit(
     parameter_count: str | None,
     precision: str | None,
     hw: HardwareSpec,
-    utilization: float,
-    vllm_version: str,
+    utilization: float | None = None,
+    vllm_version: str | None = None,
     tp: int | None = None,
 ) -> EstimatedFit | None:
-    """The weights-only fit of ``parameter_count`` x ``precision``; None when either is unknown."""
+    """The weights-only fit of ``parameter_count`` x ``precision``; None when either is
+    unknown. ``utilization`` None: the version's default."""
     size = estimated_weight_bytes(parameter_count, precision)
     if size is None or parameter_count is None:
         return None
     prec = precision or "bf16"
+    vllm = behaviour(vllm_version, platform=hw.platform)
+    utilization = utilization or vllm.default_gpu_memory_utilization
     budget = int(hw.vram_bytes * utilization)
 
     def left(t: int) -> int:
@@ -140,7 +144,7 @@ def estimated_fit(
         budget_bytes=budget,
         remaining_bytes=remaining,
         gpu_memory_utilization=utilization,
-        vllm_version=vllm_version,
+        vllm_version=vllm.version,
         hardware=hw,
         verdict=verdict,
         verdict_reason=why,

@@ -208,27 +208,26 @@ def plan_choices(
 def _estimated_row(
     row: Choice, parameter_count: str | None, hw: HardwareSpec, sizer: _Sizer
 ) -> None:
-    """A row with no metadata: the weights per GPU from the recipe's parameter count and
-    the precision (``fit.rough``), said to be an estimate; no KV figures."""
-    from instinct_serve.fit.rough import OVERHEAD_BYTES, estimated_weight_bytes
-    from instinct_serve.fit.vllm import behaviour
+    """A row with no metadata: ``fit.estimated`` at the row's TP (the recipe's parameter
+    count x the precision), said to be an estimate; no KV figures."""
+    from instinct_serve.fit.estimated import estimated_fit
 
-    size = estimated_weight_bytes(parameter_count, row.precision)
-    if size is None:
-        return
-    per_gpu = -(-size // row.tp)
-    row.size_basis = "estimated"
-    row.weights_per_gpu_gib = round(per_gpu / 2**30, 1)
     opts = sizer.options(None)
-    util = (
-        opts.gpu_memory_utilization or behaviour(opts.vllm_version).default_gpu_memory_utilization
+    rough = estimated_fit(
+        row.model_id,
+        parameter_count=parameter_count,
+        precision=row.precision,
+        hw=hw,
+        utilization=opts.gpu_memory_utilization,
+        vllm_version=opts.vllm_version,
+        tp=row.tp,
     )
-    left = int(hw.vram_bytes * util) - per_gpu - OVERHEAD_BYTES
-    if left <= 0:
-        row.why_not = (
-            f"estimated weights {row.weights_per_gpu_gib:g} GiB per GPU ({parameter_count} "
-            f"x {row.precision or 'bf16'}) + overhead exceed the budget"
-        )
+    if rough is None:
+        return
+    row.size_basis = rough.size_basis
+    row.weights_per_gpu_gib = round(rough.per_gpu_bytes / 2**30, 1)
+    if rough.remaining_bytes <= 0:
+        row.why_not = rough.verdict_reason
 
 
 def _report(sizer: _Sizer, model_id: str, tp: int) -> FitReport | None:
