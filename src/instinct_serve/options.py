@@ -528,6 +528,36 @@ class FitRequest(SizingOptions):
         help="vLLM release to reproduce (default: the image's).",
         max_length=64,
     )
+    vllm_engine: str | None = opt(
+        kind="choice",
+        choices=("v0", "v1"),
+        help="vLLM engine (VLLM_USE_V1); default: the version's on the platform.",
+    )
+    pipeline_parallel_size: int = opt(
+        1,
+        kind="int",
+        flag="--pipeline-parallel-size",
+        metavar="N",
+        help="Pipeline stages.",
+        low=1,
+        high=64,
+    )
+    kv_cache_memory: int | None = opt(
+        kind="int",
+        metavar="BYTES",
+        help="KV bytes per GPU, vLLM's --kv-cache-memory-bytes (no memory profile).",
+        low=0,
+        high=1 << 50,
+    )
+    device_name: str | None = opt(
+        kind="text",
+        metavar="NAME",
+        help="Device name as vLLM reads it, with --vram-gb (batch defaults: 'A100' is small).",
+        max_length=128,
+    )
+    platform: str | None = opt(
+        kind="choice", choices=("rocm", "cuda"), help="With --vram-gb: the GPU's platform."
+    )
     max_num_seqs: int | None = opt(
         kind="int", metavar="N", help="Sampler rows profiled.", low=1, high=1 << 20
     )
@@ -578,6 +608,9 @@ class FitRequest(SizingOptions):
             "language_model_only": self.language_model_only,
             "speculative_mtp": self.speculative_mtp,
             "enable_prefix_caching": self.enable_prefix_caching,
+            "engine": self.vllm_engine,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "kv_cache_memory": self.kv_cache_memory,
         }
 
 

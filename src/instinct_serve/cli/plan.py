@@ -122,6 +122,9 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     return 0
 
 
+_UNSIZED = {"estimated": "weights fit (estimate; KV unknown)"}
+
+
 def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
     """``plan --list``: the ranked choices (``gather.choices``)."""
     from instinct_serve.gather.choices import plan_choices
@@ -148,6 +151,7 @@ def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
             "precision",
             "TP",
             "GiB/GPU",
+            "size",
             "KV tokens",
             "context",
             "full-ctx x",
@@ -161,10 +165,11 @@ def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
                 f"{c.precision or '?'} ({c.status})",
                 str(c.tp),
                 f"{c.weights_per_gpu_gib:g}" if c.weights_per_gpu_gib is not None else "?",
+                c.size_basis or "?",
                 f"{c.kv_cache_tokens:,}" if c.kv_cache_tokens else "?",
                 f"{c.max_model_len:,}" if c.max_model_len else "?",
                 f"{c.full_context_concurrency:g}" if c.full_context_concurrency else "?",
-                escape(c.why_not or (c.verdict or "unsized")),
+                escape(c.why_not or c.verdict or _UNSIZED.get(c.size_basis or "", "unsized")),
             )
         con.print(table)
         if listing.chosen_why:

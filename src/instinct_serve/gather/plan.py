@@ -478,6 +478,7 @@ def make_plan(
 
         amd = cpu_config(amd)
     ctx.launch_args = [*amd.args, *opts.extra_args]
+    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
 
