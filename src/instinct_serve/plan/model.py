@@ -276,7 +276,7 @@ class LaunchPlan:
             "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
             "partitions": self.partitions,
-            "replicas": _group_document(self),
+            "replicas": self.group.document(self) if self.group is not None else None,
         }
 
 
@@ -323,7 +323,31 @@ def check_names(plan: LaunchPlan) -> None:
             )
 
 
-def _group_document(plan: LaunchPlan) -> dict[str, Any] | None:
-    from instinct_serve.plan.replicas import group_document
+def publish_arg(plan: LaunchPlan) -> str:
+    """``-p``'s value: the port on the plan's bind address (127.0.0.1 unless public)."""
+    return f"{plan.bind_address}:{plan.port}:{plan.port}"
 
-    return group_document(plan)
+
+def docker_argv(plan: LaunchPlan) -> list[str]:
+    """The full ``docker run -d`` argv (labels, AMD flags, port, mounts, env, image, args)."""
+    check_names(plan)
+    argv = ["docker", "run", "-d", "--name", plan.container_name]
+    for key, value in plan.labels.items():
+        argv += ["--label", f"{key}={value}"]
+    for flag in plan.docker_flags:
+        argv += split_flag(flag)
+    argv += ["-p", publish_arg(plan)]
+    for mount in plan.mounts:
+        argv += ["-v", mount.docker_arg()]
+    for key, value in plan.env.items():
+        argv += ["-e", f"{key}={value}"]
+    for name in plan.secret_env:
+        argv += ["--env", name]  # by name: docker copies the value from its own environment
+    argv.append(plan.image)
+    argv += container_args(plan)
+    return argv
+
+
+def split_flag(flag: str) -> list[str]:
+    """``"--security-opt seccomp=unconfined"`` → two argv tokens; ``--ipc=host`` stays one."""
+    return flag.split(" ", 1) if " " in flag.strip() else [flag.strip()]

@@ -28,38 +28,11 @@ from instinct_serve.plan.kubernetes import k8s_objects as k8s_objects
 from instinct_serve.plan.model import API_KEY_ENV, LaunchPlan, startup_budget_s
 from instinct_serve.plan.model import check_names as check_names
 from instinct_serve.plan.model import container_args as container_args
+from instinct_serve.plan.model import docker_argv as docker_argv
+from instinct_serve.plan.model import publish_arg as publish_arg
+from instinct_serve.plan.model import split_flag as split_flag
 
 FORMATS = ("json", "docker", "shell", "native", "compose", "k8s")
-
-
-def publish_arg(plan: LaunchPlan) -> str:
-    """``-p``'s value: the port on the plan's bind address (127.0.0.1 unless public)."""
-    return f"{plan.bind_address}:{plan.port}:{plan.port}"
-
-
-def docker_argv(plan: LaunchPlan) -> list[str]:
-    """The full ``docker run -d`` argv (labels, AMD flags, port, mounts, env, image, args)."""
-    check_names(plan)
-    argv = ["docker", "run", "-d", "--name", plan.container_name]
-    for key, value in plan.labels.items():
-        argv += ["--label", f"{key}={value}"]
-    for flag in plan.docker_flags:
-        argv += split_flag(flag)
-    argv += ["-p", publish_arg(plan)]
-    for mount in plan.mounts:
-        argv += ["-v", mount.docker_arg()]
-    for key, value in plan.env.items():
-        argv += ["-e", f"{key}={value}"]
-    for name in plan.secret_env:
-        argv += ["--env", name]  # by name: docker copies the value from its own environment
-    argv.append(plan.image)
-    argv += container_args(plan)
-    return argv
-
-
-def split_flag(flag: str) -> list[str]:
-    """``"--security-opt seccomp=unconfined"`` → two argv tokens; ``--ipc=host`` stays one."""
-    return flag.split(" ", 1) if " " in flag.strip() else [flag.strip()]
 
 
 def shell_line(plan: LaunchPlan) -> str:

@@ -51,7 +51,7 @@ from instinct_serve.plan.labels import (
     ROLE_ROUTER,
     managed_labels,
 )
-from instinct_serve.plan.model import LOOPBACK, LaunchPlan, Reason
+from instinct_serve.plan.model import LOOPBACK, LaunchPlan, Reason, docker_argv
 
 if TYPE_CHECKING:
     from instinct_serve.options import PlanOptions
@@ -157,6 +157,11 @@ class GroupPlan:
             "members": [m.to_dict() for m in self.members],
             "router": self.router.to_dict() if self.router is not None else None,
         }
+
+    def document(self, plan: LaunchPlan) -> dict[str, Any] | None:
+        """``plan --json``'s ``replicas`` (``group_document``); a method, so that the plan
+        model reaches it without importing this module (which imports the model)."""
+        return group_document(plan)
 
 
 # ----------------------------------------------------------------------------- deciding
@@ -525,8 +530,6 @@ def group_document(plan: LaunchPlan) -> dict[str, Any] | None:
     doc = group.to_dict()
     if group.mode != "replicas" or group.router is None:
         return doc
-    from instinct_serve.plan.render import docker_argv
-
     config_file = f"{group.name}-haproxy.cfg"
     for entry, member in zip(doc["members"], group.members, strict=True):
         entry["docker_argv"] = docker_argv(member_plan(plan, member))
