@@ -99,13 +99,15 @@ def diagnose(text: str, context: DiagnoseContext | None = None) -> Diagnosis:
     commands: tuple[str, ...] = ()
     if not ordered:
         commands = (issue_search(last_error, CANONICAL_UNKNOWN),)
+    healthy = not ordered and last_error is None and facts["phase_reached"] != "starting"
     return Diagnosis(
         findings=ordered,
         tail=tail,
         facts=facts,
         last_error=last_error,
-        commands=commands,
+        commands=() if healthy else commands,
         source="log",
+        healthy=healthy,
     )
 
 
