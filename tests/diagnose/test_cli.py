@@ -204,3 +204,15 @@ def test_a_native_endpoint_is_diagnosed_from_its_log_file(
     assert code == 0, out
     assert json.loads(out)["primary"] == "oom_graph_capture"
     assert fakebin.calls("docker") == [["logs", "--timestamps", "--tail", "5000", "vllm-n"]]
+
+
+def test_a_json_retry_is_shown_quoted_for_the_shell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        real_log("public/07_triton_attn_full_graph_capture_memory_fault_step3.5_tp4.log")
+    )
+    code, out, _ = run(["diagnose", "--log", str(log)], capsys)
+    assert code == 0 and "attn_full_graph_capture_fault" in out
+    assert '--compilation-config \'{"cudagraph_mode":"PIECEWISE"}\'' in " ".join(out.split())

@@ -9,6 +9,7 @@ progress), 1 when nothing matched (the tail of the log is shown), 2 for bad inpu
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -100,7 +101,7 @@ def _hint_text(finding: Finding) -> str:
             words.append(f"--max-num-seqs {hint['max_num_seqs']}")
         if "tensor_parallel_size" in hint:
             words.append(f"--tensor-parallel-size {hint['tensor_parallel_size']}")
-        parts.append(" ".join(words))
+        parts.append(" ".join(shlex.quote(word) for word in words))  # paste-ready
     text = "  or  ".join(parts)
     return text + ("  (serve retries with the first one by itself)" if finding.auto_retry else "")
 

@@ -6,6 +6,11 @@ sequence with the figures users ask about (weights size, KV cache tokens, concur
 graph capture time) and remembers when the last line arrived, so that serve can tell a
 graph-capture hang from a slow but live start-up.
 
+For ``diagnose`` the tracker also keeps ``reached``, the furthest phase the log shows by any
+evidence (traceback frames, the error that ends a step, V1's fixed order after the KV cache
+is sized), which later lines never lower and a failure does not hide; the status line keeps
+to what was printed.
+
 Phases only move forward (a line from a lagging tensor-parallel rank does not move the
 status back), except ``downloading_weights``/``loading_weights`` and ``compiling``/
 ``profiling``, which interleave in real logs. Pure: text and times in, events out; the
@@ -217,7 +222,7 @@ _CAPTURE_DONE = re.compile(
 
 # A traceback frame shows the step a process was in when it failed, whatever line came last
 # (Python's 'File "...", line N, in f' and faulthandler's 'File "...", line N in f').
-_FRAME_IN = re.compile(r'^\s*File "[^"]+", line \d+,? in (\w+)')
+FRAME_IN = re.compile(r'^\s*File "[^"]+", line \d+,? in (\w+)')
 _FRAME_PHASES: Mapping[str, Phase] = {
     "capture_model": "capturing_graphs",
     "_capture_cudagraphs": "capturing_graphs",
@@ -438,7 +443,7 @@ class PhaseTracker:
         too): the phase a traceback frame or an error shows was reached, and its figures."""
         if _EAGER.search(text):
             self._eager = True
-        m = _FRAME_IN.match(text)
+        m = FRAME_IN.match(text)
         if m and m.group(1) in _FRAME_PHASES:
             self._reached = _later(self._reached, _FRAME_PHASES[m.group(1)])
             return {}

@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 from instinct_serve.diagnose.failure_signals import FAILURE_SIGNALS
 from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, split_message
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
+from instinct_serve.diagnose.phases import FRAME_IN
 from instinct_serve.diagnose.registry import Registry, Rule, number_after, words
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.diagnose.shell import issue_search
@@ -1317,9 +1318,9 @@ def _named_crashes(scan: Scan) -> dict[str, tuple[Hit, int]]:
         text = {
             "stack": [line.text for line in _stack_after(scan, hit.index)] + [hit.line.text],
             "before": [
-                line.text
-                for i, line in enumerate(scan.window(hit.index, _BEFORE_LINES, 0)[:-1])
-                if hit.index - _BEFORE_LINES + i not in scan.echo
+                scan.lines[i].text
+                for i in range(max(0, hit.index - _BEFORE_LINES), hit.index)
+                if i not in scan.echo
             ],
         }
         found = {
@@ -1595,9 +1596,7 @@ def _aiter_mla_heads(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return None
 
 
-_CAPTURE_FRAME = re.compile(
-    r'^\s*File "[^"]+", line \d+,? in (?:capture_model|_capture_cudagraphs)\b'
-)
+_CAPTURE_FUNCTIONS = frozenset({"capture_model", "_capture_cudagraphs"})
 
 
 def build_graph_capture_failed(ctx: DiagnoseContext, full: bool = False, **at: Any) -> Finding:
@@ -1626,9 +1625,10 @@ def build_graph_capture_failed(ctx: DiagnoseContext, full: bool = False, **at: A
 
 
 def _graph_capture_failed(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
-    first, count = scan.first(_CAPTURE_FRAME)
-    if first is None:
+    frames = [hit for hit in scan.hits(FRAME_IN) if hit.match.group(1) in _CAPTURE_FUNCTIONS]
+    if not frames:
         return None
+    first, count = frames[0], len({hit.line.no for hit in frames})
     full = any(_FULL_CAPTURE.match(line.text) for line in scan.lines[: first.index])
     return build_graph_capture_failed(ctx, full, **_at(first, count))
 
