@@ -180,6 +180,21 @@ def test_nccl_proxy_segfault_is_not_a_model_kernel(name: str) -> None:
     assert old.retry == {"set_env": {"VLLM_USE_V1": "0"}} and not old.auto_retry
 
 
+def test_a_crash_in_graph_replay_is_retried_eager() -> None:
+    # vllm-project/vllm#35293 (GLM-5-FP8, H200): the stack as published, its first frames
+    frames = [
+        '  File "<unknown>", line 0, in cuGraphLaunch',
+        '  File "<unknown>", line 0, in cudaGraphLaunch',
+        '  File "<unknown>", line 0, in at::cuda::CUDAGraph::replay()',
+    ]
+    diagnosis = diagnose("\n".join([CRASH, *frames]), DiagnoseContext(gfx="gfx942"))
+    assert diagnosis.ids == ["graph_replay_crash"]  # not the gfx942 FP4BMM guess
+    finding = diagnosis.findings[0]
+    assert finding.retry == {"add_args": ["--enforce-eager"]} and finding.auto_retry
+    # the same frames quoted before the crash line (another process's stack) are not its own
+    assert primary("\n".join([*frames, CRASH])).id == "gpu_kernel_crash"
+
+
 def test_dsv4_sparse_mla_warmup_crash_names_the_fixing_image() -> None:
     finding = primary(public("04_dsv4_sparse_mla_warmup_segfault_rocm.log"))
     assert finding.id == "dsv4_sparse_mla_warmup_segfault"

@@ -1262,6 +1262,12 @@ KERNEL_SIGNATURES: tuple[KernelSignature, ...] = (
         re.compile(r"\bfmoe_\w+|\bck_moe_stage\d|\baiter\W+\w*fused_moe"),
         "stack",
     ),
+    # vllm#35293: the crash is in the replay of a captured graph (hipGraphLaunch on ROCm)
+    KernelSignature(
+        "graph_replay_crash",
+        re.compile(r"CUDAGraph::replay|\b(?:hip|cuda|cu)GraphLaunch\b"),
+        "stack",
+    ),
     # vllm#57354: the DeepSeek-V4 sparse-MLA warm-up step
     KernelSignature(
         "dsv4_sparse_mla_warmup_segfault",
@@ -1485,6 +1491,26 @@ def build_nccl_proxy_segfault(ctx: DiagnoseContext, **at: Any) -> Finding:
 def _nccl_proxy(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     at = _named(scan, "nccl_proxy_segfault")
     return build_nccl_proxy_segfault(ctx, **at) if at is not None else None
+
+
+def build_graph_replay_crash(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="graph_replay_crash",
+        title="The crash is in the replay of a captured graph",
+        cause="The segfault stack runs through the launch of a captured HIP/CUDA graph "
+        "(at::cuda::CUDAGraph::replay -> hipGraphLaunch): a kernel or buffer captured in the "
+        "graph is not valid when the graph runs again (vllm-project/vllm#35293).",
+        fix="Relaunch with --enforce-eager (no graphs, so no replay: slower decoding at small "
+        "batch sizes), and look for a newer image that fixes the model's graph capture.",
+        retry={"add_args": ["--enforce-eager"]},
+        auto_retry=True,
+        **at,
+    )
+
+
+def _graph_replay(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    at = _named(scan, "graph_replay_crash")
+    return build_graph_replay_crash(ctx, **at) if at is not None else None
 
 
 PIECEWISE = {"cudagraph_mode": "PIECEWISE"}
@@ -2294,6 +2320,14 @@ REGISTRY = Registry(
                 r"memory access fault|illegal (?:memory )?(?:access|address)|segfault|"
                 r"read-only page",
             ),
+            supersedes=_CRASH_GENERAL,
+        ),
+        Rule(
+            "graph_replay_crash",
+            94,
+            build_graph_replay_crash,
+            _graph_replay,
+            words(r"graph ?launch|graph::replay|graph replay|replay(?:ing)? (?:the |a )?graph"),
             supersedes=_CRASH_GENERAL,
         ),
         Rule(
