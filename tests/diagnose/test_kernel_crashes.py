@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from instinct_serve.diagnose import DiagnoseContext, Finding, diagnose
+from instinct_serve.diagnose import FINDING_IDS, DiagnoseContext, Finding, diagnose
+from instinct_serve.diagnose.rules import KERNEL_SIGNATURES
 from tests.diagnose.logs import real_log
 
 CRASH = "!!!!!!! Segfault encountered !!!!!!!"
@@ -232,3 +233,8 @@ def test_an_oom_right_after_v1_sized_its_kv_cache_is_a_graph_capture_oom() -> No
     assert primary("\n".join([eager, V1_KV, OOM])).id == "oom_profiling"
     v0 = "INFO 05-25 14:42:35 [executor_base.py:1] # GPU blocks: 1478, # CPU blocks: 2048"
     assert primary("\n".join([v0, OOM])).id == "oom_profiling"
+
+
+def test_every_kernel_signature_proves_a_registered_finding() -> None:
+    assert {sig.finding for sig in KERNEL_SIGNATURES} <= set(FINDING_IDS)
+    assert all(sig.where and set(sig.where) <= {"stack", "before"} for sig in KERNEL_SIGNATURES)

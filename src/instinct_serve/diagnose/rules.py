@@ -1229,7 +1229,7 @@ def _kernel_crash(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
 class KernelSignature:
     finding: str
     pattern: re.Pattern[str]
-    where: Literal["stack", "before"]
+    where: tuple[Literal["stack", "before"], ...]  # read in the crash's stack, lines before
 
 
 KERNEL_SIGNATURES: tuple[KernelSignature, ...] = (
@@ -1237,42 +1237,37 @@ KERNEL_SIGNATURES: tuple[KernelSignature, ...] = (
     KernelSignature(
         "aiter_sampler_segfault",
         re.compile(r"\btop_k_top_p_sampling_from_probs_[0-9a-f]{8,}|\baiter\W+\w*sampling"),
-        "stack",
+        ("stack",),
     ),
     # vllm#17770, #17242: NCCL's proxy (RCCL keeps the names)
     KernelSignature(
         "nccl_proxy_segfault",
         re.compile(r"\b(?:addProxyOpIfNeeded|ncclProxy\w+|proxyProgress\w*)\b"),
-        "stack",
+        ("stack",),
     ),
     # ROCm/aiter#4302: the CK-tile rmsnorm kernel
     KernelSignature(
         "aiter_rmsnorm_unsupported_arch",
         re.compile(r"ck_tile::Rmsnorm2dFwd|\brmsnorm2d_fwd"),
-        "stack",
+        ("stack",),
     ),
     # vllm#43605, ROCm/aiter#3471: an AITER fused-MoE kernel loaded (or running) at the fault
     KernelSignature(
         "aiter_moe_kernel_fault",
         re.compile(r"\bfmoe_\w+|\bck_moe_stage\d|\baiter\W+\w*fused_moe"),
-        "before",
-    ),
-    KernelSignature(
-        "aiter_moe_kernel_fault",
-        re.compile(r"\bfmoe_\w+|\bck_moe_stage\d|\baiter\W+\w*fused_moe"),
-        "stack",
+        ("before", "stack"),
     ),
     # vllm#35293: the crash is in the replay of a captured graph (hipGraphLaunch on ROCm)
     KernelSignature(
         "graph_replay_crash",
         re.compile(r"CUDAGraph::replay|\b(?:hip|cuda|cu)GraphLaunch\b"),
-        "stack",
+        ("stack",),
     ),
     # vllm#57354: the DeepSeek-V4 sparse-MLA warm-up step
     KernelSignature(
         "dsv4_sparse_mla_warmup_segfault",
         re.compile(r"^Warming up DeepSeek[- ]?V4 sparse MLA"),
-        "before",
+        ("before",),
     ),
 )
 _STACK_LINE = re.compile(
@@ -1332,7 +1327,7 @@ def _named_crashes(scan: Scan) -> dict[str, tuple[Hit, int]]:
         found = {
             sig.finding
             for sig in KERNEL_SIGNATURES
-            if any(sig.pattern.search(t) for t in text[sig.where])
+            if any(sig.pattern.search(t) for where in sig.where for t in text[where])
         }
         if not found and _in_full_capture(scan, hit.index):
             found = {FULL_CAPTURE}
