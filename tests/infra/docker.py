@@ -445,12 +445,17 @@ def _busybox() -> str | None:
     return os.path.realpath(path) if static else None
 
 
+def replayable_logs() -> list[Path]:
+    """The captured logs the double can replay: tests/fixtures/logs and its public corpus."""
+    return sorted(LOGS.glob("*.log")) + sorted((LOGS / "public").glob("*.log"))
+
+
 def image_inputs_hash(python: str, busybox: str | None) -> str:
     """What the image is made of; a change in any of it means a new tag."""
     digest = hashlib.sha256(IMAGE_RECIPE.encode())
     digest.update(DOUBLE.read_bytes())
-    for log in sorted(LOGS.glob("*.log")):
-        digest.update(log.name.encode() + log.read_bytes())
+    for log in replayable_logs():
+        digest.update(str(log.relative_to(LOGS)).encode() + log.read_bytes())
     for path in (python, busybox):
         if path:
             st = os.stat(path)
@@ -503,8 +508,8 @@ def build_test_image() -> TestImage:
                     root.symlink(f"/usr/bin/{applet}", "busybox")
                 root.symlink("/bin", "usr/bin")
             root.regular("/opt/vllm-double/vllm_double.py", str(DOUBLE))
-            for log in sorted(LOGS.glob("*.log")):
-                root.regular(f"/opt/vllm-double/logs/{log.name}", str(log))
+            for log in replayable_logs():
+                root.regular(f"/opt/vllm-double/logs/{log.relative_to(LOGS)}", str(log))
             root.data("/usr/local/bin/vllm", _VLLM_WRAPPER.encode(), 0o755)
         changes = [
             "ENTRYPOINT " + json.dumps(IMAGE_ENTRYPOINT),
