@@ -43,6 +43,11 @@ environment, because the argv is produced by the real planner and must stay unch
 ``VLLM_DOUBLE_SALAD``
     The kind of garbage in ``incoherent`` mode: ``multilingual`` (default), ``exclaim``
     (``!!!!``, the classic broken-kernel output) or ``repeat``.
+``VLLM_DOUBLE_DIE_AFTER_REQUESTS``
+    ``N``: once healthy, exit (with ``VLLM_DOUBLE_EXIT_CODE``, default 1) right after
+    answering its N-th completion request (chat or text; serve's warm-up and coherence
+    probe count): a server that dies in service, for ``instinct watch`` and the daemon's
+    restart policy. Each run of the process counts afresh.
 ``VLLM_DOUBLE_TTFT_S`` / ``VLLM_DOUBLE_ITL_S``
     A fixed time to first token and a fixed delay between tokens (default 0 and 0): token
     ``i`` of a completion leaves ``TTFT + i * ITL`` seconds after the request arrived, on a
@@ -510,6 +515,8 @@ class State:
         self.first_request_done = False
         self.created = int(time.time())
         self.metrics = Metrics()
+        self.answered = 0  # completion requests answered (VLLM_DOUBLE_DIE_AFTER_REQUESTS)
+        self.answered_lock = threading.Lock()
 
 
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
@@ -667,6 +674,26 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             finally:
                 end = time.monotonic()
                 state.metrics.finished(len(_tokens(prompt)), times, start, end, finish)
+                self._maybe_die()
+
+        def _maybe_die(self) -> None:
+            """``VLLM_DOUBLE_DIE_AFTER_REQUESTS``: the answer is out, then the process ends."""
+            limit = os.environ.get("VLLM_DOUBLE_DIE_AFTER_REQUESTS", "")
+            if not limit.isdigit():
+                return
+            with state.answered_lock:
+                state.answered += 1
+                if state.answered < int(limit):
+                    return
+                with contextlib.suppress(OSError):
+                    self.wfile.flush()
+                code = int(os.environ.get("VLLM_DOUBLE_EXIT_CODE", "1"))
+                print(
+                    f"vllm-double: dying after {state.answered} requests "
+                    f"(VLLM_DOUBLE_DIE_AFTER_REQUESTS), exit {code}",
+                    flush=True,
+                )
+                _exit_now(code)
 
         @staticmethod
         def _pace(tokens: list[str], start: float) -> list[float]:

@@ -44,6 +44,9 @@ class Row:
     fixes: str | None = None
     instance: str | None = None  # this run of it (``runtime.verified``)
     verified: dict[str, Any] | None = None  # serve's warm-up and coherence, when proven
+    daemon_restarts: int = 0  # docker's restart count of this container (its policy)
+    restarts: int = 0  # ``runtime.journal.summary``: by watch and by the daemon
+    last_failure: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +63,8 @@ class Row:
             "id": self.id,
             "fixes": self.fixes.split(",") if self.fixes else [],
             "verified": self.verified,
+            "restarts": self.restarts,
+            "last_failure": self.last_failure,
         }
 
 
@@ -88,6 +93,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
             id=c.short_id,
             fixes=c.labels.get(LABEL_FIXES),
             instance=container_instance(c),
+            daemon_restarts=c.restart_count,
         )
         for c in found
     ]
@@ -182,6 +188,8 @@ def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None)
     shown = rows if limit is None else rows[:limit]
     if any(row.running for row in shown):
         _add_verified(host, shown)
+    if shown:
+        _add_history(host, shown)
     if health:
         for row in shown:
             if row.running and row.port:
@@ -198,6 +206,24 @@ def _add_verified(host: Host, rows: list[Row]) -> None:
         record = records.get(row.name)
         if row.running and record is not None and record["instance"] == row.instance:
             row.verified = verified.summary(record)
+
+
+def _add_history(host: Host, rows: list[Row]) -> None:
+    """Restarts and the last failure of each endpoint (``runtime.journal``)."""
+    from instinct_serve.runtime import journal
+
+    try:
+        history = journal.read_all(host)
+    except InstinctError:
+        history = {}
+    for row in rows:
+        instance_id = (row.instance or "").split(":", 1)[0] or None
+        doc = journal.summary(
+            history.get(row.name, []),
+            instance_id=instance_id,
+            daemon_restarts=row.daemon_restarts,
+        )
+        row.restarts, row.last_failure = doc["restarts"], doc["last_failure"]
 
 
 def find(host: Host, name: str) -> tuple[str, Any]:

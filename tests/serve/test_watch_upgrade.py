@@ -1,0 +1,174 @@
+"""Day two on the real dockerd with the vLLM test double: ``watch`` restarts an endpoint
+that died in service, ``serve --upgrade`` proves a new plan beside the old one (a bad one
+leaves the old untouched), ``rollback`` returns to the old plan; ``ps`` shows restarts and
+the last failure. Every loop is bounded (``watch --checks``, deadlines)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.infra.docker import free_port
+from tests.serve.conftest import MODEL, Serve, inspect, parse_lines, run_cli
+
+pytestmark = pytest.mark.docker
+
+
+def _complete(port: int) -> httpx.Response:
+    body = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8}
+    return httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=10)
+
+
+def _wait_exited(name: str, timeout: float = 20.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = inspect(name)
+        assert info is not None
+        if info["State"]["Status"] == "exited":
+            return info
+        time.sleep(0.1)
+    raise AssertionError(f"{name} did not exit: {inspect(name)}")
+
+
+def _ps(name: str) -> dict[str, Any]:
+    run = run_cli(["ps", "--json", "--no-health"])
+    assert run.returncode == 0, run.explain()
+    import json
+
+    rows = [e for e in json.loads(run.stdout)["endpoints"] if e["name"] == name]
+    assert rows, run.stdout
+    return rows[0]
+
+
+def test_watch_restarts_an_endpoint_that_died_in_service(serve: Serve) -> None:
+    # serve's warm-up and coherence probe are requests 1 and 2 of each run; exit 0 is a
+    # clean exit, which docker's on-failure policy leaves alone: watch must restart it
+    image = serve.double(load_s=0.5, VLLM_DOUBLE_DIE_AFTER_REQUESTS="3", VLLM_DOUBLE_EXIT_CODE="0")
+    port, name = free_port(), serve.name("watch")
+    run = serve(image=image, port=port, name=name)
+    assert run.returncode == 0, run.explain()
+    info = inspect(name)
+    assert info is not None
+    # proven, so handed to the daemon's bounded restart policy
+    assert info["HostConfig"]["RestartPolicy"] == {"Name": "on-failure", "MaximumRetryCount": 3}
+    first_id = info["Id"]
+
+    assert _complete(port).status_code == 200  # the third request: it answers, then dies
+    died = time.monotonic()
+    assert _wait_exited(name)["State"]["ExitCode"] == 0
+
+    bounded = ["--interval", "0.2", "--backoff", "0", "--checks", "3", "--timeout", "60"]
+    watch = run_cli(["watch", name, *bounded, "--root", str(serve.root), "--json"], timeout=150)
+    back = time.monotonic()
+    assert watch.returncode == 0, watch.explain()
+    events = parse_lines(watch.stdout)
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "watch_started" and kinds[-1] == "watch_stopped", kinds
+    assert "exited" in kinds and "recovered" in kinds, kinds
+    restarted = next(e for e in events if e["kind"] == "restarted")
+    assert restarted["by"] == "watch" and restarted["status"] == "ready"
+    recovered = next(e for e in events if e["kind"] == "recovered")
+    assert recovered["coherence"] == "coherent" and recovered["restart_s"] > 0
+    print(
+        f"\nrestart latency: watch relaunch to proven {recovered['restart_s']} s; "
+        f"death to watch returning {back - died:.2f} s"
+    )
+
+    again = inspect(name)
+    assert again is not None and again["State"]["Running"] and again["Id"] != first_id
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200
+    row = _ps(name)
+    assert row["restarts"] == 1
+    assert row["last_failure"]["kind"] == "exited" and "exited" in row["last_failure"]["why"]
+    assert row["verified"]["coherence"] == "coherent"  # re-proven after the restart
+
+
+def test_watch_records_a_restart_by_the_daemon_policy(serve: Serve) -> None:
+    image = serve.double(load_s=0.5, VLLM_DOUBLE_DIE_AFTER_REQUESTS="3", VLLM_DOUBLE_EXIT_CODE="1")
+    port, name = free_port(), serve.name("policy")
+    assert serve(image=image, port=port, name=name).returncode == 0
+    assert _complete(port).status_code == 200  # dies with 1: the daemon restarts it
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        info = inspect(name)
+        assert info is not None
+        if info["RestartCount"] == 1 and info["State"]["Running"]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"not restarted by the daemon: {inspect(name)}")
+    row = _ps(name)
+    assert row["restarts"] == 1 and row["verified"] is None  # a new run: not proven
+    watch = run_cli(
+        ["watch", name, "--interval", "0.3", "--checks", "4", "--root", str(serve.root), "--json"],
+        timeout=120,
+    )
+    assert watch.returncode == 0, watch.explain()
+    kinds = [e["kind"] for e in parse_lines(watch.stdout)]
+    assert "proven" in kinds and "exited" not in kinds, kinds  # docker restarted, watch proved
+    row = _ps(name)
+    assert row["restarts"] == 1 and row["verified"]["coherence"] == "coherent"
+
+
+@pytest.mark.parametrize("bad", ["incoherent", "die"])
+def test_a_bad_upgrade_leaves_the_old_endpoint_serving_untouched(serve: Serve, bad: str) -> None:
+    port, name = free_port(), serve.name("upgrade")
+    serve.names.append(name + "-next")
+    assert serve(image=serve.double(load_s=0.3), port=port, name=name).returncode == 0
+    before = inspect(name)
+    assert before is not None
+
+    run = serve("--upgrade", image=serve.double(bad, load_s=0.3), port=port, name=name)
+    assert run.returncode == 1, run.explain()
+    assert run.result["status"] == "failed", run.explain()
+    assert any("still serves the old plan, untouched" in n for n in run.result["notes"])
+    after = inspect(name)
+    assert after is not None
+    assert (
+        after["Id"] == before["Id"] and after["State"]["StartedAt"] == before["State"]["StartedAt"]
+    )
+    assert after["State"]["Running"] and after["RestartCount"] == before["RestartCount"]
+    answer = _complete(port)
+    assert answer.status_code == 200 and "Paris" in answer.json()["choices"][0]["text"]
+    candidate = inspect(name + "-next")  # kept, stopped, for its log
+    assert candidate is not None and not candidate["State"]["Running"]
+    assert _ps(name)["last_failure"]["kind"] == "upgrade_failed"
+
+
+def test_upgrade_switches_over_and_rollback_returns_to_the_old_plan(serve: Serve) -> None:
+    port, name = free_port(), serve.name("upgrade")
+    serve.names.append(name + "-next")
+    old_image = serve.double(load_s=0.3)
+    new_image = serve.double(load_s=0.3, VLLM_DOUBLE_SALAD="repeat")  # another image
+    assert old_image != new_image
+    assert serve(image=old_image, port=port, name=name).returncode == 0
+    old = inspect(name)
+    assert old is not None
+
+    run = serve("--upgrade", image=new_image, port=port, name=name)
+    assert run.returncode == 0, run.explain()
+    result = run.result
+    assert result["status"] == "ready" and result["endpoint"]["image"] == new_image
+    downtime = result["figures"]["downtime_s"]
+    assert 0 < downtime < 30
+    notes = [e["message"] for e in run.of("note")]
+    assert any("beside" in n and name + "-next" in n for n in notes), notes
+    new = inspect(name)
+    assert new is not None and new["Config"]["Image"] == new_image and new["Id"] != old["Id"]
+    assert inspect(name + "-next") is None  # the candidate is gone once proven
+    assert _complete(port).status_code == 200
+
+    back = run_cli(["rollback", name, "--root", str(serve.root), "--json"], timeout=120)
+    assert back.returncode == 0, back.explain()
+    rolled = parse_lines(back.stdout)[-1]
+    assert rolled["status"] == "ready" and rolled["endpoint"]["image"] == old_image
+    current = inspect(name)
+    assert current is not None and current["Config"]["Image"] == old_image
+    assert _complete(port).status_code == 200
+    print(
+        f"\nupgrade switch-over downtime {downtime} s; rollback downtime "
+        f"{rolled['figures']['downtime_s']} s"
+    )
