@@ -48,6 +48,9 @@ environment, because the argv is produced by the real planner and must stay unch
     answering its N-th completion request (chat or text; serve's warm-up and coherence
     probe count): a server that dies in service, for ``instinct watch`` and the daemon's
     restart policy. Each run of the process counts afresh.
+``VLLM_DOUBLE_DIE_REPLAY``
+    With ``VLLM_DOUBLE_DIE_AFTER_REQUESTS``: a captured failure log (a file name under the
+    log directory) printed just before that exit, so the death has a diagnosable cause.
 ``VLLM_DOUBLE_TTFT_S`` / ``VLLM_DOUBLE_ITL_S``
     A fixed time to first token and a fixed delay between tokens (default 0 and 0): token
     ``i`` of a completion leaves ``TTFT + i * ITL`` seconds after the request arrived, on a
@@ -688,6 +691,9 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 with contextlib.suppress(OSError):
                     self.wfile.flush()
                 code = int(os.environ.get("VLLM_DOUBLE_EXIT_CODE", "1"))
+                cause = os.environ.get("VLLM_DOUBLE_DIE_REPLAY")
+                if cause:
+                    replay(real_lines(cause), 0.0)
                 print(
                     f"vllm-double: dying after {state.answered} requests "
                     f"(VLLM_DOUBLE_DIE_AFTER_REQUESTS), exit {code}",

@@ -5,14 +5,18 @@ the last failure. Every loop is bounded (``watch --checks``, deadlines)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.infra.docker import free_port
-from tests.serve.conftest import MODEL, Serve, inspect, parse_lines, run_cli
+from tests.serve.conftest import CLI, MODEL, Serve, inspect, parse_lines, run_cli
 
 pytestmark = pytest.mark.docker
 
@@ -33,11 +37,9 @@ def _wait_exited(name: str, timeout: float = 20.0) -> dict[str, Any]:
     raise AssertionError(f"{name} did not exit: {inspect(name)}")
 
 
-def _ps(name: str) -> dict[str, Any]:
-    run = run_cli(["ps", "--json", "--no-health"])
+def _ps(name: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    run = run_cli(["ps", "--json", "--no-health"], env=env)
     assert run.returncode == 0, run.explain()
-    import json
-
     rows = [e for e in json.loads(run.stdout)["endpoints"] if e["name"] == name]
     assert rows, run.stdout
     return rows[0]
@@ -172,3 +174,87 @@ def test_upgrade_switches_over_and_rollback_returns_to_the_old_plan(serve: Serve
         f"\nupgrade switch-over downtime {downtime} s; rollback downtime "
         f"{rolled['figures']['downtime_s']} s"
     )
+
+
+def test_watch_relaunches_a_native_endpoint_once_with_the_known_fix(
+    tmp_path: Path, gpu_root: Path
+) -> None:
+    """No daemon restarts a native process: watch does, with serve's fix for the
+    diagnosed cause the first time (here the double replays a real graph-capture OOM
+    log as it dies), and as it is after that (the fix is applied once per endpoint)."""
+    from instinct_serve.engine import launcher
+    from instinct_serve.hosts import LocalHost
+    from tests.infra.vllm_double import install_fake_vllm
+
+    env = dict(os.environ)
+    env.update(
+        INSTINCT_VLLM_COMMAND=str(install_fake_vllm(tmp_path / "bin")),
+        VLLM_DOUBLE_LOAD_S="0.3",
+        VLLM_DOUBLE_DIE_AFTER_REQUESTS="3",
+        VLLM_DOUBLE_DIE_REPLAY="02_oom_during_cuda_graph_capture.log",
+    )
+    port = free_port()
+    name = f"native-watch-{port}"
+    serve_argv = ["serve", MODEL, "--engine", "native", "--gpu", "mi300x", "--gpus", "1"]
+    serve_argv += ["--port", str(port), "--name", name, "--root", str(gpu_root)]
+    watch_argv = ["watch", name, "--interval", "0.2", "--backoff", "0", "--checks", "2"]
+    watch_argv += ["--timeout", "60", "--json"]
+    host = LocalHost()
+    try:
+        run = run_cli([*serve_argv, "--timeout", "60", "--yes", "--json"], env=env)
+        assert run.returncode == 0, run.explain()
+        assert run.result["relaunches"] == []
+
+        assert _complete(port).status_code == 200  # the third: it dies, OOM in its log
+        _wait_native_exit(host, name)
+        first = run_cli(watch_argv, env=env, timeout=120)
+        assert first.returncode == 0, first.explain()
+        relaunched = [e for e in parse_lines(first.stdout) if e["kind"] == "relaunched"]
+        assert relaunched and relaunched[0]["fixes"] == ["oom_graph_capture"], first.stdout
+        status = launcher.status(host, name)
+        assert status is not None and status.running
+        assert "--enforce-eager" in status.process.argv
+
+        assert _complete(port).status_code == 200  # dies again, the same way
+        _wait_native_exit(host, name)
+        second = run_cli(watch_argv, env=env, timeout=120)
+        assert second.returncode == 0, second.explain()
+        kinds = [e["kind"] for e in parse_lines(second.stdout)]
+        assert "restarted" in kinds and "relaunched" not in kinds, kinds  # the fix once
+        status = launcher.status(host, name)
+        assert status is not None and status.running
+        assert "--enforce-eager" in status.process.argv  # kept
+
+        # `instinct stop` is not a failure: a running watch ends (0), and restarts nothing
+        bounded = ["--interval", "0.2", "--checks", "150", "--json"]
+        watching = subprocess.Popen(
+            [*CLI, "watch", name, *bounded], env=env, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            time.sleep(1.0)
+            assert run_cli(["stop", name], env=env).returncode == 0
+            out, _ = watching.communicate(timeout=60)
+        finally:
+            if watching.poll() is None:
+                watching.kill()
+        assert watching.returncode == 0, out
+        events = parse_lines(out)
+        assert [e["kind"] for e in events][-1] == "watch_stopped", out
+        assert "instinct stop" in events[-1]["why"]
+        assert not any(e["kind"] in ("restarted", "relaunched") for e in events), out
+        assert _ps(name, env)["restarts"] == 2
+    finally:
+        if launcher.load(host, name) is not None:
+            launcher.stop(host, name)
+
+
+def _wait_native_exit(host: Any, name: str, timeout: float = 20.0) -> None:
+    from instinct_serve.engine import launcher
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = launcher.status(host, name)
+        if status is not None and not status.running:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{name} still runs")
