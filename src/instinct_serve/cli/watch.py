@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -163,7 +165,12 @@ def watch(
         serve=serve,
     )
     watcher = Watcher(host, name, backend_for(host, name, root), settings, sink=_printer(as_json))
+    signal.signal(signal.SIGTERM, _terminated)  # `systemctl stop`: journalled, exit 130
     return watcher.run()
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 @click.command("rollback")

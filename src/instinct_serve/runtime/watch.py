@@ -183,7 +183,14 @@ class Watcher:
         self.record("watch_started", id=target.handle, engine=self.backend.engine)
         deadline = None if settings.duration_s is None else time.monotonic() + settings.duration_s
         while True:
-            code = self.step()
+            try:
+                code = self.step()
+            except InstinctError as exc:
+                self.record("gave_up", why=exc.message)
+                raise
+            except KeyboardInterrupt:
+                self.record("watch_stopped", why="interrupted")
+                raise
             if code is not None:
                 return code
             self.checks += 1
@@ -200,11 +207,17 @@ class Watcher:
         now = time.monotonic()
         seen, target = self.observe()
         memory = self.memory
+        if not seen.exists and self._reappears():
+            seen, target = self.observe()
         if seen.exists and seen.instance != memory.instance and seen.instance is not None:
             if memory.instance is not None and not seen.restarting:
-                # a new run we did not launch: the daemon's restart policy (or a hand)
                 handle = target.handle if target else None
-                self.record("restarted", by="docker", id=handle)
+                same = seen.instance.split(":", 1)[0] == memory.instance.split(":", 1)[0]
+                if self.backend.engine == "docker" and same:
+                    # the same container run again: the daemon's restart policy
+                    self.record("restarted", by="docker", id=handle)
+                else:  # another serve replaced it (--replace, --upgrade, rollback)
+                    self.record("replaced", id=handle)
             memory.instance, memory.instance_since = seen.instance, now
             memory.failed_checks = 0
         decision = decide(seen, memory, now, self.settings)
@@ -231,6 +244,16 @@ class Watcher:
         elif decision.action == "restart" and target is not None:
             self._restart(target, seen, decision.why)
         return None
+
+    def _reappears(self) -> bool:
+        """Gone, or being replaced? A serve that replaces an endpoint (``--replace``,
+        ``--upgrade``, ``rollback``) removes it and launches its successor under the host's
+        launch lock: once the lock is free, the successor is there if there is one."""
+        from instinct_serve.runtime.lock import HostLock
+
+        with HostLock(self.host):
+            pass
+        return self._target() is not None
 
     # -- acting (through serve's Deployer)
 
