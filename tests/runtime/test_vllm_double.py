@@ -247,3 +247,19 @@ def test_installs_as_a_fake_vllm_executable(tmp_path: Path) -> None:
     banner = out.splitlines()[0]
     assert "TEST DOUBLE" in banner
     assert json.loads(banner.split("argv=", 1)[1])[:2] == ["serve", "org/native"]
+
+
+def test_hang_after_requests_stays_up_and_stops_answering(vllm_double_local: StartDouble) -> None:
+    double = vllm_double_local(env={"VLLM_DOUBLE_HANG_AFTER_REQUESTS": "1"})
+    double.healthy_at()
+    body = {"model": double.model, "prompt": "The capital of France is", "max_tokens": 4}
+    with httpx.Client(base_url=double.base_url, timeout=2) as http:
+        assert http.post("/v1/completions", json=body).status_code == 200
+        double.wait_for("hanging after 1 requests")
+        try:
+            http.get("/health")
+        except httpx.TimeoutException:
+            pass
+        else:
+            raise AssertionError("a hung server answered /health")
+    assert double.proc.poll() is None

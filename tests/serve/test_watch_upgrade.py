@@ -88,6 +88,29 @@ def test_watch_restarts_an_endpoint_that_died_in_service(serve: Serve) -> None:
     assert row["verified"]["coherence"] == "coherent"  # re-proven after the restart
 
 
+def test_watch_restarts_a_hung_endpoint_the_daemon_sees_as_running(serve: Serve) -> None:
+    image = serve.double(load_s=0.3, VLLM_DOUBLE_HANG_AFTER_REQUESTS="3")
+    port, name = free_port(), serve.name("hang")
+    assert serve(image=image, port=port, name=name).returncode == 0
+    first = inspect(name)
+    assert first is not None
+    assert _complete(port).status_code == 200  # the third: from now on it never answers
+    bounded = ["--interval", "0.2", "--backoff", "0", "--unhealthy-after", "2", "--checks", "4"]
+    watch = run_cli(
+        ["watch", name, *bounded, "--timeout", "60", "--root", str(serve.root), "--json"],
+        timeout=150,
+    )
+    assert watch.returncode == 0, watch.explain()
+    events = parse_lines(watch.stdout)
+    kinds = [e["kind"] for e in events]
+    assert kinds.index("unhealthy") < kinds.index("hung") < kinds.index("restarted"), kinds
+    assert "recovered" in kinds, kinds
+    again = inspect(name)
+    assert again is not None and again["Id"] != first["Id"] and again["State"]["Running"]
+    assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    assert _ps(name)["last_failure"]["kind"] == "hung"
+
+
 def test_watch_records_a_restart_by_the_daemon_policy(serve: Serve) -> None:
     image = serve.double(load_s=0.5, VLLM_DOUBLE_DIE_AFTER_REQUESTS="3", VLLM_DOUBLE_EXIT_CODE="1")
     port, name = free_port(), serve.name("policy")
