@@ -27,6 +27,13 @@ def test_decide_leaves_a_proven_healthy_endpoint_alone_and_proves_a_new_run() ->
     assert decide(fresh, Memory(), 0.0, S).action == "prove"
 
 
+def test_decide_gives_up_on_a_run_that_never_proves_itself() -> None:
+    fresh = Seen(True, running=True, instance="b", health="healthy", proven=False)
+    assert decide(fresh, Memory(failed_proofs=4), 0.0, S).action == "prove"
+    done = decide(fresh, Memory(failed_proofs=5), 0.0, S)
+    assert done.action == "give_up" and "coherence probe failed 5 times" in done.why
+
+
 def test_decide_removed_is_the_end_and_the_daemon_restarting_is_waited_for() -> None:
     assert decide(Seen(False), Memory(), 0.0, S).action == "gone"
     restarting = Seen(True, running=False, restarting=True, instance="a")

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 from instinct_serve.hosts import Host
+from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.runtime import journal, plans, verified
 from instinct_serve.runtime.backend import Backend, Target
 from instinct_serve.runtime.settings import ServeSettings
@@ -72,6 +73,7 @@ class Memory:
     restarts_in_a_row: int = 0
     last_restart_at: float | None = None
     proven_since: float | None = None
+    failed_proofs: int = 0  # warm-up/coherence failures of healthy runs in a row
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,12 @@ def decide(seen: Seen, memory: Memory, now: float, settings: WatchSettings) -> D
     if seen.restarting:
         return Decision("wait", "the daemon's restart policy is restarting it")
     if seen.running and seen.health == "healthy":
-        return Decision("ok") if seen.proven else Decision("prove", "not proven since it started")
+        if seen.proven:
+            return Decision("ok")
+        if memory.failed_proofs >= settings.max_restarts:
+            why = f"healthy, but its warm-up or coherence probe failed {memory.failed_proofs} times"
+            return Decision("give_up", why)
+        return Decision("prove", "not proven since it started")
     if memory.restarts_in_a_row >= settings.max_restarts:
         why = f"{memory.restarts_in_a_row} restarts in a row did not bring it back"
         return Decision("give_up", why)
@@ -261,6 +268,17 @@ class Watcher:
         from instinct_serve.runtime.serve import Deployer
 
         plan = plans.load(self.host, self.name).current
+        if (
+            plan is not None
+            and plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash) != target.plan_hash
+        ):
+            raise NotReadyError(
+                f"the plan recorded for {self.name} on {self.host.name} is not the one it "
+                "runs (it was replaced by hand, or its last serve did not finish proving it)",
+                fix=f"serve its plan again (`instinct serve ... --name {self.name}`), then "
+                f"`instinct watch {self.name}`",
+                id="plan_not_recorded",
+            )
         if plan is None:
             raise NotReadyError(
                 f"no recorded plan for {self.name} on {self.host.name}: it was served by an "
@@ -294,10 +312,9 @@ class Watcher:
         memory.restarts_in_a_row += 1
         memory.last_restart_at = time.monotonic()
         started = time.monotonic()
-        signals = frozenset() if not seen.running else frozenset({"health_check_failed"})
         deployer = self._deployer(target)
         try:
-            outcome = deployer.restart(target.handle, signals)
+            outcome = deployer.restart(target.handle)
         finally:
             deployer.close()
         diagnosis = deployer.last_diagnosis
@@ -319,6 +336,7 @@ class Watcher:
 
     def _after(self, outcome: Any, *, started: float | None) -> None:
         if outcome.status in ("ready", "reused"):
+            self.memory.failed_proofs = 0
             fields: dict[str, Any] = {}
             if started is not None:
                 fields["restart_s"] = round(time.monotonic() - started, 3)
@@ -329,6 +347,7 @@ class Watcher:
                 fields["coherence"] = coherence.get("verdict")
             self.record("recovered" if started is not None else "proven", **fields)
             return
+        self.memory.failed_proofs += 1
         failure = outcome.failure
         self.record(
             "unhealthy",
