@@ -139,6 +139,16 @@ def test_candidate_runs_beside_under_its_own_name_port_and_hash() -> None:
     assert plan.port == 8000 and plan.vllm_args[1] == "8000"  # the plan is untouched
 
 
+def test_ps_says_restarts_and_the_last_failure_in_one_line() -> None:
+    from instinct_serve.cli.containers import _history
+
+    failure = {"at": "T", "kind": "exited", "why": "it exited with code 1"}
+    assert _history("ep", 2, failure) == (
+        "ep: restarted 2 times; last failure exited at T: it exited with code 1"
+    )
+    assert _history("ep", 1, None) == "ep: restarted 1 time"
+
+
 def test_systemd_unit_runs_the_watch_and_holds_no_secret() -> None:
     argv = ["/opt/my tools/instinct", "watch", "vllm-m", "--host", "u@box"]
     text = systemd_unit("vllm-m", argv)

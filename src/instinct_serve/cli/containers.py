@@ -56,7 +56,7 @@ def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
             con.print(f"No instinct-serve endpoints on {escape(host.name)}.")
             return
         table = Table(title=f"Endpoints on {escape(host.name)}", title_justify="left")
-        columns = ("NAME", "ENGINE", "MODEL", "PORT", "STATUS", "UPTIME", "HEALTH", "↻", "PROVEN")
+        columns = ("NAME", "ENGINE", "MODEL", "PORT", "STATUS", "UPTIME", "HEALTH", "PROVEN")
         for column in columns:
             # Short facts (status, port, health) keep one line; names and proofs fold.
             wraps = column in ("NAME", "MODEL", "PROVEN")
@@ -71,23 +71,24 @@ def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
                 escape(row.status),
                 _uptime(row.uptime_s),
                 f"[{colour}]{escape(row.health)}[/]" if row.health else "-",
-                str(row.restarts),
                 _proven(row.verified),
             )
         con.print(table)
-        for row in rows:
-            if row.last_failure:
-                failure = row.last_failure
-                why = f": {failure['why']}" if failure.get("why") else ""
-                con.print(
-                    f"[dim]{escape(row.name)}: last failure {escape(str(failure['kind']))} at "
-                    f"{escape(str(failure['at']))}{escape(why)}[/]"
-                )
-        if any(row.restarts for row in rows):
-            con.print("[dim]↻: restarts (docker's restart policy and instinct watch)[/]")
+        for row in rows:  # restarts (the daemon's policy and instinct watch), last failure
+            if row.restarts or row.last_failure:
+                con.print(f"[dim]{escape(_history(row.name, row.restarts, row.last_failure))}[/]")
 
     emit(listing.to_dict(), as_json, human)
     return 0
+
+
+def _history(name: str, restarts: int, failure: dict[str, Any] | None) -> str:
+    """``NAME: restarted 2 times; last failure exited at TIME: why``."""
+    parts = [f"restarted {restarts} time{'s' if restarts != 1 else ''}"] if restarts else []
+    if failure:
+        why = f": {failure['why']}" if failure.get("why") else ""
+        parts.append(f"last failure {failure['kind']} at {failure['at']}{why}")
+    return f"{name}: " + "; ".join(parts)
 
 
 def _proven(verified: dict[str, object] | None) -> str:

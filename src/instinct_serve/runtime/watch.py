@@ -305,7 +305,7 @@ class Watcher:
         exit_info = self.backend.exit_info(target.handle)
         self.record(
             "exited" if not seen.running else "hung",
-            why=why if exit_info is None else f"{why}: it {exit_info.describe()}",
+            why=why if exit_info is None else f"it {exit_info.describe()}",
             id=target.handle,
             exit_code=exit_info.exit_code if exit_info else None,
         )
