@@ -811,6 +811,14 @@ class ServeOptions(PlanOptions):
         kind="bool",
         help="Stop and remove an instinct-serve endpoint that holds the port or name.",
     )
+    upgrade: bool = opt(
+        False,
+        kind="bool",
+        help="Replace the running endpoint of this name only once the new plan is proven "
+        "beside it on a spare port (health, warm-up, coherence); a bad one leaves the old "
+        "untouched; `instinct rollback NAME` returns to the old plan.",
+        mcp=False,
+    )
     timeout_s: float | None = opt(
         kind="float",
         flag="--timeout",

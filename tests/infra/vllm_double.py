@@ -43,6 +43,18 @@ environment, because the argv is produced by the real planner and must stay unch
 ``VLLM_DOUBLE_SALAD``
     The kind of garbage in ``incoherent`` mode: ``multilingual`` (default), ``exclaim``
     (``!!!!``, the classic broken-kernel output) or ``repeat``.
+``VLLM_DOUBLE_DIE_AFTER_REQUESTS``
+    ``N``: once healthy, exit (with ``VLLM_DOUBLE_EXIT_CODE``, default 1) right after
+    answering its N-th completion request (chat or text; serve's warm-up and coherence
+    probe count): a server that dies in service, for ``instinct watch`` and the daemon's
+    restart policy. Each run of the process counts afresh.
+``VLLM_DOUBLE_HANG_AFTER_REQUESTS``
+    ``N``: like ``VLLM_DOUBLE_DIE_AFTER_REQUESTS``, but the process stays up and its HTTP
+    server stops answering (requests are read, never answered): a hung server, whose
+    ``/health`` times out.
+``VLLM_DOUBLE_DIE_REPLAY``
+    With ``VLLM_DOUBLE_DIE_AFTER_REQUESTS``: a captured failure log (a file name under the
+    log directory) printed just before that exit, so the death has a diagnosable cause.
 ``VLLM_DOUBLE_TTFT_S`` / ``VLLM_DOUBLE_ITL_S``
     A fixed time to first token and a fixed delay between tokens (default 0 and 0): token
     ``i`` of a completion leaves ``TTFT + i * ITL`` seconds after the request arrived, on a
@@ -510,6 +522,9 @@ class State:
         self.first_request_done = False
         self.created = int(time.time())
         self.metrics = Metrics()
+        self.answered = 0  # completion requests answered (VLLM_DOUBLE_DIE_AFTER_REQUESTS)
+        self.answered_lock = threading.Lock()
+        self.hung = threading.Event()  # VLLM_DOUBLE_HANG_AFTER_REQUESTS reached
 
 
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
@@ -558,7 +573,16 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             self._send(401, {"error": "Unauthorized"})
             return False
 
+        def _hang(self) -> bool:
+            """A hung server: the request is read, never answered (the client times out)."""
+            if state.hung.is_set():
+                time.sleep(3600)
+                return True
+            return False
+
         def do_GET(self) -> None:
+            if self._hang():
+                return
             path = self.path.split("?", 1)[0]
             if not self._authorized(path):
                 return
@@ -581,6 +605,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"detail": "Not Found"})
 
         def do_POST(self) -> None:
+            if self._hang():
+                return
             path = self.path.split("?", 1)[0]
             if not self._authorized(path):
                 return
@@ -667,6 +693,38 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             finally:
                 end = time.monotonic()
                 state.metrics.finished(len(_tokens(prompt)), times, start, end, finish)
+                self._maybe_die()
+
+        def _maybe_die(self) -> None:
+            """``VLLM_DOUBLE_DIE_AFTER_REQUESTS``: the answer is out, then the process ends."""
+            limit = os.environ.get("VLLM_DOUBLE_DIE_AFTER_REQUESTS", "")
+            hang = os.environ.get("VLLM_DOUBLE_HANG_AFTER_REQUESTS", "")
+            if not limit.isdigit() and not hang.isdigit():
+                return
+            with state.answered_lock:
+                state.answered += 1
+                if hang.isdigit() and state.answered == int(hang):
+                    print(
+                        f"vllm-double: hanging after {state.answered} requests "
+                        "(VLLM_DOUBLE_HANG_AFTER_REQUESTS)",
+                        flush=True,
+                    )
+                    state.hung.set()
+                    return
+                if not limit.isdigit() or state.answered < int(limit):
+                    return
+                with contextlib.suppress(OSError):
+                    self.wfile.flush()
+                code = int(os.environ.get("VLLM_DOUBLE_EXIT_CODE", "1"))
+                cause = os.environ.get("VLLM_DOUBLE_DIE_REPLAY")
+                if cause:
+                    replay(real_lines(cause), 0.0)
+                print(
+                    f"vllm-double: dying after {state.answered} requests "
+                    f"(VLLM_DOUBLE_DIE_AFTER_REQUESTS), exit {code}",
+                    flush=True,
+                )
+                _exit_now(code)
 
         @staticmethod
         def _pace(tokens: list[str], start: float) -> list[float]:

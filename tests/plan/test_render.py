@@ -21,6 +21,7 @@ from instinct_serve.errors import UsageError
 from instinct_serve.plan.model import LaunchPlan, Mount
 from instinct_serve.plan.render import (
     FORMATS,
+    RESTART_POLICY,
     compose_service,
     docker_argv,
     k8s_objects,
@@ -80,6 +81,19 @@ def test_docker_argv_has_every_part_in_order() -> None:
     assert not any(a.startswith("HF_TOKEN=") for a in argv)
     # labels precede the image (docker options), engine args follow it
     assert argv.index("--label") < image_at
+
+
+def test_every_daemon_rendering_carries_one_bounded_restart_policy() -> None:
+    """docker and compose restart a crash a few times (never a clean stop, never forever);
+    serve's own launch has none until the endpoint is proven (it supervises the start)."""
+    plan = sample_plan()
+    argv = docker_argv(plan)
+    assert argv[argv.index("--restart") + 1] == RESTART_POLICY == "on-failure:3"
+    assert argv.index("--restart") < argv.index("vllm/vllm-openai-rocm:v0.22.0")
+    assert "--restart" not in docker_argv(plan, restart=None)
+    assert "--restart on-failure:3" in shell_line(plan)
+    service = yaml.safe_load(render(plan, "compose"))["services"]["vllm-qwen3-5-9b"]
+    assert service["restart"] == RESTART_POLICY
 
 
 def test_shell_line_round_trips_json_args() -> None:

@@ -136,6 +136,24 @@ def test_die_replays_a_failure_log_and_exits_with_the_given_code(
     double.wait_for("Cannot access gated repo for url")
 
 
+def test_die_after_requests_answers_n_then_exits_with_the_given_code(
+    vllm_double_local: StartDouble,
+) -> None:
+    double = vllm_double_local(
+        env={"VLLM_DOUBLE_DIE_AFTER_REQUESTS": "2", "VLLM_DOUBLE_EXIT_CODE": "5"}
+    )
+    double.healthy_at()
+    body = {"model": double.model, "prompt": "The capital of France is", "max_tokens": 4}
+    with httpx.Client(base_url=double.base_url, timeout=5) as http:
+        assert http.get("/health").status_code == 200  # not a completion: not counted
+        assert http.post("/v1/completions", json=body).status_code == 200
+        assert double.proc.poll() is None
+        second = http.post("/v1/completions", json=body)
+        assert second.status_code == 200 and second.json()["choices"][0]["text"]
+    assert double.proc.wait(timeout=10) == 5
+    double.wait_for("dying after 2 requests")
+
+
 def test_health_is_503_while_loading_then_200(vllm_double_local: StartDouble) -> None:
     double = vllm_double_local(env={"VLLM_DOUBLE_LOAD_S": "3"})
     double.wait_for("Automatically detected platform")
@@ -229,3 +247,19 @@ def test_installs_as_a_fake_vllm_executable(tmp_path: Path) -> None:
     banner = out.splitlines()[0]
     assert "TEST DOUBLE" in banner
     assert json.loads(banner.split("argv=", 1)[1])[:2] == ["serve", "org/native"]
+
+
+def test_hang_after_requests_stays_up_and_stops_answering(vllm_double_local: StartDouble) -> None:
+    double = vllm_double_local(env={"VLLM_DOUBLE_HANG_AFTER_REQUESTS": "1"})
+    double.healthy_at()
+    body = {"model": double.model, "prompt": "The capital of France is", "max_tokens": 4}
+    with httpx.Client(base_url=double.base_url, timeout=2) as http:
+        assert http.post("/v1/completions", json=body).status_code == 200
+        double.wait_for("hanging after 1 requests")
+        try:
+            http.get("/health")
+        except httpx.TimeoutException:
+            pass
+        else:
+            raise AssertionError("a hung server answered /health")
+    assert double.proc.poll() is None

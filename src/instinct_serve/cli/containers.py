@@ -80,9 +80,21 @@ def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
                 _proven(row.verified),
             )
         con.print(table)
+        for row in rows:  # restarts (the daemon's policy and instinct watch), last failure
+            if row.restarts or row.last_failure:
+                con.print(f"[dim]{escape(_history(row.name, row.restarts, row.last_failure))}[/]")
 
     emit(listing.to_dict(), as_json, human)
     return 0
+
+
+def _history(name: str, restarts: int, failure: dict[str, Any] | None) -> str:
+    """``NAME: restarted 2 times; last failure exited at TIME: why``."""
+    parts = [f"restarted {restarts} time{'s' if restarts != 1 else ''}"] if restarts else []
+    if failure:
+        why = f": {failure['why']}" if failure.get("why") else ""
+        parts.append(f"last failure {failure['kind']} at {failure['at']}{why}")
+    return f"{name}: " + "; ".join(parts)
 
 
 def _proven(verified: dict[str, object] | None) -> str:

@@ -41,6 +41,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "ps": ("instinct_serve.cli.containers", "ps", "List the endpoints this tool runs on the host."),
     "logs": ("instinct_serve.cli.containers", "logs", "Show (or follow) an endpoint's log."),
     "stop": ("instinct_serve.cli.containers", "stop", "Stop endpoints this tool started."),
+    "watch": (
+        "instinct_serve.cli.watch",
+        "watch",
+        "Supervise an endpoint: health-check, restart with backoff, re-prove.",
+    ),
+    "rollback": (
+        "instinct_serve.cli.watch",
+        "rollback",
+        "Serve an endpoint's last good plan again (after serve --upgrade).",
+    ),
     "top": ("instinct_serve.cli.top", "top", "Live load, latency, tokens/s and tokens per watt."),
     "bench": ("instinct_serve.cli.bench", "bench", "Benchmark an endpoint; compare two plans."),
     "diagnose": (

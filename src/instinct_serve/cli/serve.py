@@ -446,6 +446,20 @@ def _serve(view: ServeView, opts: ServeOptions, host_spec: str | None) -> int:
     settings = serve_settings(opts)
     yes = opts.yes
     prepared = prepare(host, opts.plan_options(), engine=engine, sink=view.event, root=opts.root)
+    if opts.upgrade:
+        from instinct_serve.runtime.upgrade import upgrade
+
+        if opts.replace:
+            raise UsageError(
+                "--upgrade and --replace are two ways to replace an endpoint",
+                fix="--upgrade proves the new plan first; --replace stops the old one at once",
+                id="bad_usage",
+            )
+        if not yes:
+            view.confirm_plan(prepared.result)
+        outcome = upgrade(host, prepared.result.plan, prepared.backend, settings, view.event)
+        view.result(outcome)
+        return outcome.exit_code
     deployer = prepared.deployer(settings, view.event, view.confirm_fn())
     view.deployer = deployer
     try:

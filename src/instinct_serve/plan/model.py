@@ -323,15 +323,29 @@ def check_names(plan: LaunchPlan) -> None:
             )
 
 
+# The daemon's restart policy of a docker or compose endpoint (docs/supervision.md). Not
+# ``unless-stopped``/``always``: a failure that recurs at every start (out of memory while
+# loading, a bad argument) would reload the weights forever, hold the GPUs, and show as
+# "restarting" instead of a diagnosable exit. ``on-failure:3`` restarts a crash a few times
+# and then leaves it exited, log kept, for ``instinct watch``/``diagnose``; a clean exit
+# (``docker stop``, ``instinct stop``) is never restarted. Kubernetes restarts pods itself;
+# the native route has no daemon: ``instinct watch`` supervises it.
+RESTART_POLICY = "on-failure:3"
+
+
 def publish_arg(plan: LaunchPlan) -> str:
     """``-p``'s value: the port on the plan's bind address (127.0.0.1 unless public)."""
     return f"{plan.bind_address}:{plan.port}:{plan.port}"
 
 
-def docker_argv(plan: LaunchPlan) -> list[str]:
-    """The full ``docker run -d`` argv (labels, AMD flags, port, mounts, env, image, args)."""
+def docker_argv(plan: LaunchPlan, *, restart: str | None = RESTART_POLICY) -> list[str]:
+    """The full ``docker run -d`` argv (labels, restart policy, AMD flags, port, mounts, env,
+    image, args). ``restart=None``: no policy (serve's own launch: it supervises the
+    start-up itself and sets the policy once the endpoint is proven, ``Docker.set_restart``)."""
     check_names(plan)
     argv = ["docker", "run", "-d", "--name", plan.container_name]
+    if restart is not None:
+        argv += ["--restart", restart]
     for key, value in plan.labels.items():
         argv += ["--label", f"{key}={value}"]
     for flag in plan.docker_flags:

@@ -26,6 +26,7 @@ from instinct_serve.options import KubernetesOptions
 from instinct_serve.plan import kubernetes
 from instinct_serve.plan.kubernetes import k8s_objects as k8s_objects
 from instinct_serve.plan.model import API_KEY_ENV, LaunchPlan, startup_budget_s
+from instinct_serve.plan.model import RESTART_POLICY as RESTART_POLICY
 from instinct_serve.plan.model import check_names as check_names
 from instinct_serve.plan.model import container_args as container_args
 from instinct_serve.plan.model import docker_argv as docker_argv
@@ -137,7 +138,7 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
         "retries": 3,
         "start_period": f"{startup_budget_s(plan)}s",
     }
-    service["restart"] = "unless-stopped"
+    service["restart"] = RESTART_POLICY
     doc: dict[str, Any] = {"services": {plan.container_name: _compose_escape(service)}}
     if leftover:
         doc["x-instinct-serve-unmapped-flags"] = _compose_escape(leftover)
@@ -210,7 +211,7 @@ def _group(plan: LaunchPlan, fmt: str) -> str:
     from instinct_serve.plan.replicas import group_script
 
     if fmt in ("docker", "shell"):
-        return group_script(plan, docker_argv)
+        return group_script(plan, lambda member: docker_argv(member, restart=None))
     if fmt == "json":
         from instinct_serve.jsonio import dumps
 

@@ -51,7 +51,13 @@ from instinct_serve.plan.labels import (
     ROLE_ROUTER,
     managed_labels,
 )
-from instinct_serve.plan.model import LOOPBACK, LaunchPlan, Reason, docker_argv
+from instinct_serve.plan.model import (
+    LOOPBACK,
+    RESTART_POLICY,
+    LaunchPlan,
+    Reason,
+    docker_argv,
+)
 
 if TYPE_CHECKING:
     from instinct_serve.options import PlanOptions
@@ -67,9 +73,11 @@ SPARSE_DENSITY = 0.01  # AMD: "ultra-sparse MoE (<1%): DP or TP without EP"
 # Health checks: every 2 s, 0.5 s while a state changes; 2 failures drop a replica, 2
 # successes bring it back. A refused connection is retried on another replica meanwhile.
 CHECK = "inter 2s fastinter 500ms downinter 2s fall 2 rise 2"
-# dockerd restarts a replica or the router that dies; replicas get it once proven healthy
-# (``runtime.group``), so a replica that fails at startup is diagnosed, not looped
-RESTART_POLICY = "unless-stopped"
+# dockerd restarts a replica that dies with the endpoints' own policy (``plan.model.
+# RESTART_POLICY``), given once the replica is proven healthy (``runtime.group``), so one that
+# fails at startup is diagnosed, not looped. The router holds no weights and no GPU: it is
+# restarted whatever ends it, after a daemon restart too.
+ROUTER_RESTART_POLICY = "unless-stopped"
 
 Mode = Literal["replicas", "data_parallel"]
 
@@ -484,7 +492,7 @@ def router_argv(plan: LaunchPlan, config_path: str) -> list[str]:
     group = plan.group
     assert group is not None and group.router is not None
     router = group.router
-    argv = ["docker", "run", "-d", "--restart", RESTART_POLICY, "--name", router.name]
+    argv = ["docker", "run", "-d", "--restart", ROUTER_RESTART_POLICY, "--name", router.name]
     for key, value in router_labels(plan).items():
         argv += ["--label", f"{key}={value}"]
     argv += ["--network", "host", "-v", f"{config_path}:{ROUTER_CONFIG}:ro"]
@@ -495,7 +503,8 @@ def router_argv(plan: LaunchPlan, config_path: str) -> list[str]:
 def group_script(plan: LaunchPlan, member_argv: Any) -> str:
     """The whole group as shell lines: each replica's ``docker run``, the router's
     configuration (a here-document) and its ``docker run``. ``member_argv(plan)`` renders
-    one replica (``plan.render.docker_argv``)."""
+    one replica (``plan.model.docker_argv`` without a restart policy: the ``docker update``
+    line gives it once every replica answers)."""
     group = plan.group
     assert group is not None and group.router is not None
     lines = [f"# {group.why}"]
@@ -532,7 +541,7 @@ def group_document(plan: LaunchPlan) -> dict[str, Any] | None:
         return doc
     config_file = f"{group.name}-haproxy.cfg"
     for entry, member in zip(doc["members"], group.members, strict=True):
-        entry["docker_argv"] = docker_argv(member_plan(plan, member))
+        entry["docker_argv"] = docker_argv(member_plan(plan, member), restart=None)
     doc["restart_argv"] = restart_argv([m.name for m in group.members])
     doc["router"]["config_file"] = config_file
     doc["router"]["config"] = haproxy_config(plan)

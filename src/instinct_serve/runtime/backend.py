@@ -52,6 +52,7 @@ class Target:
     id: str | None = None  # a container's id (docker); None for native processes
     # this run of it: a restart or relaunch is a new instance (``runtime.verified``)
     instance: str | None = None
+    fixes: tuple[str, ...] = ()  # the known fixes its launch applied (``LABEL_FIXES``)
 
     @property
     def handle(self) -> str:
@@ -135,6 +136,11 @@ class Backend(Protocol):
 
     def launching(self) -> str | None:
         """The handle of what an interrupted ``launch`` created so far, if anything."""
+        ...
+
+    def supervise(self, handle: str) -> None:
+        """Once the endpoint is proven: let the engine restart it after a crash (docker's
+        restart policy; native processes have no daemon: ``instinct watch`` does it)."""
         ...
 
     def follow(self, handle: str, since: float | None = None) -> subprocess.Popen[str]: ...

@@ -831,6 +831,17 @@ class Docker:
                 self._check(result, "rm")
         return info
 
+    def set_restart(self, name: str, policy: str) -> None:
+        """``docker update --restart POLICY`` of a container this tool started."""
+        info = self.require_managed(name, "change the restart policy of")
+        self._check(self._run(["update", "--restart", policy, info.id]), "update")
+
+    def start(self, name: str) -> ContainerInfo:
+        """Start again a stopped container this tool started (same id, same writable layer)."""
+        info = self.require_managed(name, "start")
+        self._check(self._run(["start", info.id], timeout=max(self.timeout, 120)), "start")
+        return info
+
     def remove(self, name: str) -> ContainerInfo:
         """Remove a stopped container this tool started (before a relaunch under its name)."""
         return self.stop(name, remove=True)

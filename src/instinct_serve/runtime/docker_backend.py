@@ -157,7 +157,7 @@ class DockerBackend:
             if not mount.read_only and not self.host.exists(mount.host_path):
                 # Docker would create it as root: make it as the host's user instead.
                 self.host.run(["mkdir", "-p", "--", mount.host_path], timeout=30)
-        argv = docker_argv(labelled)
+        argv = docker_argv(labelled, restart=None)  # set once proven: ``supervise``
         if self.device_root:
             argv = rooted_devices(argv, self.device_root)
         cidfile = self._cidfile = self.docker.new_cidfile()
@@ -179,6 +179,17 @@ class DockerBackend:
         if cidfile is not None:
             with contextlib.suppress(InstinctError):
                 self.docker.forget_cidfile(cidfile)
+
+    def supervise(self, handle: str) -> None:
+        """Hand a proven endpoint to the daemon's restart policy (``RESTART_POLICY``).
+
+        Not at launch: while it starts, serve is its supervisor (a failed start is
+        diagnosed and relaunched once with a fix; a blind restart would reload the weights
+        and fail the same way). Best effort: without it only ``instinct watch`` restarts."""
+        from instinct_serve.plan.render import RESTART_POLICY
+
+        with contextlib.suppress(InstinctError):
+            self.docker.set_restart(handle, RESTART_POLICY)
 
     def follow(self, handle: str, since: float | None = None) -> subprocess.Popen[str]:
         return self.docker.follow(handle, since=since)
@@ -222,6 +233,7 @@ def _target(info: ContainerInfo) -> Target:
         image=info.image,
         id=info.id or None,
         instance=container_instance(info),
+        fixes=tuple(f for f in info.labels.get(LABEL_FIXES, "").split(",") if f),
     )
 
 

@@ -50,6 +50,9 @@ class Row:
     role: str | None = None
     replica: int | None = None
     members: list[Row] = field(default_factory=list)
+    daemon_restarts: int = 0  # docker's restart count of this container (its policy)
+    restarts: int = 0  # ``runtime.journal.summary``: by watch and by the daemon
+    last_failure: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,8 @@ class Row:
             "id": self.id,
             "fixes": self.fixes.split(",") if self.fixes else [],
             "verified": self.verified,
+            "restarts": self.restarts,
+            "last_failure": self.last_failure,
         } | (
             {
                 "group": self.group,
@@ -107,6 +112,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
             group=group_name(c),
             role=role(c),
             replica=replica_index(c.labels),
+            daemon_restarts=c.restart_count,
         )
         for c in found
     ]
@@ -204,6 +210,8 @@ def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None)
     every = [r for row in shown for r in (row, *row.members)]
     if any(row.running for row in every):
         _add_verified(host, every)
+    if every:
+        _add_history(host, every)
     if health:
         for row in every:
             if row.running and row.port:
@@ -220,6 +228,24 @@ def _add_verified(host: Host, rows: list[Row]) -> None:
         record = records.get(row.name)
         if row.running and record is not None and record["instance"] == row.instance:
             row.verified = verified.summary(record)
+
+
+def _add_history(host: Host, rows: list[Row]) -> None:
+    """Restarts and the last failure of each endpoint (``runtime.journal``)."""
+    from instinct_serve.runtime import journal
+
+    try:
+        history = journal.read_all(host)
+    except InstinctError:
+        history = {}
+    for row in rows:
+        instance_id = (row.instance or "").split(":", 1)[0] or None
+        doc = journal.summary(
+            history.get(row.name, []),
+            instance_id=instance_id,
+            daemon_restarts=row.daemon_restarts,
+        )
+        row.restarts, row.last_failure = doc["restarts"], doc["last_failure"]
 
 
 def find(host: Host, name: str) -> tuple[str, Any]:

@@ -9,14 +9,15 @@
 2. each replica is then waited for, warmed up and probed by a fresh ``Deployer``
    (``reuse`` follows a loading endpoint): a replica that fails is diagnosed like any
    endpoint, and the group fails with it;
-3. the replicas get docker's ``--restart unless-stopped`` (``docker update``) only now:
-   a replica that fails at startup is diagnosed, not restarted in a loop; one that dies
-   later is restarted by dockerd, and HAProxy drops it meanwhile (its health check) and
-   takes it back once ``/health`` answers again. The tool itself restarts nothing;
+3. the replicas get the endpoints' restart policy (``plan.model.RESTART_POLICY``, by
+   ``docker update``) only now: a replica that fails at startup is diagnosed, not
+   restarted in a loop; one that dies later is restarted by dockerd, and HAProxy drops
+   it meanwhile (its health check) and takes it back once ``/health`` answers again
+   (``instinct watch`` takes over what the bounded policy leaves);
 4. HAProxy (``plan.replicas.haproxy_config``, kept in the tool's data directory on the
-   host and mounted read-only) starts with ``--restart unless-stopped`` on the group's
-   name and port; the group is ready once ``/health`` answers through it and a warm-up
-   completion comes back through it.
+   host and mounted read-only) starts with ``--restart unless-stopped``
+   (``ROUTER_RESTART_POLICY``) on the group's name and port; the group is ready once
+   ``/health`` answers through it and a warm-up completion comes back through it.
 
 All containers carry ``LABEL_GROUP`` (the router's name) and ``LABEL_ROLE``; ``ps`` folds a
 group into one row (``fold_rows``) and ``stop NAME`` of a router stops the whole group
@@ -44,9 +45,8 @@ from instinct_serve.plan.labels import (
     ROLE_ROUTER,
     label_text,
 )
-from instinct_serve.plan.model import LOOPBACK, LaunchPlan
+from instinct_serve.plan.model import LOOPBACK, RESTART_POLICY, LaunchPlan
 from instinct_serve.plan.replicas import (
-    RESTART_POLICY,
     haproxy_config,
     member_plan,
     restart_argv,

@@ -44,6 +44,7 @@ def target_of(status: launcher.ProcessStatus) -> Target:
         plan_hash=str(meta["plan_hash"]) if meta.get("plan_hash") else None,
         image=None,
         instance=process_instance(status.process),
+        fixes=tuple(str(f) for f in meta.get("fixes") or [] if isinstance(f, str)),
     )
 
 
@@ -191,6 +192,9 @@ class NativeBackend:
                 id="container_not_found",
             )
         return proc.log_path
+
+    def supervise(self, handle: str) -> None:
+        """No daemon restarts a native process: ``instinct watch`` supervises it."""
 
     def follow(self, name: str, since: float | None = None) -> subprocess.Popen[str]:
         # -F: follow by name (survives a relaunch rewriting the file); since: new lines only

@@ -36,7 +36,7 @@ from instinct_serve.diagnose.phases import PHASE_ORDER, PhaseTracker
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 from instinct_serve.hosts import Host, SshHost
 from instinct_serve.plan.model import API_KEY_ENV, LOOPBACK, LaunchPlan
-from instinct_serve.runtime import health, keys, verified
+from instinct_serve.runtime import health, keys, plans, verified
 from instinct_serve.runtime.backend import Backend, ExitInfo, Occupant, Target, launch_labels
 from instinct_serve.runtime.docker_backend import DockerBackend
 from instinct_serve.runtime.documents import (
@@ -206,6 +206,7 @@ class Deployer:
         self.key_file: str | None = None  # where a generated key is kept on the host
         self.redact = Redactor.default(self.secrets.values())
         self.fixes: list[str] = []
+        self.last_diagnosis: Diagnosis | None = None  # of the endpoint ``restart`` replaced
         self.relaunches: list[Relaunch] = []
         self.replaced: list[str] = []
         self.notes: list[str] = []
@@ -312,6 +313,44 @@ class Deployer:
         )
         self.following = True  # asked again: wait for it (no automatic detach this time)
         return self._wait_and_finish(existing.handle)
+
+    # -- after ready: ``instinct watch`` and ``serve --upgrade`` (``runtime.watch``)
+
+    def adopt(self, target: Target) -> None:
+        """Take ``target``, a running or dead endpoint of this plan found after its serve
+        ended, as this run's own: a relaunch may replace it, and the fixes its launch
+        applied stay applied (each known fix is tried once per endpoint, not per run)."""
+        self.own = target.handle
+        self.plan = self._with_name(target.name)
+        self.fixes = list(target.fixes)
+        self._load_key(create=False)
+
+    def prove(self, target: Target) -> ServeOutcome:
+        """The adopted ``target`` answers /health: warm it up and probe it (serve's reuse
+        path), which records it as proven or diagnoses it (an incoherent answer with a
+        known fix relaunches it with the fix)."""
+        return self._reuse(target)
+
+    def restart(self, handle: str, signals: frozenset[Any] = frozenset()) -> ServeOutcome:
+        """The adopted endpoint ``handle`` died or hangs after it was ready: relaunch it
+        under the launch lock with the known fix of its diagnosis when one applies and was
+        not tried yet (serve's retry mapping), else as planned; then wait, warm up and
+        probe it like any serve. Its log goes with it: the caller keeps the diagnosis."""
+        from instinct_serve.runtime.lock import HostLock
+
+        diagnosis = self._diagnose(handle, signals)
+        self.last_diagnosis = diagnosis
+        retry = self._relaunch_plan(diagnosis)
+        if retry is not None:
+            finding, new_plan, changes = retry
+            self._relaunch(handle, finding, new_plan, changes)
+        else:
+            with HostLock(self.host, on_wait=self.note):
+                self.backend.discard(handle, keep=False)  # adopted: ours
+                self.launched = None
+                self._launch()
+        assert self.launched is not None
+        return self._wait_and_finish(self.launched)
 
     def _impostor(self, target: Target, why: str) -> NotReadyError:
         """An endpoint labelled as this plan's that does not run it: named, not touched."""
@@ -796,6 +835,8 @@ class Deployer:
         """Keep what was proven (warm-up, coherence) for the next serve and ``ps``."""
         target = self.backend.target(self.plan.container_name)
         if target is not None and target.running:
+            self.backend.supervise(target.handle)
+            plans.save(self.host, self.plan)
             verified.save(
                 self.host,
                 target.name,

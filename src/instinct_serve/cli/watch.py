@@ -1,0 +1,199 @@
+"""``instinct watch`` (supervise one endpoint, or print/write its systemd unit) and
+``instinct rollback`` (serve the last good plan again). The work is in ``runtime.watch``
+and ``runtime.upgrade``; this module parses options and prints events."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from instinct_serve.cli.common import console, get_host, host_option
+from instinct_serve.errors import UsageError
+
+UNIT_DIR = Path("~/.config/systemd/user")
+
+
+def unit_name(name: str) -> str:
+    return f"instinct-watch-{name}.service"
+
+
+def systemd_unit(name: str, argv: list[str]) -> str:
+    """A user unit that runs ``instinct watch NAME`` (``argv``) and is restarted if the
+    watch itself dies. Secrets are not written here: a relaunch needs the variables the
+    plan passes by name (HF_TOKEN, ...), which the unit reads from an optional
+    environment file only you can read."""
+    return (
+        "[Unit]\n"
+        f"Description=instinct watch {name}: restart and re-prove the vLLM endpoint\n"
+        "After=network-online.target docker.service\n"
+        "Wants=network-online.target\n\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"ExecStart={shlex.join(argv)}\n"
+        "# HF_TOKEN=... (chmod 600): only needed to relaunch a gated model\n"
+        "EnvironmentFile=-%h/.config/instinct-serve/watch.env\n"
+        "Restart=on-failure\n"
+        "RestartSec=30\n\n"
+        "[Install]\n"
+        "WantedBy=default.target\n"
+    )
+
+
+def _instinct_argv() -> list[str]:
+    found = shutil.which("instinct")
+    return [found] if found else [sys.executable, "-m", "instinct_serve"]
+
+
+def _printer(as_json: bool) -> Any:
+    def show(doc: dict[str, Any]) -> None:
+        if as_json:
+            sys.stdout.write(json.dumps(doc, default=str) + "\n")
+            sys.stdout.flush()
+            return
+        extra = {k: v for k, v in doc.items() if k not in ("event", "kind", "at") and v}
+        words = " ".join(f"{k}={v}" for k, v in extra.items())
+        console(stderr=True).print(f"{doc['at']} {doc['kind']} {words}", markup=False)
+
+    return show
+
+
+@click.command("watch")
+@click.argument("name", required=False)
+@click.option(
+    "--interval", type=float, default=10.0, show_default=True, help="Seconds between checks."
+)
+@click.option(
+    "--backoff",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds before the first restart of a series; doubles each time (at most 300).",
+)
+@click.option(
+    "--unhealthy-after",
+    type=click.IntRange(1, 100),
+    default=3,
+    show_default=True,
+    help="Failed /health checks in a row of a loaded server that count as a hang.",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(1, 1000),
+    default=5,
+    show_default=True,
+    help="Restarts in a row that did not bring it back before giving up (exit 1).",
+)
+@click.option("--checks", type=click.IntRange(1), default=None, help="Stop after this many checks.")
+@click.option("--for", "duration", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--timeout", type=float, default=None, help="Seconds a relaunch may take to /health.")
+@click.option("--systemd", is_flag=True, help="Print a systemd user unit that runs this watch.")
+@click.option("--write", is_flag=True, help="With --systemd: write it to ~/.config/systemd/user.")
+@click.option("--root", default="", hidden=True, help="Stand-in device tree (tests), as serve's.")
+@host_option
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines: one event per line.")
+def watch(
+    name: str | None,
+    interval: float,
+    backoff: float,
+    unhealthy_after: int,
+    max_restarts: int,
+    checks: int | None,
+    duration: float | None,
+    timeout: float | None,
+    systemd: bool,
+    write: bool,
+    root: str,
+    host_spec: str | None,
+    as_json: bool,
+) -> int:
+    """Supervise endpoint NAME: health-check it, restart it with backoff when it dies or
+    hangs (once with the known fix of its diagnosis), warm it up and probe it again after
+    any restart, and record each event (`instinct ps` shows restarts and the last failure).
+
+    \b
+    Docker's restart policy restarts a crash by itself (on-failure, 3 times); watch
+    covers the rest: a clean exit, a crash the policy gave up on, a hang, a native
+    endpoint (no daemon), and the proof after a restart. It ends when the endpoint is
+    removed (`instinct stop`), or gives up (exit 1) after --max-restarts in a row.
+    \b
+    Examples:
+      instinct watch vllm-qwen3-5-9b
+      instinct watch vllm-qwen3-5-9b --systemd --write   # then: systemctl --user enable --now ...
+    """
+    from instinct_serve.runtime.settings import ServeSettings
+    from instinct_serve.runtime.watch import Watcher, WatchSettings, backend_for, only_endpoint
+
+    host = get_host(host_spec)
+    if write and not systemd:
+        raise UsageError("--write goes with --systemd", fix="add --systemd", id="bad_usage")
+    name = name or only_endpoint(host)
+    if systemd:
+        argv = [*_instinct_argv(), "watch", name]
+        if host_spec:
+            argv += ["--host", host_spec]
+        text = systemd_unit(name, argv)
+        if not write:
+            sys.stdout.write(text)
+            return 0
+        path = UNIT_DIR.expanduser() / unit_name(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        con = console()
+        con.print(f"wrote {path}", markup=False)
+        con.print(
+            f"enable it: systemctl --user daemon-reload && systemctl --user enable --now "
+            f"{unit_name(name)}  (and `loginctl enable-linger` to keep it after logout)",
+            markup=False,
+        )
+        return 0
+    serve = ServeSettings(timeout_s=timeout) if timeout else ServeSettings()
+    settings = WatchSettings(
+        interval_s=interval,
+        backoff_s=backoff,
+        unhealthy_after=unhealthy_after,
+        max_restarts=max_restarts,
+        max_checks=checks,
+        duration_s=duration,
+        serve=serve,
+    )
+    watcher = Watcher(host, name, backend_for(host, name, root), settings, sink=_printer(as_json))
+    signal.signal(signal.SIGTERM, _terminated)  # `systemctl stop`: journalled, exit 130
+    return watcher.run()
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@click.command("rollback")
+@click.argument("name")
+@click.option(
+    "--timeout", type=float, default=None, help="Seconds the relaunch may take to /health."
+)
+@click.option("--root", default="", hidden=True, help="Stand-in device tree (tests), as serve's.")
+@host_option
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines: events, then the result.")
+def rollback(
+    name: str, timeout: float | None, root: str, host_spec: str | None, as_json: bool
+) -> int:
+    """Serve NAME's last good plan again (the one `serve --upgrade` replaced): it is
+    launched on the real port in place of the current one, warmed up and probed; the
+    current plan becomes the last good one (a second rollback undoes the first)."""
+    from instinct_serve.cli.serve import ServeView
+    from instinct_serve.runtime.settings import ServeSettings
+    from instinct_serve.runtime.upgrade import rollback as run_rollback
+
+    host = get_host(host_spec)
+    view = ServeView(as_json)
+    settings = ServeSettings(timeout_s=timeout) if timeout else ServeSettings()
+    outcome = run_rollback(host, name, settings, view.event, device_root=root)
+    view.result(outcome)
+    return outcome.exit_code

@@ -1,0 +1,113 @@
+"""What happened to an endpoint after ``ready``: one JSON line per event, on its host.
+
+``instinct watch`` (and ``serve --upgrade``/``rollback``) append here; ``ps`` reads the
+restarts and the last failure back. ``<data dir>/events/<endpoint name>.jsonl`` on the
+endpoint's host (through the ``Host``, like ``verified`` and ``plans``), so every client
+of the host sees the same history. Appends are one ``>>`` of one line (atomic enough for
+a line well under PIPE_BUF); reads take the last ``TAIL`` lines.
+
+Kinds: ``watch_started``, ``watch_stopped``, ``unhealthy``, ``hung``, ``exited``, ``restarted``
+(``by``: ``docker``: its restart policy, seen as a new run of the container; ``watch``),
+``relaunched`` (with a known fix), ``recovered``, ``gave_up``, ``upgraded``,
+``upgrade_failed``, ``rolled_back``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from instinct_serve.hosts import Host
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+TAIL = 500
+MAX_LINE = 3500  # under PIPE_BUF (4096): one write, never interleaved
+RESTART_KINDS = frozenset({"restarted", "relaunched"})
+FAILURE_KINDS = frozenset({"unhealthy", "hung", "exited", "gave_up", "upgrade_failed"})
+
+# $1: the file; the line on stdin.
+_APPEND = 'mkdir -p "${1%/*}" && cat >> "$1"'
+# $1: the directory; for each file, its name then its last lines.
+_READ_ALL = (
+    'for f in "$1"/*.jsonl; do [ -f "$f" ] || continue; '
+    'printf "#%s\\n" "${f##*/}"; tail -n "$2" "$f"; done; exit 0'
+)
+
+
+def _dir(host: Host) -> str:
+    from instinct_serve.engine import hostfs
+
+    return hostfs.join(hostfs.data_dir(host), "events")
+
+
+def _path(host: Host, name: str) -> str | None:
+    return f"{_dir(host)}/{name}.jsonl" if _NAME.fullmatch(name) else None
+
+
+def record(host: Host, name: str, kind: str, **fields: Any) -> dict[str, Any]:
+    """Append one event (best effort: supervision goes on if the file cannot be written)."""
+    doc = {"at": datetime.now(UTC).isoformat(timespec="milliseconds"), "kind": kind, **fields}
+    line = json.dumps(doc, separators=(",", ":"), default=str)
+    if len(line) > MAX_LINE:
+        doc = {key: doc[key] for key in ("at", "kind")} | {"truncated": True}
+        line = json.dumps(doc)
+    path = _path(host, name)
+    if path is not None:
+        host.run(["sh", "-c", _APPEND, "sh", path], timeout=30, input=line + "\n")
+    return doc
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
+        return None
+    return doc
+
+
+def read(host: Host, name: str, tail: int = TAIL) -> list[dict[str, Any]]:
+    path = _path(host, name)
+    if path is None:
+        return []
+    result = host.run(["tail", "-n", str(tail), "--", path], timeout=30)
+    return [d for d in map(_parse, result.stdout.splitlines()) if d is not None]
+
+
+def read_all(host: Host, tail: int = TAIL) -> dict[str, list[dict[str, Any]]]:
+    """Every endpoint's recent events, by name (one command, for ``ps``)."""
+    result = host.run(["sh", "-c", _READ_ALL, "sh", _dir(host), str(tail)], timeout=30)
+    out: dict[str, list[dict[str, Any]]] = {}
+    current: list[dict[str, Any]] | None = None
+    for line in result.stdout.splitlines():
+        if line.startswith("#") and line.endswith(".jsonl"):
+            current = out.setdefault(line[1 : -len(".jsonl")], [])
+            continue
+        doc = _parse(line)
+        if doc is not None and current is not None:
+            current.append(doc)
+    return out
+
+
+def summary(
+    events: list[dict[str, Any]], *, instance_id: str | None = None, daemon_restarts: int = 0
+) -> dict[str, Any]:
+    """``ps``'s view: how often the endpoint was restarted, and its last failure.
+
+    ``daemon_restarts``: docker's restart count of the current container; the ones a
+    watch already recorded for it (``by: docker`` with its ``id``) are not counted twice."""
+    restarts = sum(1 for e in events if e["kind"] in RESTART_KINDS)
+    seen = sum(
+        1
+        for e in events
+        if e["kind"] == "restarted" and e.get("by") == "docker" and e.get("id") == instance_id
+    )
+    restarts += max(0, daemon_restarts - seen) if instance_id else 0
+    failure = next((e for e in reversed(events) if e["kind"] in FAILURE_KINDS), None)
+    last = None
+    if failure is not None:
+        last = {"at": failure.get("at"), "kind": failure["kind"], "why": failure.get("why")}
+    return {"restarts": restarts, "last_failure": last}
