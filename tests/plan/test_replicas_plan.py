@@ -18,7 +18,7 @@ from instinct_serve.errors import InstinctError
 from instinct_serve.gather.plan import make_plan
 from instinct_serve.hardware.inventory import GpuInventory
 from instinct_serve.options import KubernetesOptions, PlanOptions
-from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.plan.model import RESTART_POLICY, LaunchPlan
 from instinct_serve.plan.render import render
 from instinct_serve.plan.replicas import haproxy_config
 from tests.infra.fakebin import FakeBin
@@ -97,11 +97,12 @@ def test_shell_render_is_every_replica_then_the_router() -> None:
         assert f"127.0.0.1:{8001 + index}:{8001 + index}" in argv
         assert vllm_args.value(argv, "--port") == str(8001 + index)
         assert argv[argv.index("--name") + 1] == f"q-r{index}"
+        assert "--restart" not in argv  # not before the replica is proven
     assert shlex.split(lines[3]) == [
         "docker",
         "update",
         "--restart",
-        "unless-stopped",
+        RESTART_POLICY,  # the endpoints' own, given once they answer
         "q-r0",
         "q-r1",
         "q-r2",
