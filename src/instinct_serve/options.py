@@ -623,6 +623,15 @@ class PlanOptions(SizingOptions):
         "$XDG_CACHE_HOME/huggingface or ~/.cache/huggingface).",
         max_length=MAX_TEXT,
     )
+    compile_cache: str | None = opt(
+        kind="text",
+        metavar="DIR|off",
+        help="Host directory of the persistent compile caches (vLLM torch.compile, Triton, "
+        "AITER JIT, MIOpen), one subdirectory per image digest and gfx, kept across stop, "
+        "relaunch and upgrade (default: compile-cache/ in the tool's cache directory on the "
+        "host); `off` leaves them in the container.",
+        max_length=MAX_TEXT,
+    )
     extra_env: dict[str, str] = opt(
         {},
         kind="env",

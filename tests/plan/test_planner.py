@@ -26,10 +26,12 @@ from instinct_serve.plan.render import docker_argv, render
 
 GOLDEN = Path(__file__).parent / "golden"
 HF = "/srv/hf-cache"  # a path that does not exist: an HF home, mounted as such
+COMPILE_CACHE = "/srv/compile-cache"
 
 
 def plan_doc(**kw: Any) -> dict[str, Any]:
     kw.setdefault("hf_cache", HF)
+    kw.setdefault("compile_cache", COMPILE_CACHE)  # a fixed host path: golden documents
     result = make_plan(PlanOptions(**kw))
     doc = json.loads(render(result.plan, "json"))
     doc["warnings"] = [w for w in doc["warnings"] if "days old" not in w]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from instinct_serve.errors import UsageError
 from instinct_serve.options import DEFAULT_PORT, ENV_NAME
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
+from instinct_serve.plan.caches import CacheLayout
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.matching import Match
@@ -187,6 +188,12 @@ class LaunchPlan:
     # where the API key comes from: "generated" (serve makes one and keeps it in a key file
     # on the host), "environment" (the caller's VLLM_API_KEY, passed by name), or None
     api_key: str | None = None
+    # the persistent compile caches on the host (``plan.caches``): mounted and pointed at by
+    # their variables in every rendering; None: off (the container's own, lost with it)
+    cache: CacheLayout | None = None
+    # what brings the endpoint back after a crash or a reboot: docker's --restart, compose's
+    # restart, systemd's Restart= (Kubernetes pods always restart)
+    restart_policy: str = "unless-stopped"
 
     @property
     def bind_address(self) -> str:
@@ -220,6 +227,9 @@ class LaunchPlan:
             "secret_env": sorted(self.secret_env),
             "vllm_args": self.vllm_args,
             "gpu_indices": self.gpu_indices,
+            # where the caches live, not their key: the key follows from the image and the
+            # gfx (already here), and a pull may only learn the digest after planning
+            "compile_cache": self.cache.root if self.cache is not None else None,
         }
 
     @property
@@ -272,6 +282,8 @@ class LaunchPlan:
             "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
             "partitions": self.partitions,
+            "compile_cache": self.cache.to_dict() if self.cache is not None else None,
+            "restart_policy": self.restart_policy,
         }
 
 

@@ -23,7 +23,7 @@ import yaml
 
 from instinct_serve import vllm_args
 from instinct_serve.options import KubernetesOptions
-from instinct_serve.plan import kubernetes
+from instinct_serve.plan import caches, kubernetes
 from instinct_serve.plan.kubernetes import k8s_objects as k8s_objects
 from instinct_serve.plan.model import API_KEY_ENV, LaunchPlan, startup_budget_s
 from instinct_serve.plan.model import check_names as check_names
@@ -45,10 +45,15 @@ def docker_argv(plan: LaunchPlan) -> list[str]:
         argv += ["--label", f"{key}={value}"]
     for flag in plan.docker_flags:
         argv += split_flag(flag)
+    argv += ["--restart", plan.restart_policy]
     argv += ["-p", publish_arg(plan)]
     for mount in plan.mounts:
         argv += ["-v", mount.docker_arg()]
+    for host_path, container_path in caches.mounts(plan.cache):
+        argv += ["-v", f"{host_path}:{container_path}"]
     for key, value in plan.env.items():
+        argv += ["-e", f"{key}={value}"]
+    for key, value in caches.container_env(plan.cache, plan.env).items():
         argv += ["-e", f"{key}={value}"]
     for name in plan.secret_env:
         argv += ["--env", name]  # by name: docker copies the value from its own environment
@@ -78,10 +83,12 @@ def native_argv(plan: LaunchPlan) -> list[str]:
 
 
 def native_env(plan: LaunchPlan) -> dict[str, str]:
-    """Environment for the native route: the plan's env plus the GPU restriction."""
+    """Environment for the native route: the plan's env, the GPU restriction, and the
+    compile caches' variables pointing at their host directories (``plan.caches``)."""
     env = dict(plan.env)
     if plan.gpu_indices is not None and "HIP_VISIBLE_DEVICES" not in env:
         env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in plan.gpu_indices)
+    env.update(caches.host_env(plan.cache, env))
     return env
 
 
@@ -144,9 +151,12 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
     mapped, leftover = _compose_from_flags(plan.docker_flags)
     service.update(mapped)
     service["ports"] = [publish_arg(plan)]
-    if plan.mounts:
-        service["volumes"] = [m.docker_arg() for m in plan.mounts]
-    service["environment"] = [f"{k}={v}" for k, v in plan.env.items()] + list(plan.secret_env)
+    volumes = [m.docker_arg() for m in plan.mounts]
+    volumes += [f"{host}:{container}" for host, container in caches.mounts(plan.cache)]
+    if volumes:
+        service["volumes"] = volumes
+    env = {**plan.env, **caches.container_env(plan.cache, plan.env)}
+    service["environment"] = [f"{k}={v}" for k, v in env.items()] + list(plan.secret_env)
     from instinct_serve.observe.scrape import compose_labels
 
     # the endpoint's own labels, and the ones a docker_sd Prometheus job discovers
@@ -164,7 +174,7 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
         "retries": 3,
         "start_period": f"{startup_budget_s(plan)}s",
     }
-    service["restart"] = "unless-stopped"
+    service["restart"] = plan.restart_policy
     doc: dict[str, Any] = {"services": {plan.container_name: _compose_escape(service)}}
     if leftover:
         doc["x-instinct-serve-unmapped-flags"] = _compose_escape(leftover)
