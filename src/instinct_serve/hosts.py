@@ -35,6 +35,15 @@ DEFAULT_TIMEOUT_S = 60.0
 SSH_CONNECT_TIMEOUT_S = 10
 
 
+def ssh_missing() -> HostError:
+    """The one error for a machine without the ``ssh`` client (every ssh path raises it)."""
+    return HostError(
+        "the ssh client is not installed on this machine",
+        fix="install OpenSSH (e.g. apt-get install openssh-client)",
+        id="ssh_missing",
+    )
+
+
 class Result(NamedTuple):
     """The outcome of one command: exit status, both streams, and how long it took."""
 
@@ -491,11 +500,7 @@ class SshHost:
                 full, args, timeout=timeout, env=None, input=self._env_stdin(env, input)
             )
         except OSError as exc:
-            raise HostError(
-                "the ssh client is not installed on this machine",
-                fix="install OpenSSH (e.g. apt-get install openssh-client)",
-                id="ssh_missing",
-            ) from exc
+            raise ssh_missing() from exc
         if result.returncode == 255 and (
             _SSH_FAILURE.search(result.stderr) or not (result.stderr or result.stdout)
         ):
@@ -519,11 +524,7 @@ class SshHost:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise HostError(
-                "the ssh client is not installed on this machine",
-                fix="install OpenSSH (e.g. apt-get install openssh-client)",
-                id="ssh_missing",
-            ) from exc
+            raise ssh_missing() from exc
         if env:
             stdin: IO[str] | None = proc.stdin
             assert stdin is not None

@@ -110,3 +110,35 @@ def test_cancelling_a_serve_removes_what_it_launched(serve: Serve) -> None:
     existed, waited = run_session(scenario, timeout=180)
     assert existed, "the container was running when the request was cancelled"
     assert inspect(name) is None, f"still there after {waited:.0f} s"
+
+
+def test_an_agent_walks_a_large_model_to_a_coherent_answer(serve: Serve) -> None:
+    """A 141 GB model through MCP: serve returns once loading is confirmed (``loading``);
+    the same serve again waits for it, warms it up and probes it; status then shows what
+    was proven. What an agent does after ``loading`` (SKILL.md)."""
+    name, port = serve.name("mcp-large"), free_port()
+    args = {
+        **serve_args(serve, name, port, serve.double(load_s=4)),
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
+    }
+
+    async def scenario(client: Client) -> list[Call]:
+        summary = await client.call("serve", {**args, "confirm": False})
+        args["plan_hash"] = summary.doc["plan_hash"]
+        assert summary.doc["plan"]["weight_memory_gb"] >= 100, summary.doc["plan"]
+        return [
+            await client.call("serve", args),
+            await client.call("serve", args),
+            await client.call("status", {}),
+            await client.call("stop", {"names": [name]}),
+        ]
+
+    loading, proven, status, _stop = run_session(scenario, timeout=300)
+    assert not loading.is_error and loading.doc["status"] == "loading", loading.text[-2000:]
+    assert loading.doc["endpoint"]["coherence"] is None
+    assert not proven.is_error, proven.text[-3000:]
+    assert proven.doc["status"] in ("ready", "reused") and proven.exit_code == 0
+    assert proven.doc["endpoint"]["coherence"]["verdict"] == "coherent"
+    rows = {row["name"]: row for row in status.doc["endpoints"]}
+    assert rows[name]["verified"]["coherence"] == "coherent"
+    assert inspect(name) is None

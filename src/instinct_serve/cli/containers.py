@@ -56,8 +56,11 @@ def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
             con.print(f"No instinct-serve endpoints on {escape(host.name)}.")
             return
         table = Table(title=f"Endpoints on {escape(host.name)}", title_justify="left")
-        for column in ("NAME", "ENGINE", "MODEL", "PORT", "STATUS", "UPTIME", "HEALTH"):
-            table.add_column(column, overflow="fold")
+        columns = ("NAME", "ENGINE", "MODEL", "PORT", "STATUS", "UPTIME", "HEALTH", "PROVEN")
+        for column in columns:
+            # Short facts (status, port, health) keep one line; names and proofs fold.
+            wraps = column in ("NAME", "MODEL", "PROVEN")
+            table.add_column(column, overflow="fold", no_wrap=not wraps)
         for row in rows:
             colour = {"healthy": "green", "loading": "yellow"}.get(row.health or "", "red")
             table.add_row(
@@ -68,11 +71,24 @@ def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
                 escape(row.status),
                 _uptime(row.uptime_s),
                 f"[{colour}]{escape(row.health)}[/]" if row.health else "-",
+                _proven(row.verified),
             )
         con.print(table)
 
     emit(listing.to_dict(), as_json, human)
     return 0
+
+
+def _proven(verified: dict[str, object] | None) -> str:
+    """serve's warm-up and coherence probe of this instance ("-": never proven, e.g. a
+    large model left loading: `instinct serve` the same plan again proves it)."""
+    if not verified:
+        return "-"
+    warmup = verified.get("warmup_latency_s")
+    parts = [str(verified.get("coherence") or "warmed up")]
+    if isinstance(warmup, int | float):
+        parts.append(f"warm-up {warmup:.1f} s")
+    return ", ".join(parts)
 
 
 # --------------------------------------------------------------------------- logs

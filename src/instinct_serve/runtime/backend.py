@@ -50,6 +50,8 @@ class Target:
     plan_hash: str | None = None
     image: str | None = None
     id: str | None = None  # a container's id (docker); None for native processes
+    # this run of it: a restart or relaunch is a new instance (``runtime.verified``)
+    instance: str | None = None
 
     @property
     def handle(self) -> str:

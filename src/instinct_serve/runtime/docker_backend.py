@@ -221,7 +221,17 @@ def _target(info: ContainerInfo) -> Target:
         plan_hash=info.plan_hash,
         image=info.image,
         id=info.id or None,
+        instance=container_instance(info),
     )
+
+
+def container_instance(info: ContainerInfo) -> str | None:
+    """This run of the container: its id and when it last started (a restart by the
+    daemon's policy or by hand is a new run)."""
+    if not info.id:
+        return None
+    started = info.state.started_at
+    return f"{info.id}:{started.isoformat() if started else info.restart_count}"
 
 
 def rooted_devices(argv: list[str], root: str) -> list[str]:

@@ -42,6 +42,8 @@ class Row:
     plan_hash: str | None = None
     id: str | None = None
     fixes: str | None = None
+    instance: str | None = None  # this run of it (``runtime.verified``)
+    verified: dict[str, Any] | None = None  # serve's warm-up and coherence, when proven
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +59,7 @@ class Row:
             "plan_hash": self.plan_hash,
             "id": self.id,
             "fixes": self.fixes.split(",") if self.fixes else [],
+            "verified": self.verified,
         }
 
 
@@ -64,6 +67,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
     """Managed containers, or (no rows, why) when Docker is not usable on the host."""
     from instinct_serve.runtime.backend import LABEL_FIXES
     from instinct_serve.runtime.docker import Docker
+    from instinct_serve.runtime.docker_backend import container_instance
 
     try:
         found = Docker(host).list_managed()
@@ -83,6 +87,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
             plan_hash=c.plan_hash,
             id=c.short_id,
             fixes=c.labels.get(LABEL_FIXES),
+            instance=container_instance(c),
         )
         for c in found
     ]
@@ -92,6 +97,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
 def native_rows(host: Host) -> list[Row]:
     """Native vLLM processes ``serve --engine native`` launched (not other launches)."""
     from instinct_serve.engine import launcher
+    from instinct_serve.runtime.native import process_instance
 
     try:
         found = launcher.list_processes(host)
@@ -124,6 +130,7 @@ def native_rows(host: Host) -> list[Row]:
                 plan_hash=str(meta.get("plan_hash") or "") or None,
                 id=str(status.process.pid),
                 fixes=",".join(meta.get("fixes") or []) or None,
+                instance=process_instance(status.process),
             )
         )
     return rows
@@ -173,11 +180,24 @@ def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None)
     rows, docker_problem = docker_rows(host)
     rows += native_rows(host)
     shown = rows if limit is None else rows[:limit]
+    if any(row.running for row in shown):
+        _add_verified(host, shown)
     if health:
         for row in shown:
             if row.running and row.port:
                 row.health = probe(host, row.port)
     return Listing(host.name, shown, len(rows), docker_problem)
+
+
+def _add_verified(host: Host, rows: list[Row]) -> None:
+    """What serve proved about each running endpoint (this very instance of it)."""
+    from instinct_serve.runtime import verified
+
+    records = verified.load_all(host)
+    for row in rows:
+        record = records.get(row.name)
+        if row.running and record is not None and record["instance"] == row.instance:
+            row.verified = verified.summary(record)
 
 
 def find(host: Host, name: str) -> tuple[str, Any]:
@@ -268,6 +288,14 @@ def _forget_key(host: Host, name: str) -> None:
         keys.remove_key(host, keys.key_path(host, name))
 
 
+def _forget_record(host: Host, name: str) -> None:
+    """What serve proved about a stopped endpoint is about an instance that is gone."""
+    from instinct_serve.runtime import verified
+
+    with contextlib.suppress(InstinctError):
+        verified.forget(host, name)
+
+
 def stop_one(host: Host, name: str) -> dict[str, Any]:
     """Stop one endpoint: a managed container is removed, a native process stopped."""
     engine, found = find(host, name)
@@ -276,10 +304,12 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
 
         info = Docker(host).stop(found.name)  # refuses (not_managed) what is not ours
         _forget_key(host, info.name)
+        _forget_record(host, info.name)
         return {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
     from instinct_serve.engine import launcher
 
     result = launcher.stop(host, found.name)
+    _forget_record(host, found.name)
     return {
         "name": found.name,
         "engine": "native",
@@ -298,6 +328,7 @@ def stop_all(host: Host) -> list[dict[str, Any]]:
     try:
         for info in Docker(host).stop_all_managed():
             _forget_key(host, info.name)
+            _forget_record(host, info.name)
             stopped.append(
                 {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
             )
@@ -306,6 +337,7 @@ def stop_all(host: Host) -> list[dict[str, Any]]:
     for row in native_rows(host):
         if row.running:
             launcher.stop(host, row.name)
+            _forget_record(host, row.name)
             stopped.append(
                 {"name": row.name, "engine": "native", "model": row.model, "removed": False}
             )

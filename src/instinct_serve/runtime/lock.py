@@ -24,16 +24,20 @@ from types import TracebackType
 from typing import IO, Any
 
 from instinct_serve.errors import HostError, NotReadyError
-from instinct_serve.hosts import Host, SshHost
+from instinct_serve.hosts import Host, SshHost, ssh_missing
 
 LOCK_WAIT_S = 600.0  # a launch holds it seconds; a slow docker run, a few minutes
 POLL_S = 0.1
 
 # $1 the lock file, $2 seconds to wait. Prints "locked" once held, then holds it until its
-# stdin closes (our end of the ssh connection); exit 1 from flock -w means "timed out".
+# stdin closes (our end of the ssh connection). A first try without waiting tells us
+# whether someone holds it ("busy", exit 1 from flock -n), so the wait is announced at
+# once; exit 1 from flock -w means "timed out".
+_HOLD = "sh -c 'echo locked; exec cat >/dev/null'"
 _REMOTE = (
     'umask 077; mkdir -p "${1%/*}" || exit 3; command -v flock >/dev/null 2>&1 || exit 4; '
-    'exec flock -w "$2" "$1" sh -c \'echo locked; exec cat >/dev/null\''
+    f'flock -n "$1" {_HOLD}; rc=$?; [ "$rc" = 1 ] || exit "$rc"; '
+    f'echo busy; exec flock -w "$2" "$1" {_HOLD}'
 )
 
 
@@ -175,25 +179,20 @@ class HostLock:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise HostError(
-                "the ssh client is not installed on this machine",
-                fix="install OpenSSH (e.g. apt-get install openssh-client)",
-                id="ssh_missing",
-            ) from exc
+            raise ssh_missing() from exc
         assert proc.stdout is not None
         deadline = time.monotonic() + self.wait_s + host.connect_timeout + 20
-        told_at = time.monotonic() + 1.0  # a lock held by nobody comes back at once
         line = b""
         try:
             while time.monotonic() < deadline:
                 if _readable(proc.stdout, 0.2):
                     line = proc.stdout.readline()
+                    if line.strip() == b"busy":
+                        self._waiting("")
+                        continue
                     break
                 if proc.poll() is not None:
                     break
-                if told_at and time.monotonic() >= told_at:
-                    told_at = 0.0
-                    self._waiting("")
         except BaseException:
             _end(proc, grace_s=0.0)
             raise

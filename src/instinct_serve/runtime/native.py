@@ -43,7 +43,13 @@ def target_of(status: launcher.ProcessStatus) -> Target:
         port=int(port) if isinstance(port, int) else None,
         plan_hash=str(meta["plan_hash"]) if meta.get("plan_hash") else None,
         image=None,
+        instance=process_instance(status.process),
     )
+
+
+def process_instance(process: launcher.NativeProcess) -> str:
+    """This run of the native server: a relaunch under the same name is a new pid."""
+    return f"{process.name}:{process.pid}:{process.start_ticks}"
 
 
 def native_on_port(host: Host, port: int) -> Target | None:

@@ -36,7 +36,7 @@ from instinct_serve.diagnose.phases import PHASE_ORDER, PhaseTracker
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 from instinct_serve.hosts import Host, SshHost
 from instinct_serve.plan.model import API_KEY_ENV, LOOPBACK, LaunchPlan
-from instinct_serve.runtime import health, keys
+from instinct_serve.runtime import health, keys, verified
 from instinct_serve.runtime.backend import Backend, ExitInfo, Occupant, Target, launch_labels
 from instinct_serve.runtime.docker_backend import DockerBackend
 from instinct_serve.runtime.documents import (
@@ -201,6 +201,7 @@ class Deployer:
         self.launched: str | None = None  # the handle of the endpoint to clean up on abort
         self.own: str | None = None  # the handle of the endpoint this run launched last
         self._launching = False  # inside backend.launch: the endpoint may appear late
+        self.following = False  # waiting for an endpoint of this plan another run started
         self.api_key: str | None = None  # sent by our probes (Authorization: Bearer)
         self.key_file: str | None = None  # where a generated key is kept on the host
         self.redact = Redactor.default(self.secrets.values())
@@ -276,6 +277,29 @@ class Deployer:
                 raise self._impostor(existing, f"/v1/models lists {names}, not {endpoint.model}")
             if match.max_model_len:
                 endpoint.max_model_len = match.max_model_len
+            record = verified.load(self.host, existing.name, existing.instance)
+            if record is None:
+                # left loading by a detached serve (a large model), or started before this
+                # was recorded: healthy means /health only until a warm-up and the probe
+                self.emit(
+                    Reused(
+                        container=existing.name,
+                        message=f"{existing.name} is healthy, not yet warmed up and probed: "
+                        "doing it now",
+                    )
+                )
+                proven = self._after_healthy(existing.handle)
+                if proven is None:  # it died meanwhile
+                    return self._failed(
+                        existing.handle,
+                        WaitResult("exited", self.backend.exit_info(existing.handle)),
+                        self._diagnose(existing.handle, frozenset()),
+                    )
+                if proven.status == "ready":
+                    proven.status = "reused"
+                return proven
+            endpoint.warmup_latency_s = record.get("warmup_latency_s")
+            endpoint.coherence = record.get("coherence")
             self.emit(Reused(container=existing.name, message=f"{existing.name} is healthy"))
             outcome = self._outcome("reused", endpoint=endpoint)
             outcome.phase = "ready"
@@ -286,6 +310,7 @@ class Deployer:
                 message=f"{existing.name} (same plan) is still starting: following it",
             )
         )
+        self.following = True  # asked again: wait for it (no automatic detach this time)
         return self._wait_and_finish(existing.handle)
 
     def _impostor(self, target: Target, why: str) -> NotReadyError:
@@ -633,7 +658,7 @@ class Deployer:
         timeout = settings.timeout_s or startup_timeout_s(self.plan)
         start = time.monotonic()
         deadline = start + timeout
-        detach = detaches(self.plan, settings)
+        detach = bool(settings.detach) if self.following else detaches(self.plan, settings)
         follower = LogFollower(self.backend.follow(handle))
         restarts = 0
         next_health = start
@@ -734,6 +759,7 @@ class Deployer:
         endpoint.warmup_latency_s = round(first.latency_s, 3)
         self.emit(WarmedUp(latency_s=endpoint.warmup_latency_s, endpoint=first.endpoint))
         if not self.settings.coherence:
+            self._record(endpoint)
             return self._outcome("ready", endpoint=endpoint)
         self.phase("coherence_probe", "greedy known-answer probe")
         try:
@@ -751,6 +777,7 @@ class Deployer:
         endpoint.coherence = probe.to_dict()
         self.emit(CoherenceChecked(verdict=probe.verdict.verdict, text=probe.completion.text[:200]))
         if probe.ok:
+            self._record(endpoint)
             return self._outcome("ready", endpoint=endpoint)
         diagnosis = self._diagnose(handle, frozenset({"incoherent_output"}))
         retry = self._relaunch_plan(diagnosis) if handle == self.own else None
@@ -764,6 +791,19 @@ class Deployer:
         self._relaunch(handle, finding, new_plan, changes)
         assert self.launched is not None
         return self._wait_and_finish(self.launched)
+
+    def _record(self, endpoint: Endpoint) -> None:
+        """Keep what was proven (warm-up, coherence) for the next serve and ``ps``."""
+        target = self.backend.target(self.plan.container_name)
+        if target is not None and target.running:
+            verified.save(
+                self.host,
+                target.name,
+                target.instance,
+                plan_hash=self.plan.plan_hash,
+                warmup_latency_s=endpoint.warmup_latency_s,
+                coherence=endpoint.coherence,
+            )
 
     def _check_listed(self, endpoint: Endpoint, handle: str) -> ServeOutcome | None:
         try:

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import IO
 
 from instinct_serve.errors import HostError, UsageError
-from instinct_serve.hosts import Host, SshHost, ssh_error
+from instinct_serve.hosts import Host, SshHost, ssh_error, ssh_missing
 
 DEFAULT_TUNNEL_TIMEOUT_S = 20.0
 _BIND_RETRIES = 3
@@ -137,11 +137,7 @@ class Tunnel:
                 start_new_session=True,  # our __exit__ ends it, not the terminal's Ctrl-C
             )
         except FileNotFoundError as exc:
-            raise HostError(
-                "the ssh client is not installed on this machine",
-                fix="install OpenSSH (e.g. apt-get install openssh-client)",
-                id="ssh_missing",
-            ) from exc
+            raise ssh_missing() from exc
         self.local_port = port
         deadline = time.monotonic() + self.timeout
         accepting_since: float | None = None
