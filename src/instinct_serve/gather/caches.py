@@ -69,5 +69,8 @@ def resolve_compile_cache(setting: str | None, host: Host, plan: LaunchPlan) -> 
     root = cache_root(setting, host)
     if root is None:
         return None
+    from instinct_serve.hardware.target import CPU_SOURCE
+
     digest = image_id(host, plan.image) if plan.engine == "docker" else None
-    return layout_for(root, plan.gfx_version, plan.image, digest, engine=plan.engine)
+    cpu = plan.gfx_version == CPU_SOURCE
+    return layout_for(root, plan.gfx_version, plan.image, digest, engine=plan.engine, cpu=cpu)

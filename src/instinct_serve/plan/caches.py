@@ -22,15 +22,17 @@ subPaths are all read from it (``plan.render``, ``plan.kubernetes``):
   ``aiter.jit.<md_name>`` from the package). The image ships prebuilt modules in the
   package's ``jit/`` directory, so an empty mount would hide them and rebuild them all:
   the volume is *seeded* from the image once per cache key (``SEED_SCRIPT``: the
-  ``*.so`` files of ``aiter/jit`` copied in, a marker written), and AITER_JIT_DIR is set
-  only where the seed ran. Not used by the native engine: a user's own environment keeps
-  what AITER builds in its package directory already.
+  ``*.so`` files of ``aiter/jit`` copied in, a marker written; ``seed_argv``), and the
+  directory is dropped from the layout where the seed fails (no ``python3`` in the image).
+  Older AITER releases read ``JIT_WORKSPACE_DIR`` instead and imported from the package
+  all the same: there the mount is merely unused. Not used by the native engine: a user's
+  own environment keeps what AITER builds in its package directory already.
 * ``miopen``: ``MIOPEN_USER_DB_PATH`` (the tuning database, default ``~/.config/miopen``)
   and ``MIOPEN_CUSTOM_CACHE_DIR`` (the kernel cache, default ``~/.cache/miopen``;
   ROCm/MIOpen doc/src/cache.md), one directory for both.
 
-Pure: data in, data out. The host side (the image digest, seeding, ``instinct cache
-ls|prune``) is ``runtime.caches``.
+Pure: data in, data out. The host side (the image digest: ``gather.caches``; creating,
+seeding, re-keying after a pull, ``instinct cache ls|prune``: ``runtime.caches``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class CacheDir(NamedTuple):
     what: str
     seeded: bool = False  # filled from the image once per key before the first start
     native: bool = True  # also set for the native engine (host paths)
+    gpu: bool = True  # only for GPU plans (vLLM's CPU backend compiles with Inductor alone)
 
 
 COMPILE_CACHES: tuple[CacheDir, ...] = (
@@ -65,6 +68,7 @@ COMPILE_CACHES: tuple[CacheDir, ...] = (
         "/root/.cache/vllm",
         ("VLLM_CACHE_ROOT",),
         "vLLM's torch.compile cache (and Inductor's output with it)",
+        gpu=False,
     ),
     CacheDir("triton", "/root/.cache/triton", ("TRITON_CACHE_DIR",), "compiled Triton kernels"),
     CacheDir(
@@ -148,10 +152,56 @@ def cache_key(gfx: str, image: str, image_id: str | None, *, engine: str = "dock
 
 
 def layout_for(
-    root: str, gfx: str, image: str, image_id: str | None, *, engine: str = "docker"
+    root: str,
+    gfx: str,
+    image: str,
+    image_id: str | None,
+    *,
+    engine: str = "docker",
+    cpu: bool = False,
 ) -> CacheLayout:
-    names = tuple(c.name for c in COMPILE_CACHES if engine == "docker" or c.native)
+    """The caches a plan mounts: all of them in a container, the native engine's own
+    environment without AITER, a CPU-only plan vLLM's alone."""
+    names = tuple(
+        c.name
+        for c in COMPILE_CACHES
+        if (engine == "docker" or c.native) and (not cpu or not c.gpu)
+    )
     return CacheLayout(root, cache_key(gfx, image, image_id, engine=engine), names, image_id)
+
+
+def seed_argv(layout: CacheLayout | None, image: str) -> list[str] | None:
+    """The ``docker run`` that seeds the AITER directory from ``image`` (idempotent: the
+    marker makes a second run a no-op), or None when the layout mounts no AITER cache."""
+    if layout is None or "aiter" not in layout.names:
+        return None
+    return [
+        "docker",
+        "run",
+        "--rm",
+        "--entrypoint",
+        "python3",
+        "-v",
+        f"{layout.host_path('aiter')}:/seed",
+        image,
+        "-c",
+        SEED_SCRIPT,
+        "/seed",
+    ]
+
+
+def meta_doc(layout: CacheLayout, *, image: str, gfx: str, engine: str, now: str) -> dict[str, Any]:
+    """What ``meta.json`` of a key says: the tool made it (``instinct cache prune`` removes
+    nothing else), for which image and gfx, and when it was last used."""
+    return {
+        "tool": "instinct-serve",
+        "key": layout.key,
+        "image": image,
+        "image_id": layout.image_id,
+        "gfx": gfx,
+        "engine": engine,
+        "last_used": now,
+    }
 
 
 def rekeyed(layout: CacheLayout, gfx: str, image: str, image_id: str) -> CacheLayout:

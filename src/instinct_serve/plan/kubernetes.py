@@ -515,7 +515,6 @@ def _pod_spec(
     if seed is not None:
         spec["initContainers"] = [seed]
     spec["containers"] = [_container(plan, opts, gpus, role)]
-    spec["restartPolicy"] = "Always"  # a crashed vLLM comes back (the only one pods allow)
     spec["volumes"] = [
         {"name": "cache", "persistentVolumeClaim": {"claimName": f"{name}-cache"}},
         # vLLM's shared-memory queues between ranks and RCCL's intra-node transport; the

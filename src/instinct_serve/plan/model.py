@@ -191,9 +191,6 @@ class LaunchPlan:
     # the persistent compile caches on the host (``plan.caches``): mounted and pointed at by
     # their variables in every rendering; None: off (the container's own, lost with it)
     cache: CacheLayout | None = None
-    # what brings the endpoint back after a crash or a reboot: docker's --restart, compose's
-    # restart, systemd's Restart= (Kubernetes pods always restart)
-    restart_policy: str = "unless-stopped"
 
     @property
     def bind_address(self) -> str:
@@ -283,7 +280,6 @@ class LaunchPlan:
             "recipe_cross_check": self.recipe_cross_check,
             "partitions": self.partitions,
             "compile_cache": self.cache.to_dict() if self.cache is not None else None,
-            "restart_policy": self.restart_policy,
         }
 
 

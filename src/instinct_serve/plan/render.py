@@ -45,7 +45,6 @@ def docker_argv(plan: LaunchPlan) -> list[str]:
         argv += ["--label", f"{key}={value}"]
     for flag in plan.docker_flags:
         argv += split_flag(flag)
-    argv += ["--restart", plan.restart_policy]
     argv += ["-p", publish_arg(plan)]
     for mount in plan.mounts:
         argv += ["-v", mount.docker_arg()]
@@ -174,8 +173,22 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
         "retries": 3,
         "start_period": f"{startup_budget_s(plan)}s",
     }
-    service["restart"] = plan.restart_policy
-    doc: dict[str, Any] = {"services": {plan.container_name: _compose_escape(service)}}
+    service["restart"] = "unless-stopped"
+    services = {plan.container_name: service}
+    seed = caches.seed_argv(plan.cache, plan.image)
+    if seed is not None and plan.cache is not None:
+        # the compose form of serve's seeding (and of the init container in Kubernetes):
+        # vLLM starts only once the image's AITER modules are in the mounted directory
+        seeder = f"{plan.container_name}-seed-aiter"
+        services[seeder] = {
+            "image": plan.image,
+            "entrypoint": ["python3"],
+            "command": seed[seed.index(plan.image) + 1 :],
+            "volumes": [f"{plan.cache.host_path('aiter')}:/seed"],
+            "restart": "no",
+        }
+        service["depends_on"] = {seeder: {"condition": "service_completed_successfully"}}
+    doc: dict[str, Any] = {"services": _compose_escape(services)}
     if leftover:
         doc["x-instinct-serve-unmapped-flags"] = _compose_escape(leftover)
     return doc
@@ -223,7 +236,10 @@ def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> 
     if fmt == "docker":
         return "\n".join(docker_argv(plan)) + "\n"
     if fmt == "shell":
-        return shell_line(plan) + "\n"
+        seed = caches.seed_argv(plan.cache, plan.image)
+        # seed the AITER cache from the image first (once per key: a no-op after that)
+        first = f"{shlex.join(seed)} &&\n" if seed is not None else ""
+        return first + shell_line(plan) + "\n"
     if fmt == "native":
         return native_script(plan)
     if fmt == "compose":

@@ -344,12 +344,15 @@ class Deployer:
         Then, under the host's launch lock: an endpoint of the same plan that appeared
         meanwhile (another serve) is reused; else the way is cleared and this run launches.
         """
+        from instinct_serve.runtime.caches import prepare_caches
         from instinct_serve.runtime.lock import HostLock
 
         self._check_own_key()
         if self.backend.engine == "docker":
             self.phase("pulling_image", f"checking image {self.plan.image}")
         self.backend.prepare(self.plan, self._feed_pull)
+        # the compile caches: keyed by the digest the pull brought, created, AITER seeded
+        prepare_caches(self.host, self.plan, self.note)
         with HostLock(self.host, on_wait=self.note):
             existing = self.backend.same_plan(self.plan)
             if existing is None:
