@@ -4,9 +4,9 @@ routes ``snapshot_download`` of huggingface_hub calls, with file bodies paced to
 ``tests/fit/hubserver.py`` answers the metadata routes the fit tests need; downloads need
 more: the repository's revision (``/api/models/R/revision/REV``), its file tree
 (``/api/models/R/tree/REV``, with sizes and LFS entries) and ``/R/resolve/REV/FILE`` for
-HEAD (commit, ETag, size headers) and GET (with ``Range``: huggingface_hub resumes an
-interrupted download from its ``.incomplete`` file). No Xet headers are sent, so the plain
-HTTP path is used even where ``hf_xet`` is installed. Every request is recorded.
+HEAD (commit, ETag, size headers) and GET (``Range`` honoured, for clients that resume).
+No Xet headers are sent, so the plain HTTP path is used even where ``hf_xet`` is installed.
+Every request is recorded.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ LFS_MIN = 1024  # files this large are LFS entries (the Hub's threshold is large
 class Hub:
     port: int
     repo: str
-    files: Mapping[str, bytes]
+    files: dict[str, bytes]
     rate: float
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
 

@@ -33,7 +33,7 @@ def pull(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     \b
     The image is pulled by the host's docker while the weights download into the HF cache
     the plan mounts, after a disk check sized from both. Run it again after an interruption:
-    finished layers and files are kept, a partial file resumes. HF_ENDPOINT, HF_TOKEN and
+    finished layers and files are kept and only the rest is fetched. HF_ENDPOINT, HF_TOKEN and
     HF_HUB_OFFLINE are honoured (offline: the cache is only checked).
     """
     from instinct_serve.gather.plan import plan_for

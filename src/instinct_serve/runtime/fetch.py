@@ -9,8 +9,10 @@ only once the container runs. ``fetch`` runs both at once (``instinct pull MODEL
   keeps the layers it finished, so an interrupted pull resumes);
 * the weights with ``huggingface_hub.snapshot_download`` into the hub cache the plan mounts
   (so vLLM finds them and downloads nothing), honouring ``HF_ENDPOINT``, ``HF_TOKEN`` and
-  ``HF_HUB_OFFLINE`` (then only the cache is checked); it resumes a file from its
-  ``.incomplete`` part. The files are the ones vLLM loads (``select_files``). Where
+  ``HF_HUB_OFFLINE`` (then only the cache is checked). Finished files are kept, so a run
+  after an interruption fetches only the rest (huggingface_hub 2 restarts an unfinished
+  file: its partial download is private to the process that died). The files are the ones
+  vLLM loads (``select_files``). Where
   ``hf_xet`` is installed its high-performance mode is turned on (``HF_XET_HIGH_PERFORMANCE``,
   used when the Hub serves the repository through Xet); with a huggingface_hub older than 1.0
   and ``hf_transfer`` installed, ``HF_HUB_ENABLE_HF_TRANSFER``. Weights are downloaded on
@@ -104,6 +106,16 @@ def select_files(files: list[tuple[str, int]]) -> list[tuple[str, int]]:
     return [
         (n, s) for n, s in kept if not n.lower().endswith(weight_exts) or n.lower().endswith(chosen)
     ]
+
+
+def offline_patterns(names: list[str]) -> list[str]:
+    """What to verify in the cache when offline (no file list from the Hub): the weight
+    format ``select_files`` picks among the cached names as a pattern (a missing shard is
+    then missing), and the other files present by name."""
+    chosen = select_files([(n, 0) for n in names])
+    weight_exts = tuple(e for group in WEIGHT_ORDER for e in group)
+    exts = sorted({"*" + e for n, _ in chosen for e in weight_exts if n.lower().endswith(e)})
+    return exts + [n for n, _ in chosen if not n.lower().endswith(weight_exts)]
 
 
 def parse_df(text: str) -> dict[str, tuple[str, int]]:
@@ -409,11 +421,13 @@ class Fetcher:
         try:
             snapshot_download(
                 self.plan.model,
-                revision=self._sha,
+                # by branch, not by the commit listed: huggingface_hub then records the
+                # branch's commit (refs/main), which offline lookups (and vLLM) resolve
+                revision=None,
                 cache_dir=self._hub,
                 endpoint=hub_endpoint(),
                 token=hub_token() or False,
-                allow_patterns=[n for n, _ in self._files] or None,
+                allow_patterns=self._offline_patterns() if offline else [n for n, _ in self._files],
                 local_files_only=offline,
                 max_workers=8,
             )
@@ -426,6 +440,21 @@ class Fetcher:
         finally:
             self.weights.end = time.time()
             self.weights.done_bytes = self._weights_done()
+
+    def _offline_patterns(self) -> list[str] | None:
+        """The files to find in the cache offline (None: the whole snapshot; nothing is
+        cached then and huggingface_hub says so)."""
+        assert self._hub is not None
+        snapshots = Path(self._hub) / _repo_folder(self.plan.model) / "snapshots"
+        names = sorted(
+            {
+                str(p.relative_to(snap))
+                for snap in (snapshots.iterdir() if snapshots.is_dir() else [])
+                for p in snap.rglob("*")
+                if p.is_file()
+            }
+        )
+        return offline_patterns(names) or None
 
     def _weights_done(self) -> int:
         if self._hub is None:
@@ -480,7 +509,8 @@ def _hub_error(
     name = type(exc).__name__
     if offline:
         return NotReadyError(
-            f"HF_HUB_OFFLINE is set and {model} is not complete in the cache {where}",
+            f"HF_HUB_OFFLINE is set and {model} is not complete in the cache {where} "
+            f"({name}: {str(exc)[:200]})",
             fix="unset HF_HUB_OFFLINE to download it, or copy the model's cache there",
             id="weights_not_cached",
         )
@@ -495,6 +525,6 @@ def _hub_error(
     return InstinctError(
         f"downloading {model} from {hub_endpoint()} failed: {name}: {str(exc)[:200]}",
         fix="check the network path to the Hub (HF_ENDPOINT for a mirror); run `instinct pull` "
-        "again: finished files are kept and a partial one resumes",
+        "again: the files it finished are kept",
         id="weights_download_failed",
     )
