@@ -767,6 +767,12 @@ class ServeOptions(PlanOptions):
         kind="bool",
         help="Stop and remove an instinct-serve endpoint that holds the port or name.",
     )
+    prefetch: bool = opt(
+        False,
+        kind="bool",
+        help="Download the weights into the mounted HF cache while the image is pulled, "
+        "before the launch (`instinct pull`), instead of leaving them to vLLM after it.",
+    )
     timeout_s: float | None = opt(
         kind="float",
         flag="--timeout",

@@ -462,13 +462,18 @@ class Fetcher:
         return _dir_bytes(Path(self._hub) / _repo_folder(self.plan.model) / "blobs")
 
     def run(
-        self, on_progress: Progress, on_line: Callable[[str], None] | None = None
+        self,
+        on_progress: Progress,
+        on_line: Callable[[str], None] | None = None,
+        *,
+        strict_weights: bool = True,
     ) -> FetchReport:
-        """Check, then fetch both at once; raises the first failure after both ended."""
+        """Check, then fetch both at once; raises the first failure after both ended (a
+        weight failure only with ``strict_weights``: else it stays in the report)."""
         report = FetchReport(self.image, self.weights)
         self._plan_image()
         self._plan_weights()
-        if self.weights.error is not None:
+        if self.weights.error is not None and strict_weights:
             raise self.weights.error
         report.disk = self.check_disk()
         if self.weights.status == "pending" and self._hub is not None:
@@ -492,7 +497,7 @@ class Fetcher:
         for span in (self.image, self.weights):
             on_progress(span.what, span)
         for span in (self.image, self.weights):
-            if span.error is not None:
+            if span.error is not None and (strict_weights or span is self.image):
                 raise span.error
         return report
 
