@@ -3,11 +3,11 @@
 The root: ``--compile-cache DIR`` (``~``/``$VAR`` expanded against the host's environment),
 else ``compile-cache/`` in the tool's cache directory on the host (``INSTINCT_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/instinct-serve``, else ``~/.cache/instinct-serve``, as
-``paths.cache_dir`` locally). The key needs the image's digest: asked of the host's docker
-when the image is there (``docker image inspect``: its id, the digest of its config, which
-also exists for images built or loaded locally); otherwise the key is made from the image
-reference and ``serve`` re-keys it once the pull has brought the image
-(``runtime.caches.prepare_caches``).
+``paths.cache_dir`` locally). Planning asks nothing of Docker (a plan is made without
+touching the host's daemon): the key is made from the image reference, and ``serve`` re-keys
+it by the image's digest once the pull has brought the image (``image_id``: its id, the
+digest of its config, which also exists for images built or loaded locally;
+``runtime.caches.prepare_caches``). A printed command keeps the reference's key.
 """
 
 from __future__ import annotations
@@ -71,6 +71,5 @@ def resolve_compile_cache(setting: str | None, host: Host, plan: LaunchPlan) -> 
         return None
     from instinct_serve.hardware.target import CPU_SOURCE
 
-    digest = image_id(host, plan.image) if plan.engine == "docker" else None
     cpu = plan.gfx_version == CPU_SOURCE
-    return layout_for(root, plan.gfx_version, plan.image, digest, engine=plan.engine, cpu=cpu)
+    return layout_for(root, plan.gfx_version, plan.image, None, engine=plan.engine, cpu=cpu)

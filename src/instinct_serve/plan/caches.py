@@ -136,9 +136,9 @@ class CacheLayout(NamedTuple):
 
 
 def cache_key(gfx: str, image: str, image_id: str | None, *, engine: str = "docker") -> str:
-    """``<gfx>-<12 hex of the image digest>``; before the digest is known (the image is
-    not pulled yet) ``<gfx>-ref-<12 hex of the reference>``, re-keyed after the pull; the
-    native engine has no image: ``<gfx>-native``."""
+    """``<gfx>-<12 hex of the image digest>``; before the digest is known (planning, or
+    the image not pulled yet) ``<gfx>-ref-<12 hex of the reference>``, which serve re-keys
+    once the image is on the host; the native engine has no image: ``<gfx>-native``."""
     arch = _SLUG.sub("-", gfx or "unknown").strip("-") or "unknown"
     if engine == "native":
         return f"{arch}-native"
