@@ -192,8 +192,10 @@ def select(
                 chosen.append(entry)
         elif every or entry.image_present is False:
             chosen.append(entry)
-        else:
+        elif entry.image_present:
             kept.append((entry, "its image is still on the host (--all removes it)"))
+        else:
+            kept.append((entry, "no image to tell it is stale by (--all or its key removes it)"))
     return chosen, kept
 
 
