@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
-"""How close ``instinct fit`` comes to what vLLM itself logs at startup.
+"""How close ``instinct fit`` comes to what vLLM logged at startup, over every logged case held.
 
-Cases are published vLLM startup figures: the logs in ``tests/fixtures/logs`` and the data
-points collected in ``notes/vllm-memory.md`` §4 (each row names its source). Three tables:
+The cases are real startup logs (``tests/fixtures/logs/fit_cases.json``; the settings and
+figures of the public ones come from ``logs/public/cases.json``). Each is sized the way
+``instinct fit`` sizes it: the log's ``vllm serve`` flags go through ``fit_options`` (the path
+a plan's argv takes), the GPU is named by its class and memory, and ``estimate`` runs; no
+constant is set per case. Printed: the error of weights per GPU ("Model loading took"),
+available KV memory ("Available KV cache memory"), KV tokens ("GPU KV cache size", or
+blocks x block size in V0 logs; for logs that print only the available memory, the tokens
+that memory holds by the same KV arithmetic) and concurrency, per case and as
+median / p90 / max of the absolute error, for the held-out cases (used to derive nothing),
+the calibration cases, and all.
 
-A. weights: "Model loading took X GiB" against the estimated loaded bytes per GPU;
-B. end to end: "GPU KV cache size: N tokens" (or "Available KV cache memory") against the
-   estimate from the GPU's memory, the utilization and the modelled overhead;
-C. KV arithmetic alone: the same figures recomputed from the logged available memory,
-   which isolates the per-layer KV specs, block sizes and groups from the overhead model.
-
-Targets: weights within 3 %, KV tokens within 5 %. Run: ``.venv/bin/python bench/fit_accuracy.py``.
+Targets (issue 17): KV tokens median <= 3 %, p90 <= 10 %; weights p90 <= 2 %.
+Run: ``.venv/bin/python bench/fit_accuracy.py [--json]``; exit 1 when a target is missed.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,404 +28,277 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from instinct_serve.fit.config import ModelConfig  # noqa: E402
-from instinct_serve.fit.estimate import FitOptions, HardwareSpec, estimate  # noqa: E402
-from instinct_serve.fit.kv import describe_layers, kv_layout  # noqa: E402
+from instinct_serve.fit.catalog_link import LaunchContext, fit_options  # noqa: E402
+from instinct_serve.fit.estimate import FitReport, HardwareSpec, estimate  # noqa: E402
 from instinct_serve.fit.meta import ModelMeta  # noqa: E402
-from instinct_serve.fit.weights import MOE_ALIGNMENT  # noqa: E402
 
 GIB = 2**30
+LOGS = REPO / "tests" / "fixtures" / "logs"
 CONFIGS = REPO / "tests" / "fixtures" / "configs"
-WEIGHT_TARGET = 3.0
-TOKEN_TARGET = 5.0
+CASES = LOGS / "fit_cases.json"
+TARGETS = {"kv_tokens": (3.0, 10.0), "weights": (None, 2.0)}  # (median, p90) in %
+# cases.json figures that are vLLM flags, with their spelling
+FLAG_OF = {
+    "tp": "--tensor-parallel-size",
+    "pp": "--pipeline-parallel-size",
+    "max_model_len": "--max-model-len",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "dtype": "--dtype",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "block_size": "--block-size",
+}
 
 
-def config(name: str, **changes: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads((CONFIGS / f"{name}.json").read_text())
-    doc.update(changes)
-    return doc
-
-
-def llama8b() -> dict[str, Any]:
-    return config("meta-llama__Meta-Llama-3.1-8B")
-
-
-def gpt_oss(layers: int, experts: int) -> dict[str, Any]:
-    base = config("openai__gpt-oss-120b")
-    return config(
-        "openai__gpt-oss-120b",
-        num_hidden_layers=layers,
-        num_local_experts=experts,
-        layer_types=base["layer_types"][:layers],
-    )
-
-
-def llama70b_w8a8() -> ModelMeta:
+def _llama70b_w8a8() -> ModelMeta:
     """neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8: I8 linears, per-channel scales."""
-    cfg = config(
-        "meta-llama__Meta-Llama-3.1-8B",
-        hidden_size=8192,
-        intermediate_size=28672,
-        num_hidden_layers=80,
-        num_attention_heads=64,
-    )
+    cfg = _config("meta-llama__Meta-Llama-3.1-8B")
     h, inter, layers, vocab = 8192, 28672, 80, 128256
+    cfg.update(
+        hidden_size=h, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=64
+    )
     outs = [8192, 1024, 1024, 8192, inter, inter, h]
     ins = [h, h, h, 8192, h, h, inter]
     i8 = layers * sum(o * i for o, i in zip(outs, ins, strict=True))
-    scales = layers * sum(outs)  # one scale per output channel
-    bf16 = 2 * vocab * h + (2 * layers + 1) * h + scales
+    bf16 = 2 * vocab * h + (2 * layers + 1) * h + layers * sum(outs)
     return ModelMeta("llama70b-w8a8", cfg, {"I8": i8, "BF16": bf16}, source="config")
 
 
-def meta_of(cfg: dict[str, Any], name: str) -> ModelMeta:
-    meta = ModelMeta.from_config(name, cfg, source="config")
-    assert meta.dtype_counts, name
-    return meta
+BUILDERS = {"llama70b_w8a8": _llama70b_w8a8}
+
+
+def _config(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((CONFIGS / f"{name}.json").read_text())
+    return doc
+
+
+def model_meta(spec: dict[str, Any], name: str) -> ModelMeta:
+    if "builder" in spec:
+        return BUILDERS[spec["builder"]]()
+    cfg = _config(spec["config"])
+    for key, value in spec.get("changes", {}).items():
+        if isinstance(value, str) and value.startswith("first:"):
+            value = cfg[key][: int(value.split(":")[1])]
+        cfg[key] = value
+    if spec.get("dtype_counts"):
+        return ModelMeta(name, cfg, dict(spec["dtype_counts"]), source="config")
+    return ModelMeta.from_config(name, cfg, source="config")
 
 
 @dataclass
 class Case:
-    name: str
-    source: str
-    meta: Callable[[], ModelMeta]
+    id: str
+    log: str
+    split: str
+    meta: ModelMeta
     hw: HardwareSpec
-    opts: FitOptions
-    logged: float
-    unit: str  # GiB | tokens | blocks
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    args: list[str]
+    version: str | None
+    env: dict[str, str]
+    logged: dict[str, float]
+    derives: str = ""
+    notes: list[str] = field(default_factory=list)
 
 
-MI300X = HardwareSpec(int(191.98 * GIB), 1, "gfx942", "MI300X", "log", "rocm")
-RTX3090 = HardwareSpec(int(23.58 * GIB), 1, None, "RTX 3090", "log", "cuda")
-H100 = HardwareSpec(int(79.2 * GIB), 1, None, "H100 80GB", "assumed 79.2 GiB", "cuda")
-A100 = HardwareSpec(int(79.2 * GIB), 1, None, "A100 80GB", "assumed 79.2 GiB", "cuda")
-V0 = {"vllm_version": "0.9.2", "v0_engine": True}
-
-WEIGHTS = [
-    Case(
-        "Llama-3.1-8B-Instruct fp16, MI300X, V0",
-        "fixtures/logs/09_healthy_startup_MI300X...log",
-        lambda: meta_of(llama8b(), "llama8b"),
-        MI300X,
-        FitOptions(max_model_len=131072, **V0),  # type: ignore[arg-type]
-        15.3047,
-        "GiB",
-    ),
-    Case(
-        "Llama-3.1-8B bf16, RTX 3090, V0",
-        "vllm#10517 (notes §4)",
-        lambda: meta_of(llama8b(), "llama8b"),
-        RTX3090,
-        FitOptions(max_model_len=20000, **V0),  # type: ignore[arg-type]
-        14.9888,
-        "GiB",
-    ),
-    Case(
-        "gpt-oss-120b MXFP4, MI300X (AITER/CK 256 padding)",
-        "seed figure 68.7 (notes §3.2)",
-        lambda: meta_of(gpt_oss(36, 128), "gpt-oss-120b"),
-        MI300X,
-        FitOptions(),
-        68.7,
-        "GiB",
-        "checkpoint 65.25 GB = 60.77 GiB; experts padded to 3072x3072 per rank",
-    ),
-    Case(
-        "gpt-oss-120b MXFP4, H100, Marlin, v0.10.1",
-        "vllm#23278 (notes §4)",
-        lambda: meta_of(gpt_oss(36, 128), "gpt-oss-120b"),
-        H100,
-        FitOptions(vllm_version="0.10.1", moe_alignment=MOE_ALIGNMENT["cuda_marlin"]),
-        65.9651,
-        "GiB",
-    ),
-    Case(
-        "gpt-oss-20b MXFP4, A100, Marlin, v0.19",
-        "myoceane.fr A100 log (notes §4)",
-        lambda: meta_of(gpt_oss(24, 32), "gpt-oss-20b"),
-        A100,
-        FitOptions(vllm_version="0.19.0", moe_alignment=MOE_ALIGNMENT["cuda_marlin"]),
-        13.72,
-        "GiB",
-    ),
-    Case(
-        "Llama-3.1-70B-Instruct w8a8 (int8)",
-        "fixtures/logs/09c (A), vllm PR #12569",
-        llama70b_w8a8,
-        H100,
-        FitOptions(vllm_version="0.7.0"),
-        67.7229,
-        "GiB",
-        "per-channel scale dtype assumed bf16 (0.003 % of the bytes)",
-    ),
-]
-
-END_TO_END = [
-    Case(
-        "Llama-3.1-8B-Instruct fp16, MI300X, V0, L=131072",
-        "fixtures/logs/09 (# rocm blocks: 72800)",
-        lambda: meta_of(llama8b(), "llama8b"),
-        MI300X,
-        FitOptions(max_model_len=131072, gpu_memory_utilization=0.9, **V0),  # type: ignore[arg-type]
-        72800 * 16,
-        "tokens",
-        "calibration source: the ROCm non-torch default (0.66 GiB) and the 4 hidden-size "
-        "copies per token of the forward model come from this log",
-    ),
-    Case(
-        "Llama-3.1-8B bf16, RTX 3090, V0, L=20000",
-        "vllm#10517 (1952 blocks)",
-        lambda: meta_of(llama8b(), "llama8b"),
-        RTX3090,
-        FitOptions(max_model_len=20000, gpu_memory_utilization=0.9, **V0),  # type: ignore[arg-type]
-        1952 * 16,
-        "tokens",
-        "calibration source: CUDA non-torch (0.35 GiB) and 3 hidden-size copies per token",
-    ),
-    Case(
-        "Llama-3.1-8B bf16, RTX 3090, V0, L=29000",
-        "vllm#10517 (1478 blocks)",
-        lambda: meta_of(llama8b(), "llama8b"),
-        RTX3090,
-        FitOptions(max_model_len=29000, gpu_memory_utilization=0.9, **V0),  # type: ignore[arg-type]
-        1478 * 16,
-        "tokens",
-    ),
-    Case(
-        "gpt-oss-20b, A100, v0.19, util 0.65, L=131072 (available KV)",
-        "myoceane.fr A100 log (notes §4): 36.56 GiB",
-        lambda: meta_of(gpt_oss(24, 32), "gpt-oss-20b"),
-        A100,
-        FitOptions(
-            vllm_version="0.19.0",
-            gpu_memory_utilization=0.65,
-            max_model_len=131072,
-            moe_alignment=MOE_ALIGNMENT["cuda_marlin"],
-        ),
-        36.56,
-        "GiB",
-        "A100 total memory assumed 79.2 GiB",
-    ),
-    Case(
-        "gpt-oss-120b, H100, v0.10.1, util 0.9 (available KV)",
-        "vllm#23278: -2.14 GiB (fails)",
-        lambda: meta_of(gpt_oss(36, 128), "gpt-oss-120b"),
-        H100,
-        FitOptions(
-            vllm_version="0.10.1",
-            gpu_memory_utilization=0.9,
-            moe_alignment=MOE_ALIGNMENT["cuda_marlin"],
-        ),
-        -2.14,
-        "GiB",
-        "calibration source of the 36 bytes/logit sampler peak; H100 total assumed 79.2 GiB; "
-        "a negative budget, so the % error is not meaningful",
-    ),
-]
+def load_cases() -> tuple[list[Case], dict[str, str]]:
+    doc = json.loads(CASES.read_text())
+    public = {c["file"]: c for c in json.loads((LOGS / "public" / "cases.json").read_text())}
+    out = []
+    for c in doc["cases"]:
+        args: list[str] = []
+        logged: dict[str, float] = {}
+        version = c.get("vllm_version")
+        if c["log"].startswith("public/"):
+            pub = public[c["log"].removeprefix("public/")]
+            fig = pub["figures"] or {}
+            version = version or pub.get("vllm_version")
+            for key, flag in FLAG_OF.items():
+                if fig.get(key) is not None:
+                    args += [flag, str(fig[key])]
+            if fig.get("enforce_eager"):
+                args.append("--enforce-eager")
+            for key in ("weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency"):
+                if fig.get(key) is not None:
+                    logged[key] = float(fig[key])
+            if fig.get("kv_cache_blocks") is not None and "kv_cache_tokens" not in logged:
+                logged["kv_blocks"] = float(fig["kv_cache_blocks"])
+        args += c.get("args", [])
+        logged.update(c.get("logged", {}))
+        dev = c["device"]
+        gpus = 1
+        for flag in ("--tensor-parallel-size", "--pipeline-parallel-size"):
+            if flag in args:
+                gpus *= int(args[args.index(flag) + 1])
+        hw = HardwareSpec(
+            int(dev["total_gib"] * GIB), gpus, None, dev["name"], dev["basis"], dev["platform"]
+        )
+        out.append(
+            Case(
+                c["id"],
+                c["log"],
+                c["split"],
+                model_meta(c["model"], c["id"]),
+                hw,
+                args,
+                version,
+                dict(c.get("env", {})),
+                logged,
+                c.get("derives", ""),
+            )
+        )
+    return out, dict(doc.get("not_sized", {}))
 
 
-@dataclass
-class KvCase:
-    name: str
-    source: str
-    cfg: dict[str, Any]
-    tp: int
-    available_gib: float
-    length: int
-    logged: float
-    what: str  # tokens | max_len | needed_gib | concurrency
-    formula: str = "blocks"
-    num_blocks: int | None = None
-
-
-KV_ONLY = [
-    KvCase(
-        "Qwen3-14B, 1 GPU, L=32768",
-        "fixtures/logs/09c (C): 6.51 GiB -> 42,656 tokens",
-        config(
-            "Qwen__Qwen3-8B",
-            hidden_size=5120,
-            intermediate_size=17408,
-            num_hidden_layers=40,
-            num_attention_heads=40,
-        ),
-        1,
-        6.51,
-        32768,
-        42656,
-        "tokens",
-    ),
-    KvCase(
-        "Qwen3-235B-A22B-FP8, TP4 (1 KV head per rank)",
-        "fixtures/logs/09c (B): 8.11 GiB -> 178,880 tokens",
-        config("Qwen__Qwen3-235B-A22B"),
-        4,
-        8.11,
-        40960,
-        178880,
-        "tokens",
-    ),
-    KvCase(
-        "Llama-3.1-8B, RTX 3090, from available 3.81 GiB",
-        "vllm#10517: 1952 blocks",
-        llama8b(),
-        1,
-        3.81,
-        20000,
-        1952 * 16,
-        "tokens",
-    ),
-    KvCase(
-        "Qwen3-VL 4B/8B text (36 layers, 8 KV heads), needed for 262,144",
-        "fixtures/logs/08b (A): 36.0 GiB needed (size not in the log; 4B and 8B share it)",
-        config("Qwen__Qwen3-8B"),
-        1,
-        0,
-        262144,
-        36.0,
-        "needed_gib",
-    ),
-    KvCase(
-        "Qwen3-VL 4B/8B text, max length in 6.94 GiB",
-        "fixtures/logs/08b (A): estimated maximum model length 50512",
-        config("Qwen__Qwen3-8B"),
-        1,
-        6.94,
-        262144,
-        50512,
-        "max_len",
-    ),
-    KvCase(
-        "Qwen3-Coder-30B-A3B (48 layers, 4 KV heads), needed for 262,144",
-        "fixtures/logs/08b (B): 24.0 GiB needed",
-        config(
-            "Qwen__Qwen3-8B", num_hidden_layers=48, num_key_value_heads=4, num_attention_heads=32
-        ),
-        1,
-        0,
-        262144,
-        24.0,
-        "needed_gib",
-    ),
-    KvCase(
-        "Qwen3-Coder-30B-A3B, max length in 3.18 GiB",
-        "fixtures/logs/08b (B): estimated maximum model length 34736",
-        config(
-            "Qwen__Qwen3-8B", num_hidden_layers=48, num_key_value_heads=4, num_attention_heads=32
-        ),
-        1,
-        3.18,
-        262144,
-        34736,
-        "max_len",
-    ),
-    KvCase(
-        "Qwen3.5-27B hybrid, v0.19, L=32768: concurrency of 1487 blocks",
-        "vllm#40691: 290,864 tokens (= 1487 // 4 groups x 784), 33.04x",
-        config("Qwen__Qwen3.5-27B"),
-        1,
-        0,
-        32768,
-        33.04,
-        "concurrency",
-        num_blocks=1487,
-    ),
-    KvCase(
-        "Qwen3.5-27B hybrid, v0.19: tokens of 1487 blocks (old formula)",
-        "vllm#40691: 290,864 tokens",
-        config("Qwen__Qwen3.5-27B"),
-        1,
-        0,
-        32768,
-        290864,
-        "tokens_from_blocks",
-        num_blocks=1487,
-    ),
-]
+def run_case(case: Case) -> FitReport:
+    """Size the case as ``instinct fit`` does: the log's flags through ``fit_options``."""
+    ctx = LaunchContext(launch_args=case.args, vllm_version=case.version, env=case.env)
+    opts, _notes = fit_options(ctx)
+    return estimate(case.meta, case.hw, opts)
 
 
 def pct(est: float, logged: float) -> float:
+    if logged == 0:
+        return 0.0 if est == 0 else 100.0
     return 100.0 * (est - logged) / abs(logged)
 
 
-def main() -> int:
-    failures = 0
-    print("A. Weights: 'Model loading took X GiB' vs estimated loaded bytes per GPU")
-    print(f"{'case':58} {'logged':>9} {'estimate':>9} {'error':>8}  source")
-    for c in WEIGHTS:
-        r = estimate(c.meta(), c.hw, c.opts)
-        est: float = r.weights.per_rank_bytes / GIB
-        err = pct(est, c.logged)
-        failures += abs(err) > WEIGHT_TARGET
-        flag = "" if abs(err) <= WEIGHT_TARGET else "  <-- over target"
-        print(f"{c.name:58} {c.logged:9.3f} {est:9.3f} {err:+7.2f}%  {c.source}{flag}")
-        if c.note:
-            print(f"{'':58} note: {c.note}")
-    print()
-    print("B. End to end: KV tokens (or available KV GiB) from VRAM x utilization - overhead")
-    print(f"{'case':58} {'logged':>11} {'estimate':>11} {'error':>8}  overhead")
-    for c in END_TO_END:
-        r = estimate(c.meta(), c.hw, c.opts)
-        if c.unit == "tokens":
-            est = float(r.layout.num_blocks(r.remaining_bytes) * r.layout.block_size)
-            err = pct(est, c.logged)
-            failures += abs(err) > TOKEN_TARGET
-            shown = f"{c.logged:11,.0f} {est:11,.0f} {err:+7.2f}%"
-        else:
-            est = r.remaining_bytes / GIB
-            err = pct(est, c.logged)
-            shown = f"{c.logged:11.2f} {est:11.2f} {err:+7.2f}%"
+def measure(case: Case, r: FitReport) -> dict[str, dict[str, float]]:
+    """Per metric: logged, estimated, signed % error."""
+    lay = r.layout
+    length = r.requested_max_model_len or r.native_max_model_len
+    formula = r.vllm.kv_tokens_formula
+    out: dict[str, dict[str, float]] = {}
+
+    def tokens_of(available: float) -> float:
+        if available <= 0:
+            return 0.0
+        return float(lay.kv_tokens(lay.num_blocks(int(available)), length, formula))
+
+    est_avail = float(r.remaining_bytes)
+    est_tokens = tokens_of(est_avail)
+    lg = case.logged
+    if "weights_gib" in lg:
+        est = r.weights.per_rank_bytes / GIB
+        out["weights"] = {"logged": lg["weights_gib"], "estimate": est}
+    if "available_kv_gib" in lg:
+        out["kv_gib"] = {"logged": lg["available_kv_gib"], "estimate": est_avail / GIB}
+    if "kv_cache_tokens" in lg:
+        out["kv_tokens"] = {"logged": lg["kv_cache_tokens"], "estimate": est_tokens}
+    elif "kv_blocks" in lg:
+        bs = int(lg.get("block_size", 16))
+        est = lay.num_blocks(int(est_avail)) * lay.block_size if est_avail > 0 else 0
+        out["kv_tokens"] = {"logged": lg["kv_blocks"] * bs, "estimate": float(est)}
+    elif "available_kv_gib" in lg:  # tokens the logged memory holds, same arithmetic
+        logged_tokens = tokens_of(lg["available_kv_gib"] * GIB)
+        out["kv_tokens"] = {"logged": logged_tokens, "estimate": est_tokens, "derived": 1.0}
+    if "max_concurrency" in lg:
+        est = lay.max_concurrency(lay.num_blocks(int(est_avail)), length) if est_avail > 0 else 0
+        out["concurrency"] = {"logged": lg["max_concurrency"], "estimate": float(est)}
+    for m in out.values():
+        m["error_pct"] = pct(m["estimate"], m["logged"])
+    return out
+
+
+def distribution(errors: list[float]) -> dict[str, float] | None:
+    if not errors:
+        return None
+    a = sorted(abs(e) for e in errors)
+    # p90 by the nearest rank: the smallest error at or above 90 % of the cases
+    p90 = a[min(len(a) - 1, max(0, -(-9 * len(a) // 10) - 1))]
+    return {"n": len(a), "median": statistics.median(a), "p90": p90, "max": a[-1]}
+
+
+def evaluate() -> dict[str, Any]:
+    cases, not_sized = load_cases()
+    rows = []
+    for case in cases:
+        r = run_case(case)
         o = r.overhead
-        print(
-            f"{c.name:58} {shown}  act {o.activation_bytes / GIB:.2f} + non-torch "
-            f"{o.non_torch_bytes / GIB:.2f} + graphs {o.graph_bytes / GIB:.2f} GiB ({c.source})"
+        rows.append(
+            {
+                "id": case.id,
+                "log": case.log,
+                "split": case.split,
+                "derives": case.derives,
+                "engine": "V0" if r.vllm.v0_engine else "V1",
+                "vllm": r.vllm.version,
+                "overhead_gib": {
+                    "activation": o.activation_bytes / GIB,
+                    "non_torch": o.non_torch_bytes / GIB,
+                    "graphs": o.graph_bytes / GIB,
+                },
+                "metrics": measure(case, r),
+            }
         )
-        if c.note:
-            print(f"{'':58} note: {c.note}")
+    summary: dict[str, dict[str, Any]] = {}
+    for split in ("held_out", "calibration", "all"):
+        chosen = [row for row in rows if split in ("all", row["split"])]
+        summary[split] = {
+            metric: distribution(
+                [row["metrics"][metric]["error_pct"] for row in chosen if metric in row["metrics"]]
+            )
+            for metric in ("weights", "kv_gib", "kv_tokens", "concurrency")
+        }
+    return {"cases": rows, "summary": summary, "not_sized": not_sized}
+
+
+def missed(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for metric, (median, p90) in TARGETS.items():
+        d = summary["all"][metric]
+        if d is None:
+            continue
+        if median is not None and d["median"] > median:
+            out.append(f"{metric} median {d['median']:.1f} % > {median} %")
+        if p90 is not None and d["p90"] > p90:
+            out.append(f"{metric} p90 {d['p90']:.1f} % > {p90} %")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    result = evaluate()
+    if "--json" in argv:
+        print(json.dumps(result, indent=2))
+        return 1 if missed(result["summary"]) else 0
+    head = f"{'case':40} {'split':11} {'eng':3} {'metric':11}"
+    print(f"{head} {'logged':>12} {'estimate':>12} {'err':>8}")
+    for row in result["cases"]:
+        first = True
+        for metric, m in row["metrics"].items():
+            head = f"{row['id']:40} {row['split']:11} {row['engine']:3}" if first else " " * 56
+            first = False
+            fmt = ",.0f" if metric == "kv_tokens" else ".2f"
+            mark = "*" if m.get("derived") else " "
+            print(
+                f"{head} {metric:11} {m['logged']:>12{fmt}} {m['estimate']:>12{fmt}} "
+                f"{m['error_pct']:+7.1f}%{mark}"
+            )
+        oh = row["overhead_gib"]
+        print(
+            " " * 56 + f" overhead: activation {oh['activation']:.2f} + non-torch "
+            f"{oh['non_torch']:.2f} + graphs {oh['graphs']:.2f} GiB (vLLM {row['vllm']})"
+        )
+    print("* tokens the logged available memory holds (the log prints no token count)")
     print()
-    print("C. KV arithmetic from the logged available memory (no overhead model involved)")
-    print(f"{'case':58} {'logged':>11} {'estimate':>11} {'error':>8}  source")
-    for k in KV_ONLY:
-        cfg = ModelConfig(k.cfg)
-        layers = describe_layers(cfg)
-        lay = kv_layout(layers, tp=k.tp, kv_dtype_bytes=2, max_num_batched_tokens=8192)
-        avail = int(k.available_gib * GIB)
-        if k.what == "tokens":
-            value: float = lay.kv_tokens(lay.num_blocks(avail), k.length, "blocks")
-        elif k.what == "tokens_from_blocks":
-            value = lay.kv_tokens(k.num_blocks or 0, k.length, "blocks")
-        elif k.what == "concurrency":
-            value = lay.max_concurrency(k.num_blocks or 0, k.length)
-        elif k.what == "needed_gib":
-            value = lay.bytes_for_request(k.length) / GIB
-        else:
-            value = lay.max_model_len(avail, k.length)
-        err = pct(value, k.logged)
-        failures += abs(err) > TOKEN_TARGET
-        print(f"{k.name:58} {k.logged:11,.2f} {value:11,.2f} {err:+7.2f}%  {k.source}")
+    print("|error| in %        n   median      p90      max")
+    for split, metrics in result["summary"].items():
+        for metric, d in metrics.items():
+            if d:
+                print(
+                    f"{split:11} {metric:11} {d['n']:2d} {d['median']:8.1f} {d['p90']:8.1f} "
+                    f"{d['max']:8.1f}"
+                )
     print()
-    print("Why gpt-oss-120b is '65 GB' in its metadata and 68.7 GiB loaded on MI300X:")
-    meta = meta_of(gpt_oss(36, 128), "gpt-oss-120b")
-    r = estimate(meta, MI300X, FitOptions())
-    stored = meta.checkpoint_bytes or 0
-    print(f"  stored: {stored / 1e9:.2f} GB = {stored / GIB:.2f} GiB (GB vs GiB alone: 7.4 %)")
+    for log, why in result["not_sized"].items():
+        print(f"not sized: {log}: {why}")
+    problems = missed(result["summary"])
     print(
-        f"  + MXFP4 expert padding to the ROCm AITER/CK alignment (hidden 2880->3072, "
-        f"intermediate 2880->3072, per rank): +{r.weights.padding_bytes_per_rank / GIB:.2f} GiB"
+        "targets: KV tokens median <= 3 %, p90 <= 10 %; weights p90 <= 2 %: "
+        + ("met" if not problems else "missed (" + "; ".join(problems) + ")")
     )
-    print(f"  = {r.weights.per_rank_bytes / GIB:.2f} GiB predicted, 68.7 GiB logged")
-    print("  (Marlin on CUDA pads to 2944x3072 instead: 65.9 GiB, logged 65.97 in vllm#23278)")
-    print()
-    print("Sources: vllm-project/vllm#10517, #23278, #40691, PR #12569 (via tests/fixtures/logs),")
-    print("LMCache#1739, xorbitsai/inference#4926, vllm#34076; notes/vllm-memory.md §3-§4.")
-    print(
-        f"{failures} case(s) outside the targets "
-        f"(weights {WEIGHT_TARGET} %, tokens {TOKEN_TARGET} %)"
-    )
-    return 1 if failures else 0
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

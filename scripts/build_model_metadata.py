@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 from instinct_serve.fit.dtypes import dtype_bytes  # noqa: E402
+from instinct_serve.fit.meta import SHAPES_TEXT  # noqa: E402
 from instinct_serve.fit.params import count_parameters  # noqa: E402
 
 OUT = REPO / "src" / "instinct_serve" / "data" / "models"
@@ -223,7 +224,7 @@ def build(model_id: str, from_hub: bool) -> dict[str, Any]:
     config = builder()
     counted = count_parameters(config)
     counts = counted.dtype_counts
-    source = f"config: {config_source}; parameters: computed from the config's tensor shapes"
+    source = f"config: {config_source}; parameters: {SHAPES_TEXT}"
     if check is not None:
         what, expected = check
         got = (

@@ -287,11 +287,14 @@ def test_the_manifest_options_take_or_refuse_each_value(
 
 
 def test_the_manifest_options_need_the_k8s_format(capsys: pytest.CaptureFixture[str]) -> None:
-    for extra in (["--replicas", "2"], ["--autoscale"], ["--nodes", "2", "--gpu-count", "16"]):
+    for extra in (["--autoscale"], ["--nodes", "2", "--gpu-count", "16"]):
         code, out, _ = cli(["plan", MODEL, "--gpu", "mi300x", *extra, "--json"], capsys)
         assert code == 2 and last_json(out)["error"]["id"] == "k8s_only", extra
     code, out, _ = cli(["plan", MODEL, "--gpu", "mi300x", "--replicas", "1", "--json"], capsys)
     assert code == 0, out  # the defaults, spelled out, are no manifest option
+    # without --format k8s, --replicas means copies on this host behind one router
+    code, out, _ = cli(["plan", MODEL, "--gpu", "mi300x", "--replicas", "2", "--json"], capsys)
+    assert code == 0 and last_json(out)["replicas"]["count"] == 2, out
 
 
 def test_manifest_option_rules_across_fields(capsys: pytest.CaptureFixture[str]) -> None:
@@ -313,9 +316,13 @@ def test_the_manifest_options_are_not_offered_where_they_mean_nothing(
     from instinct_serve.options import KubernetesOptions
 
     names = {name for name, _spec, _default in declared(KubernetesOptions)}
-    assert names == {name for name, *_ in K8S_MATRIX} | {"autoscale", "max_replicas"}
+    # --replicas is the plan's (copies on this host, or the Deployment's pods with k8s)
+    assert names | {"replicas"} == {name for name, *_ in K8S_MATRIX} | {
+        "autoscale",
+        "max_replicas",
+    }
     for model in (inputs.PlanInput, inputs.ServeInput):
         assert not names & set(model.model_fields), model
     assert not names & {n for n, _s, _d in declared(ServeOptions)}
     _code, out, _ = cli(["serve", "--help"], capsys)
-    assert "--replicas" not in out and "--nodes" not in out
+    assert "--replicas" in out and "--nodes" not in out

@@ -528,6 +528,36 @@ class FitRequest(SizingOptions):
         help="vLLM release to reproduce (default: the image's).",
         max_length=64,
     )
+    vllm_engine: str | None = opt(
+        kind="choice",
+        choices=("v0", "v1"),
+        help="vLLM engine (VLLM_USE_V1); default: the version's on the platform.",
+    )
+    pipeline_parallel_size: int = opt(
+        1,
+        kind="int",
+        flag="--pipeline-parallel-size",
+        metavar="N",
+        help="Pipeline stages.",
+        low=1,
+        high=64,
+    )
+    kv_cache_memory: int | None = opt(
+        kind="int",
+        metavar="BYTES",
+        help="KV bytes per GPU, vLLM's --kv-cache-memory-bytes (no memory profile).",
+        low=0,
+        high=1 << 50,
+    )
+    device_name: str | None = opt(
+        kind="text",
+        metavar="NAME",
+        help="Device name as vLLM reads it, with --vram-gb (batch defaults: 'A100' is small).",
+        max_length=128,
+    )
+    platform: str | None = opt(
+        kind="choice", choices=("rocm", "cuda"), help="With --vram-gb: the GPU's platform."
+    )
     max_num_seqs: int | None = opt(
         kind="int", metavar="N", help="Sampler rows profiled.", low=1, high=1 << 20
     )
@@ -578,6 +608,9 @@ class FitRequest(SizingOptions):
             "language_model_only": self.language_model_only,
             "speculative_mtp": self.speculative_mtp,
             "enable_prefix_caching": self.enable_prefix_caching,
+            "engine": self.vllm_engine,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "kv_cache_memory": self.kv_cache_memory,
         }
 
 
@@ -671,6 +704,22 @@ class PlanOptions(SizingOptions):
         "full context with safe headroom) or throughput (the smallest TP with safe "
         "headroom, GPUs left for replicas).",
     )
+    replicas: int | None = opt(
+        kind="int",
+        metavar="N",
+        help="Copies of the endpoint behind one address: on this host, N copies on disjoint "
+        "GPUs behind a router (HAProxy), or vLLM's own data parallelism for a "
+        "mixture-of-experts model (default: 1, or as many as fit with --objective "
+        "throughput); with --format k8s, the Deployment's pods.",
+        low=1,
+        high=1024,
+    )
+    router_image: str | None = opt(
+        kind="text",
+        metavar="IMAGE",
+        help="The HAProxy image that routes to the replicas (default: haproxy:3.0).",
+        max_length=512,
+    )
     force: bool = opt(
         False,
         kind="bool",
@@ -685,6 +734,9 @@ class PlanOptions(SizingOptions):
     )
     engine: str = "docker"  # docker | native: set by the command (serve --engine, --format)
     default_gpu: str | None = None  # profile used when detection finds no GPU (plan only)
+    # copies planned on this host (``plan.replicas``); False where the cluster makes them
+    # (``plan --format k8s``: --replicas is the Deployment's)
+    local_group: bool = True
 
     def check(self) -> None:
         super().check()
@@ -725,6 +777,7 @@ class PlanOptions(SizingOptions):
         values = {name: getattr(self, name) for name, _spec, _default in declared(type(self))}
         checked = type(self).parse(values)
         checked.engine, checked.default_gpu = self.engine, self.default_gpu
+        checked.local_group = self.local_group
         checked.check()
 
 
@@ -884,15 +937,6 @@ class KubernetesOptions(JobOptions):
         max_length=63,
         mcp=False,
     )
-    replicas: int = opt(
-        1,
-        kind="int",
-        metavar="N",
-        help="With --format k8s: copies of the endpoint (with --autoscale, the fewest).",
-        low=1,
-        high=1024,
-        mcp=False,
-    )
     autoscale: bool = opt(
         False,
         kind="bool",
@@ -948,6 +992,9 @@ class KubernetesOptions(JobOptions):
     # Set by a multi-node planner that knows the node size; by default the plan's TP x PP
     # split evenly over ``nodes``.
     gpus_per_node: int | None = None
+    # copies of the endpoint (with --autoscale, the fewest): the plan's --replicas
+    # (``PlanOptions.replicas``), which on this host means replicas behind a router
+    replicas: int = 1
 
     def check(self) -> None:
         super().check()

@@ -39,11 +39,40 @@ def test_log_file_with_a_known_failure_exits_0_with_json(
     assert doc["findings"][0]["retry"] == {"add_args": ["--enforce-eager"]}
 
 
-def test_healthy_log_exits_1_and_shows_the_tail(capsys: pytest.CaptureFixture[str]) -> None:
+def test_healthy_log_exits_0_says_so_and_shows_the_tail(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, _ = run(["diagnose", "--log", str(LOGS / HEALTHY)], capsys)
-    assert code == 1
-    assert "No known failure pattern matched this log" in out
+    assert code == 0
+    assert "No failure in this log: the start-up reached starting_server." in out
+    assert "No known failure pattern" not in out
     assert "Success: True" in out  # the last lines of the log are shown
+
+
+def test_healthy_log_json_adds_healthy_and_keeps_the_keys(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(["diagnose", "--log", str(LOGS / HEALTHY), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["healthy"] is True and doc["matched"] is False and doc["primary"] is None
+    assert doc["findings"] == [] and doc["last_error"] is None and doc["commands"] == []
+    assert doc["facts"]["phase_reached"] == "starting_server"
+    assert doc["message"].startswith("no failure in this log")
+    assert {"source", "facts", "tail"} <= set(doc)
+
+
+def test_unreadable_log_is_not_healthy_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text("nothing that vLLM prints\n", encoding="utf-8")  # no progress, no error
+    code, out, _ = run(["diagnose", "--log", str(log), "--json"], capsys)
+    assert code == 1 and json.loads(out)["healthy"] is False
+    cut = real_log(HEALTHY).replace("Success: True", "RuntimeError: boom")  # an error line
+    log.write_text(cut, encoding="utf-8")
+    code, out, _ = run(["diagnose", "--log", str(log), "--json"], capsys)
+    assert code == 1 and json.loads(out)["healthy"] is False
 
 
 def test_human_view_shows_id_cause_fix_and_line(
@@ -175,3 +204,15 @@ def test_a_native_endpoint_is_diagnosed_from_its_log_file(
     assert code == 0, out
     assert json.loads(out)["primary"] == "oom_graph_capture"
     assert fakebin.calls("docker") == [["logs", "--timestamps", "--tail", "5000", "vllm-n"]]
+
+
+def test_a_json_retry_is_shown_quoted_for_the_shell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        real_log("public/07_triton_attn_full_graph_capture_memory_fault_step3.5_tp4.log")
+    )
+    code, out, _ = run(["diagnose", "--log", str(log)], capsys)
+    assert code == 0 and "attn_full_graph_capture_fault" in out
+    assert '--compilation-config \'{"cudagraph_mode":"PIECEWISE"}\'' in " ".join(out.split())

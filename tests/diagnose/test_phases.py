@@ -388,3 +388,52 @@ def test_the_executors_own_teardown_is_not_a_requested_stop() -> None:
     API server reports the failure: that report is still a failure."""
     events = track([*API_SERVER[:2], EXECUTOR_TEARDOWN, ENGINE_DEAD])
     assert phases(events)[-1] == "failed"
+
+
+# --------------------------------------------------------------------------- furthest phase
+
+V1_KV_LINE = (
+    "(EngineCore_0 pid=4661) INFO 09-29 05:54:47 [kv_cache_utils.py:849] GPU KV cache size: "
+    "305,808 tokens"
+)
+SEGFAULT = "Fatal Python error: Segmentation fault"
+
+
+def test_reached_follows_the_evidence_while_the_status_stays_failed() -> None:
+    tracker = PhaseTracker()
+    tracker.feed(V1_KV_LINE, now=0.0)
+    assert (tracker.phase, tracker.reached, tracker.stage) == (
+        "profiling",
+        "profiling",
+        "capturing_graphs",  # what V1 does next, printing nothing first
+    )
+    tracker.feed(SEGFAULT, now=1.0)
+    assert phase_of(tracker) == "failed" and tracker.failed_for_good
+    assert tracker.reached == "capturing_graphs"  # the failure happened in the next step
+
+
+def test_a_frame_after_the_failure_moves_reached_not_the_status() -> None:
+    tracker = PhaseTracker()
+    tracker.feed(SEGFAULT, now=0.0)
+    assert tracker.reached == "starting"
+    frame = (
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", '
+        "line 1618 in capture_model"
+    )
+    event = tracker.feed(frame, now=1.0)
+    assert event is None and phase_of(tracker) == "failed"
+    assert tracker.reached == "capturing_graphs"
+
+
+def test_a_healthy_v1_excerpt_ending_at_the_kv_size_has_not_reached_capture() -> None:
+    tracker = PhaseTracker()
+    tracker.feed(V1_KV_LINE, now=0.0)
+    assert tracker.reached == "profiling"  # only a failure there is placed in capture
+
+
+def test_eager_mode_has_no_capture_after_the_kv_cache() -> None:
+    tracker = PhaseTracker()
+    tracker.feed("INFO 09-29 05:54:40 [__init__.py:1] Cudagraph is disabled under eager mode", 0)
+    tracker.feed(V1_KV_LINE, now=1.0)
+    tracker.feed(SEGFAULT, now=2.0)
+    assert tracker.reached == "profiling"

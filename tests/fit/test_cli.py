@@ -39,6 +39,7 @@ def test_default_model_offline_on_a_profile(capsys: pytest.CaptureFixture[str]) 
     doc = as_json(out)
     assert doc["verdict"] == "safe"
     assert doc["metadata"]["source"] == "shipped"
+    assert doc["metadata"]["size_basis"] == "config"  # shipped counts from config shapes
     assert doc["kv_cache_bytes_per_token"] == 32768
     assert doc["fit"]["recommended_max_model_len"] == 262144
     assert doc["fit"]["native_max_model_len_source"] == "recipe context_length"
@@ -54,6 +55,7 @@ def test_human_view_has_the_budget_bar(
     code, out, _ = run(["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x"], capsys)
     assert code == 0
     assert "verdict: safe" in out
+    assert "size: from config.json shapes" in out
     assert "█" in out and "weights" in out and "KV cache" in out and "outside budget" in out
     assert "hybrid (full_attention + gated_delta_net)" in out
 
@@ -124,6 +126,7 @@ def test_local_directory_with_manual_vram(
     assert code == 0
     doc = as_json(out)
     assert doc["metadata"]["source"] == "local_dir"
+    assert doc["metadata"]["size_basis"] == "exact"  # read from the safetensors header
     assert doc["checkpoint_bytes"] == written
     assert doc["hardware"]["vram_per_gpu_bytes"] == 24 * 10**9
     code, out, _ = run(
@@ -241,3 +244,25 @@ def test_alternatives_found_on_the_hub_and_verified(
     alt = doc["alternatives"][0]
     assert (alt["precision"], alt["origin"], alt["metadata_source"]) == ("fp8", "provider", "hub")
     assert alt["verdict"] in ("safe", "tight") and alt["weight_memory_gb"] == 44.0
+
+
+def test_the_device_and_engine_are_named_for_a_cross_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CUDA log reproduced: an RTX 3090 (23.58 GiB) on vLLM 0.6.4 ran V0 and profiled a
+    20,000-token batch (vllm#10517: 1952 blocks)."""
+    (tmp_path / "config.json").write_text(
+        (CONFIGS / "meta-llama__Meta-Llama-3.1-8B.json").read_text()
+    )
+    argv = ["fit", str(tmp_path), "--vram-gib", "23.58", "--gpu-count", "1", "--json"]
+    argv += ["--max-model-len", "20000", "--vllm-version", "0.6.4", "--platform", "cuda"]
+    argv += ["--device-name", "NVIDIA GeForce RTX 3090"]
+    code, out, _ = run(argv, capsys)
+    doc = as_json(out)
+    assert code == 0 and doc["vllm"]["engine"] == "V0"
+    assert doc["overhead"]["max_num_batched_tokens"] == 20000
+    assert abs(doc["kv_cache"]["num_blocks"] - 1952) / 1952 < 0.03
+    code, out, _ = run([*argv, "--vllm-engine", "v1"], capsys)
+    assert as_json(out)["vllm"]["engine"] == "V1"
+    code, out, err = run([*argv, "--vllm-engine", "v9"], capsys)
+    assert code == 2 and "v9" in out + err

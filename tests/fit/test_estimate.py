@@ -316,3 +316,83 @@ def test_alternatives_verified_and_ranked() -> None:
     assert ranked[0].report.fits and not ranked[1].report.fits
     assert ranked[0].native_precision
     assert ranked[0].to_dict()["verdict"] in ("safe", "tight")
+
+
+# -- engine, device class, pipeline parallel (issue 17) ----------------------------------
+
+
+def test_the_engine_follows_version_platform_and_vllm_use_v1() -> None:
+    assert behaviour("0.9.2", platform="rocm").v0_engine  # ROCm fell back to V0 through 0.9
+    assert not behaviour("0.10.1", platform="rocm").v0_engine
+    assert behaviour("0.7.2", platform="cuda").v0_engine  # V1 default on CUDA from 0.8.0
+    assert not behaviour("0.8.0", platform="cuda").v0_engine
+    assert not behaviour("0.7.1", platform="cuda", use_v1_env="1").v0_engine
+    assert behaviour("0.9.2", platform="cuda", use_v1_env="0").v0_engine
+    assert behaviour("0.9.2", platform="cuda", engine="v0").v0_engine
+    assert not behaviour("0.12.0", platform="rocm", engine="v0").v0_engine  # V0 removed
+    with pytest.raises(UsageError) as err:
+        FitOptions(engine="v2")
+    assert err.value.id == "bad_engine"
+
+
+def test_v0_profiles_a_full_length_batch_unless_it_chunks_by_itself() -> None:
+    gib = 2**30
+    v0 = behaviour("0.9.2", platform="rocm")
+    assert v0.batch_defaults(192 * gib, 131072) == (131072, 256)
+    assert v0.batch_defaults(24 * gib, 131072, v0_chunked_prefill=True) == (2048, 256)
+    assert behaviour("0.6.3", v0_engine=True).batch_defaults(
+        24 * gib, 131072, v0_chunked_prefill=True
+    ) == (512, 256)
+    # V1 defaults are capped by max_num_seqs x max_model_len
+    assert behaviour("0.22.0").batch_defaults(192 * gib, 4) == (4096, 1024)
+    llama = fixture_meta("meta-llama__Meta-Llama-3.1-8B")
+    rocm = estimate(llama, MI300X, FitOptions(vllm_version="0.9.2", max_model_len=131072))
+    cuda_hw = replace(MI300X, platform="cuda", name="GPU")
+    cuda = estimate(llama, cuda_hw, FitOptions(vllm_version="0.7.2", max_model_len=131072))
+    assert rocm.overhead.max_num_batched_tokens == 131072  # ROCm V0 never chunks by itself
+    assert cuda.overhead.max_num_batched_tokens == 2048
+    assert rocm.remaining_bytes < cuda.remaining_bytes - 8 * gib  # 14.6 GiB of activations
+
+
+def test_an_a100_named_device_gets_the_small_batch_defaults() -> None:
+    llama = fixture_meta("meta-llama__Meta-Llama-3.1-8B")
+    hw = HardwareSpec(int(79.2 * 2**30), 1, None, "GPU", "manual", "cuda")
+    big = estimate(llama, hw, FitOptions(vllm_version="0.19.0"))
+    a100 = estimate(
+        llama, replace(hw, name="NVIDIA A100-SXM4-80GB"), FitOptions(vllm_version="0.19.0")
+    )
+    assert (big.overhead.max_num_seqs, a100.overhead.max_num_seqs) == (1024, 256)
+    assert a100.remaining_bytes > big.remaining_bytes
+
+
+def test_pipeline_parallel_splits_layers_and_keeps_one_vocab_matrix() -> None:
+    meta = fixture_meta("meta-llama__Meta-Llama-3.1-8B")
+    cfg = meta.config
+    hw = replace(MI300X, gpu_count=8)
+    one = estimate(meta, hw, FitOptions(tp=4))
+    two = estimate(meta, hw, FitOptions(tp=4, pipeline_parallel_size=2))
+    vocab_rank = cfg["vocab_size"] * cfg["hidden_size"] * 2 // 4
+    shared = one.weights.replicated_bytes_per_rank
+    layers_rank = one.weights.per_rank_bytes - shared - 2 * vocab_rank
+    assert abs(two.weights.per_rank_bytes - (layers_rank // 2 + vocab_rank + shared)) <= 1
+    assert two.layout.group_size * 2 == one.layout.group_size  # half the layers per stage
+
+
+def test_kv_cache_memory_skips_the_profile() -> None:
+    meta = shipped("Qwen/Qwen3-8B")
+    r = estimate(meta, MI300X, FitOptions(kv_cache_memory_bytes=8 * 2**30))
+    assert r.remaining_bytes == 8 * 2**30
+
+
+def test_the_launch_env_turns_the_graph_estimate_off() -> None:
+    from instinct_serve.fit.catalog_link import LaunchContext, fit_options
+
+    meta = shipped("Qwen/Qwen3-8B")
+    on, _ = fit_options(LaunchContext(vllm_version="0.22.0"))
+    off, _ = fit_options(
+        LaunchContext(vllm_version="0.22.0", env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"})
+    )
+    with_graphs, without = estimate(meta, MI300X, on), estimate(meta, MI300X, off)
+    assert with_graphs.overhead.graph_bytes > 0 and without.overhead.graph_bytes == 0
+    v0, _ = fit_options(LaunchContext(vllm_version="0.9.2", env={"VLLM_USE_V1": "1"}))
+    assert not estimate(meta, MI300X, v0).vllm.v0_engine  # VLLM_USE_V1=1 on ROCm 0.9

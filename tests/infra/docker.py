@@ -19,6 +19,14 @@ Fixtures
     ``vllm/vllm-openai-rocm`` image (vLLM ``docker/Dockerfile.rocm``, stage ``vllm-openai``),
     so the planner's argv (``IMAGE --model M --port P ...``) runs unchanged. Tagged by a hash
     of its inputs and reused while they do not change. About 2 s to build.
+``router_test_image`` (session)
+    The replica router (``plan.replicas``) without a registry: the host's own HAProxy
+    (Debian's ``haproxy`` package, ``/usr/sbin/haproxy``) and the libraries ``ldd`` lists,
+    imported with ``docker import`` as ``instinct-serve-test/haproxy:HASH``, laid out like
+    the official ``haproxy`` image: the binary on PATH, ``/usr/local/etc/haproxy``, running
+    as the unprivileged ``haproxy`` user (uid 99), so the planner's router argv
+    (``--entrypoint haproxy IMAGE -db -f /usr/local/etc/haproxy/haproxy.cfg``) runs
+    unchanged. Skips (fails under INSTINCT_TEST_REQUIRE=docker) without HAProxy installed.
 ``device_root`` (session)
     A temp tree with stand-in ``/dev/kfd`` and ``/dev/dri/renderD*`` character devices (1:3,
     the null device), handed to docker as ``--device ROOT/dev/kfd:/dev/kfd``: the mandatory
@@ -437,12 +445,17 @@ def _busybox() -> str | None:
     return os.path.realpath(path) if static else None
 
 
+def replayable_logs() -> list[Path]:
+    """The captured logs the double can replay: tests/fixtures/logs and its public corpus."""
+    return sorted(LOGS.glob("*.log")) + sorted((LOGS / "public").glob("*.log"))
+
+
 def image_inputs_hash(python: str, busybox: str | None) -> str:
     """What the image is made of; a change in any of it means a new tag."""
     digest = hashlib.sha256(IMAGE_RECIPE.encode())
     digest.update(DOUBLE.read_bytes())
-    for log in sorted(LOGS.glob("*.log")):
-        digest.update(log.name.encode() + log.read_bytes())
+    for log in replayable_logs():
+        digest.update(str(log.relative_to(LOGS)).encode() + log.read_bytes())
     for path in (python, busybox):
         if path:
             st = os.stat(path)
@@ -495,8 +508,8 @@ def build_test_image() -> TestImage:
                     root.symlink(f"/usr/bin/{applet}", "busybox")
                 root.symlink("/bin", "usr/bin")
             root.regular("/opt/vllm-double/vllm_double.py", str(DOUBLE))
-            for log in sorted(LOGS.glob("*.log")):
-                root.regular(f"/opt/vllm-double/logs/{log.name}", str(log))
+            for log in replayable_logs():
+                root.regular(f"/opt/vllm-double/logs/{log.relative_to(LOGS)}", str(log))
             root.data("/usr/local/bin/vllm", _VLLM_WRAPPER.encode(), 0o755)
         changes = [
             "ENTRYPOINT " + json.dumps(IMAGE_ENTRYPOINT),
@@ -603,7 +616,76 @@ def vllm_test_image(docker_daemon: DockerDaemon) -> Iterator[TestImage]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for image in _built:
         how = "reused" if image.reused else f"built in {image.build_s:.1f} s"
-        terminalreporter.write_line(f"vLLM test image {image.tag}: {how} (python {image.python})")
+        what = "router" if image.tag.startswith(ROUTER_REPO) else "vLLM"
+        terminalreporter.write_line(f"{what} test image {image.tag}: {how} ({image.python})")
+
+
+# --------------------------------------------------------------------------- router image
+
+
+ROUTER_REPO = "instinct-serve-test/haproxy"
+ROUTER_RECIPE = "1"
+HAPROXY = "/usr/sbin/haproxy"
+_ROUTER_PASSWD = _PASSWD + "haproxy:x:99:99:haproxy:/var/lib/haproxy:/bin/false\n"
+_ROUTER_GROUP = _GROUP + "haproxy:x:99:\n"
+
+
+def build_router_image() -> TestImage:
+    """Build (or reuse) the HAProxy test image; see the module docstring."""
+    real = os.path.realpath(HAPROXY)
+    st = os.stat(real)
+    digest = hashlib.sha256(ROUTER_RECIPE.encode())
+    digest.update(f"{real}:{st.st_size}:{st.st_mtime_ns}".encode())
+    digest.update(json.dumps([_ROUTER_PASSWD, _ROUTER_GROUP]).encode())
+    tag = f"{ROUTER_REPO}:{digest.hexdigest()[:16]}"
+    start = time.monotonic()
+    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
+        return TestImage(tag, time.monotonic() - start, True, real)
+    libs, broken = _ldd([real])
+    if broken:
+        raise RuntimeError(f"{real} needs libraries ldd cannot find")
+    libs |= _dlopened_by_libc(libs)
+    with tempfile.TemporaryDirectory(prefix="instinct-router-image-") as tmp:
+        tar_path = os.path.join(tmp, "rootfs.tar")
+        with tarfile.open(tar_path, "w", format=tarfile.GNU_FORMAT) as tar:
+            root = _Rootfs(tar)
+            root.dir("/tmp", 0o1777)
+            for sub in ("/proc", "/sys", "/dev", "/etc", "/usr/local/etc/haproxy", "/run"):
+                root.dir(sub)
+            root.dir("/var/lib/haproxy", 0o755)
+            root.data("/etc/passwd", _ROUTER_PASSWD.encode())
+            root.data("/etc/group", _ROUTER_GROUP.encode())
+            for lib in sorted(libs):
+                root.host(lib)
+            root.regular("/usr/local/sbin/haproxy", real)
+        changes = [
+            'CMD ["haproxy", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]',
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "USER haproxy",
+            "WORKDIR /var/lib/haproxy",
+        ]
+        argv = ["docker", "import"]
+        for change in changes:
+            argv += ["--change", change]
+        out = subprocess.run([*argv, tar_path, tag], capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            raise RuntimeError(f"docker import failed: {out.stderr.strip()}")
+    _created.append(tag)
+    return TestImage(tag, time.monotonic() - start, False, real)
+
+
+@pytest.fixture(scope="session")
+def router_test_image(docker_daemon: DockerDaemon) -> Iterator[TestImage]:
+    """The registry-free HAProxy image (module docstring)."""
+    if not os.access(HAPROXY, os.X_OK):
+        unavailable(f"{HAPROXY} is not installed (apt-get install haproxy)")
+    try:
+        image = build_router_image()
+    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+        pytest.fail(f"could not build the router test image: {exc}")
+    _built.append(image)
+    yield image
+    remove_created_images()
 
 
 # --------------------------------------------------------------------------- AMD devices

@@ -264,3 +264,19 @@ def test_plan_list_ranks_every_precision_and_tp_with_the_pick_first() -> None:
     assert nvfp4 and all(not c.feasible and "no kernel" in (c.why_not or "") for c in nvfp4)
     tp4 = next(c for c in listing.choices if c.tp == 4 and c.model_id == first.model_id)
     assert tp4.full_context_concurrency is not None and tp4.full_context_concurrency < 2
+
+
+def test_plan_list_says_how_each_size_is_known() -> None:
+    """Shipped metadata computed from config shapes is ``config``; a catalog model with no
+    metadata offline gets the weights of its recipe's parameter count, said to be estimated."""
+    from instinct_serve.gather.choices import plan_choices
+
+    shipped = plan_choices(PlanOptions(model="Qwen/Qwen3-8B", gpu="mi300x"))
+    sized = [c for c in shipped.choices if c.verdict is not None]
+    assert sized and {c.size_basis for c in sized} == {"config"}
+    listing = plan_choices(PlanOptions(model="ByteDance-Seed/Seed-OSS-36B-Instruct", gpu="mi300x"))
+    rows = {c.tp: c for c in listing.choices}
+    assert {c.size_basis for c in rows.values()} == {"estimated"}
+    # 36B x 2 bytes (bf16, rough.BYTES_PER_PARAM) = 72 GB = 67.1 GiB on one GPU, half on two
+    assert (rows[1].weights_per_gpu_gib, rows[2].weights_per_gpu_gib) == (67.1, 33.5)
+    assert rows[1].kv_cache_tokens is None and rows[1].verdict is None

@@ -79,7 +79,7 @@ def test_serve_plans_launches_follows_and_proves_the_real_engine(served: Served)
     assert result["status"] == "ready" and result["engine"] == "native", result.get("failure")
     endpoint = result["endpoint"]
     assert endpoint["model"] == served.model and endpoint["api"] == "chat"
-    assert endpoint["base_url"] == f"http://localhost:{served.port}/v1"
+    assert endpoint["base_url"] == f"http://127.0.0.1:{served.port}/v1"
     assert endpoint["max_model_len"] == 2048  # what the real /v1/models says
     assert endpoint["warmup_latency_s"] > 0
     coherence = endpoint["coherence"]
@@ -143,7 +143,7 @@ def test_it_listens_on_loopback_only(served: Served) -> None:
 
 def test_the_endpoint_answers_the_printed_request(served: Served) -> None:
     endpoint = served.run.result["endpoint"]
-    assert f"http://localhost:{served.port}/v1/chat/completions" in endpoint["curl"]
+    assert f"http://127.0.0.1:{served.port}/v1/chat/completions" in endpoint["curl"]
     body = {
         "model": served.model,
         "messages": [{"role": "user", "content": "Name a primary colour."}],
@@ -166,7 +166,7 @@ def test_a_second_serve_reuses_it_and_prints_the_connection_table(served: Served
     for text in (
         "Endpoint already running",
         "Base URL",
-        f"http://localhost:{served.port}/v1",
+        f"http://127.0.0.1:{served.port}/v1",
         "Process",
         served.name,
         "Max context",

@@ -231,6 +231,35 @@ def test_a_finding_with_a_safe_retry_is_applied_once(serve: Serve) -> None:
     assert failure["id"] == "jit_build_failed" and "did not help" in failure["title"]
 
 
+def test_a_named_kernel_crash_is_retried_with_its_own_fix(serve: Serve) -> None:
+    # The AITER sampler segfault (public log 01) on an MI300X plan: the relaunch turns the
+    # AITER sampler off (not FP4BMM, not --enforce-eager); dying again, it is reported.
+    name = serve.name()
+    image = serve.double(
+        "die", VLLM_DOUBLE_REPLAY="public/01_aiter_sampler_segfault_mi300x_warmup.log"
+    )
+    run = serve(image=image, name=name)
+    assert run.returncode == 1, run.explain()
+    [relaunch] = run.of("relaunch")
+    assert relaunch["finding"] == "aiter_sampler_segfault"
+    assert relaunch["changes"] == ["VLLM_ROCM_USE_AITER_SAMPLER=0"]
+    failure = run.result["failure"]
+    assert failure["id"] == "aiter_sampler_segfault" and "did not help" in failure["title"]
+    info = inspect(name)
+    assert info is not None and "VLLM_ROCM_USE_AITER_SAMPLER=0" in info["Config"]["Env"]
+
+
+def test_a_crash_that_names_no_kernel_is_diagnosed_not_retried(serve: Serve) -> None:
+    # Public log 14: a GPU fault with no kernel named; no fix is known to address it.
+    image = serve.double(
+        "die", VLLM_DOUBLE_REPLAY="public/14_hsa_memory_aperture_violation_mi300x_v1_runtime.log"
+    )
+    run = serve(image=image)
+    assert run.returncode == 1, run.explain()
+    assert not run.of("relaunch") and len(run.of("launched")) == 1
+    assert run.result["failure"]["id"] == "gpu_kernel_crash"
+
+
 def test_port_held_by_a_foreign_listener(serve: Serve) -> None:
     with socket.socket() as listener:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

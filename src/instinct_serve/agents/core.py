@@ -169,7 +169,8 @@ def diagnose(inp: DiagnoseInput) -> Outcome:
         if not text.strip():
             raise UsageError("the log is empty", fix="check the log source", id="empty_log")
         result = run_diagnose(text, context)
-    return Outcome(_doc(result), int(ExitCode.OK if result.matched else ExitCode.FAILED))
+    ok = result.matched or result.healthy
+    return Outcome(_doc(result), int(ExitCode.OK if ok else ExitCode.FAILED))
 
 
 # --------------------------------------------------------------------------- containers

@@ -40,6 +40,7 @@ def _uptime(seconds: float | None) -> str:
 def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
     """List the endpoints instinct-serve started on the host: model, port, status, uptime
     and health (/health probed, through an ssh tunnel for --host)."""
+    from instinct_serve.plan.labels import ROLE_ROUTER
     from instinct_serve.runtime.endpoints import list_endpoints
 
     host = get_host(host_spec)
@@ -61,12 +62,17 @@ def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
             # Short facts (status, port, health) keep one line; names and proofs fold.
             wraps = column in ("NAME", "MODEL", "PROVEN")
             table.add_column(column, overflow="fold", no_wrap=not wraps)
-        for row in rows:
+        # a replica group is one endpoint (its router), its replicas under it
+        shown = [(row, row is not top) for top in rows for row in (top, *top.members)]
+        for row, is_member in shown:
             colour = {"healthy": "green", "loading": "yellow"}.get(row.health or "", "red")
+            name = escape(row.name)
+            if row.members:
+                name += f" ({len(row.members)} replicas)"
             table.add_row(
-                escape(row.name),
-                row.engine,
-                escape(row.model or "-"),
+                f"  └ {name}" if is_member else name,
+                "haproxy" if row.role == ROLE_ROUTER else row.engine,
+                "" if is_member else escape(row.model or "-"),
                 str(row.port or "-"),
                 escape(row.status),
                 _uptime(row.uptime_s),
@@ -194,6 +200,8 @@ def stop(names: tuple[str, ...], stop_all: bool, host_spec: str | None, as_json:
             what = "stopped and removed" if item["removed"] else "stopped"
             model = f" ({escape(str(item['model']))})" if item.get("model") else ""
             con.print(f"[green]✓[/] {what} {escape(item['name'])}{model}")
+            for member in item.get("members", []):
+                con.print(f"    {what} {escape(member['name'])} ({escape(str(member['role']))})")
 
     emit(doc, as_json, human)
     return 0

@@ -3,11 +3,13 @@
 The log comes from a file (``--log``), standard input (``-``), an endpoint on the host
 (``--container``: a container's ``docker logs`` or a native process's log file, over
 ``--host``; ``runtime.diagnosis``) or one pasted line (``--symptom``). Exit 0 when a known
-cause was found, 1 when nothing matched (the tail of the log is shown), 2 for bad input.
+cause was found or the log shows no failure (``healthy``: no error line, some start-up
+progress), 1 when nothing matched (the tail of the log is shown), 2 for bad input.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -99,7 +101,7 @@ def _hint_text(finding: Finding) -> str:
             words.append(f"--max-num-seqs {hint['max_num_seqs']}")
         if "tensor_parallel_size" in hint:
             words.append(f"--tensor-parallel-size {hint['tensor_parallel_size']}")
-        parts.append(" ".join(words))
+        parts.append(" ".join(shlex.quote(word) for word in words))  # paste-ready
     text = "  or  ".join(parts)
     return text + ("  (serve retries with the first one by itself)" if finding.auto_retry else "")
 
@@ -116,7 +118,11 @@ def render(diagnosis: Diagnosis) -> Callable[[Console], None]:
                 _finding_view(con, finding, primary=i == 0)
             return
         what = "log" if diagnosis.source == "log" else "symptom"
-        con.print(f"[yellow]No known failure pattern matched this {what}.[/]")
+        if diagnosis.healthy:
+            phase = diagnosis.facts.get("phase_reached", "starting")
+            con.print(f"[green]No failure in this log:[/] the start-up reached {phase}.")
+        else:
+            con.print(f"[yellow]No known failure pattern matched this {what}.[/]")
         if diagnosis.last_error:
             con.print(f"Last error line: {escape(diagnosis.last_error[:400])}")
         if diagnosis.tail and diagnosis.source == "log":
@@ -204,4 +210,4 @@ def diagnose(
             raise UsageError("the log is empty", fix="check the log source", id="empty_log")
         result = run_diagnose(text, context)
     emit(result, as_json, render(result))
-    return int(ExitCode.OK if result.matched else ExitCode.FAILED)
+    return int(ExitCode.OK if result.matched or result.healthy else ExitCode.FAILED)

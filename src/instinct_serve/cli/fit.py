@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from instinct_serve.fit.estimate import Alternative, FitReport
+    from instinct_serve.fit.estimated import EstimatedFit
 
 
 @click.command("fit")
@@ -48,7 +49,11 @@ def fit(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     )
     for note in notes:
         warn(note, as_json)
-    emit(answer.to_dict(), as_json, lambda con: render(con, answer.report, answer.alternatives))
+    report, rough = answer.report, answer.estimated
+    if report is not None:
+        emit(answer.to_dict(), as_json, lambda con: render(con, report, answer.alternatives))
+    elif rough is not None:
+        emit(answer.to_dict(), as_json, lambda con: render_estimated(con, rough))
     return int(ExitCode.FAILED if answer.failed else ExitCode.OK)
 
 
@@ -62,6 +67,12 @@ _VERDICT_STYLE = {
     "does_not_fit": "bold red",
 }
 
+
+_BASIS_TEXT = {  # fit.meta.SIZE_BASES
+    "exact": "exact (read from the weights)",
+    "config": "from config.json shapes",
+    "estimated": "estimated (parameter count x precision)",
+}
 
 _SOURCE_TEXT = {
     "local_dir": "local directory",
@@ -103,6 +114,26 @@ def budget_bar(report: FitReport, width: int = 56) -> list[tuple[str, str, int, 
     ]
 
 
+def render_estimated(con: Console, rough: EstimatedFit) -> None:
+    """An answer with no metadata: the weights estimated from the recipe, said so."""
+    from rich.markup import escape
+
+    hw = rough.hardware
+    con.print(f"[bold]{escape(rough.model_id)}[/]  [dim]size: {_BASIS_TEXT['estimated']}[/]")
+    con.print(
+        f"{hw.gpu_count} x {escape(hw.name)} ({_gib(hw.vram_bytes)} each), "
+        f"vLLM {rough.vllm_version}, TP {rough.tp}"
+    )
+    con.print(
+        f"weights   ~{rough.weight_bytes / 1e9:.0f} GB ({rough.parameter_count} x "
+        f"{escape(rough.precision)}), ~{_gib(rough.per_gpu_bytes)} per GPU"
+    )
+    style = _VERDICT_STYLE.get(rough.verdict, "bold")
+    con.print(f"[{style}]verdict: {rough.verdict}[/] (estimate) - {escape(rough.verdict_reason)}")
+    for note in rough.notes:
+        con.print(f"[dim]note: {escape(note)}[/]")
+
+
 def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -114,7 +145,8 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
     weights_from = _WEIGHTS_TEXT.get(meta.weights_source, meta.weights_source)
     con.print(
         f"[bold]{escape(report.model_id)}[/]  "
-        f"[dim]metadata: {where}; weights from {weights_from}[/]"
+        f"[dim]size: {_BASIS_TEXT[meta.size_basis]}; metadata: {where}; "
+        f"weights from {weights_from}[/]"
     )
     con.print(
         f"{report.hardware.gpu_count} x {escape(report.hardware.name)} "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -78,14 +79,16 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     --autoscale).
     """
     from instinct_serve.gather.plan import plan_for
-    from instinct_serve.plan.render import render, shell_line
+    from instinct_serve.plan.render import render
 
     fmt = "json" if as_json else fmt
     opts = parse_cli(PlanOptions, kwargs, engine="native" if fmt == "native" else "docker")
-    k8s = parse_cli(KubernetesOptions, kwargs)
-    if fmt != "k8s" and k8s != KubernetesOptions():
+    k8s = parse_cli(KubernetesOptions, kwargs, replicas=opts.replicas or 1)
+    if fmt == "k8s":  # the cluster makes the copies: one endpoint per pod
+        opts.replicas, opts.local_group = None, False
+    if fmt != "k8s" and replace(k8s, replicas=1) != KubernetesOptions():
         raise UsageError(
-            "--namespace, --replicas, --autoscale, --max-replicas, --nodes, --storage-class, "
+            "--namespace, --autoscale, --max-replicas, --nodes, --storage-class, "
             "--socket-ifname and --prometheus-url shape Kubernetes manifests",
             fix="add --format k8s",
             id="k8s_only",
@@ -113,10 +116,13 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
         print_summary(con, result)
         con.print()
         con.print("[bold]Command[/] (instinct plan --format docker|native|compose|k8s for more):")
-        con.print(shell_line(result.plan), markup=False, soft_wrap=True)
+        con.print(render(result.plan, "shell").rstrip("\n"), markup=False, soft_wrap=True)
 
     emit(result, False, human)
     return 0
+
+
+_UNSIZED = {"estimated": "weights fit (estimate; KV unknown)"}
 
 
 def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
@@ -145,6 +151,7 @@ def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
             "precision",
             "TP",
             "GiB/GPU",
+            "size",
             "KV tokens",
             "context",
             "full-ctx x",
@@ -158,10 +165,11 @@ def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
                 f"{c.precision or '?'} ({c.status})",
                 str(c.tp),
                 f"{c.weights_per_gpu_gib:g}" if c.weights_per_gpu_gib is not None else "?",
+                c.size_basis or "?",
                 f"{c.kv_cache_tokens:,}" if c.kv_cache_tokens else "?",
                 f"{c.max_model_len:,}" if c.max_model_len else "?",
                 f"{c.full_context_concurrency:g}" if c.full_context_concurrency else "?",
-                escape(c.why_not or (c.verdict or "unsized")),
+                escape(c.why_not or c.verdict or _UNSIZED.get(c.size_basis or "", "unsized")),
             )
         con.print(table)
         if listing.chosen_why:

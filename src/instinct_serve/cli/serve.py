@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from instinct_serve.runtime.backend import Backend
     from instinct_serve.runtime.documents import ServeOutcome
     from instinct_serve.runtime.events import PhaseUpdate, ServeEvent
+    from instinct_serve.runtime.group import GroupDeployer
     from instinct_serve.runtime.serve import Deployer
 
 # Phases that come with a figure worth a line of its own even off a terminal.
@@ -78,7 +79,7 @@ class ServeView:
         self._status: Status | None = None
         self._last_phase: str | None = None
         self._default = Redactor.default()
-        self.deployer: Deployer | None = None
+        self.deployer: Deployer | GroupDeployer | None = None
 
     @property
     def redact(self) -> Redactor:
@@ -349,7 +350,9 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run(deployer: Deployer, result: PlanResult, yes: bool, view: ServeView) -> ServeOutcome:
+def _run(
+    deployer: Deployer | GroupDeployer, result: PlanResult, yes: bool, view: ServeView
+) -> ServeOutcome:
     try:
         with _sigterm_as_interrupt():
             outcome = deployer.reuse()

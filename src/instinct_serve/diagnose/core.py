@@ -10,7 +10,7 @@ from typing import Any
 from instinct_serve.diagnose.failure_signals import STRONG_FAILURE
 from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, iter_lines
 from instinct_serve.diagnose.model import DiagnoseContext, Diagnosis, Finding
-from instinct_serve.diagnose.phases import PHASE_ORDER, PhaseTracker
+from instinct_serve.diagnose.phases import PhaseTracker
 from instinct_serve.diagnose.rules import REGISTRY
 from instinct_serve.diagnose.scan import Scan
 from instinct_serve.diagnose.shell import issue_search
@@ -25,14 +25,11 @@ def _facts(text: str, lines: list[LogLine]) -> tuple[dict[str, Any], dict[int, s
     """Run the phase tracker over the log: version, figures and the phase before each line."""
     tracker = PhaseTracker()
     phase_before: dict[int, str] = {}
-    reached = "starting"
     for index, line in enumerate(lines):
-        phase_before[index] = tracker.phase
+        phase_before[index] = tracker.stage
         tracker.feed(line.raw, now=0.0)
-        if tracker.phase != "failed" and PHASE_ORDER[tracker.phase] >= PHASE_ORDER[reached]:
-            reached = tracker.phase
     figures = tracker.figures
-    facts: dict[str, Any] = {"phase_reached": reached, "figures": figures}
+    facts: dict[str, Any] = {"phase_reached": tracker.reached, "figures": figures}
     if "vllm_version" in figures:
         facts["vllm_version"] = figures["vllm_version"]
     if "engine" in figures:
@@ -102,13 +99,15 @@ def diagnose(text: str, context: DiagnoseContext | None = None) -> Diagnosis:
     commands: tuple[str, ...] = ()
     if not ordered:
         commands = (issue_search(last_error, CANONICAL_UNKNOWN),)
+    healthy = not ordered and last_error is None and facts["phase_reached"] != "starting"
     return Diagnosis(
         findings=ordered,
         tail=tail,
         facts=facts,
         last_error=last_error,
-        commands=commands,
+        commands=() if healthy else commands,
         source="log",
+        healthy=healthy,
     )
 
 

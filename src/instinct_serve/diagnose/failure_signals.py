@@ -90,6 +90,28 @@ FAILURE_SIGNALS: tuple[FailureSignal, ...] = (
         "Illegal instruction (core dumped)",
     ),
     FailureSignal(
+        r"\*\*\* SIGSEGV received",
+        "Ray's (abseil's) fatal-signal handler in a Ray worker: SIGSEGV",
+        "gpu_kernel_crash",
+        "(RayWorkerWrapper pid=2191173, ip=10.52.51.232) *** SIGSEGV received at time=1746566409 "
+        "on cpu 131 ***",
+    ),
+    FailureSignal(
+        r"Queue 0x[0-9a-fA-F]+ aborting with error",
+        "the ROCm runtime (rocdevice.cpp): a GPU queue was torn down after a fault",
+        "gpu_kernel_crash",
+        ":0:rocdevice.cpp            :3018: 183469315192d us:  Callback: Queue 0x7fb378200000 "
+        "aborting with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted "
+        "to access memory beyond the largest legal address. code: 0x29",
+    ),
+    FailureSignal(
+        r"WorkerProc hit an exception",
+        "vLLM V1 multiprocessing worker: the method it ran raised (its traceback follows)",
+        None,
+        "(VllmWorker PP0_TP0 pid=4797) ERROR 09-29 05:54:49 [multiproc_executor.py:596] "
+        "WorkerProc hit an exception.",
+    ),
+    FailureSignal(
         r"Aborted \(core dumped\)",
         "the shell: SIGABRT (an assertion in native code)",
         None,

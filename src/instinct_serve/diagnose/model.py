@@ -125,6 +125,9 @@ class Diagnosis:
     last_error: str | None = None  # the last error-looking line, matched or not
     commands: tuple[str, ...] = ()  # for an unmatched log: how to search upstream
     source: Literal["log", "symptom"] = "log"
+    # A log with no finding, no error line and some start-up progress: it shows no failure
+    # (how far it got is ``facts["phase_reached"]``).
+    healthy: bool = False
 
     @property
     def primary(self) -> Finding | None:
@@ -151,8 +154,14 @@ class Diagnosis:
             "last_error": self.last_error,
             "commands": list(self.commands),
             "tail": list(self.tail),
+            "healthy": self.healthy,
         }
-        if not self.matched:
+        if self.healthy:
+            doc["message"] = (
+                "no failure in this log: the start-up reached "
+                f"{self.facts.get('phase_reached', 'starting')}"
+            )
+        elif not self.matched:
             doc["message"] = (
                 "no known failure pattern matched this log; the last lines are included"
                 if self.source == "log"

@@ -6,6 +6,11 @@ sequence with the figures users ask about (weights size, KV cache tokens, concur
 graph capture time) and remembers when the last line arrived, so that serve can tell a
 graph-capture hang from a slow but live start-up.
 
+For ``diagnose`` the tracker also keeps ``reached``, the furthest phase the log shows by any
+evidence (traceback frames, the error that ends a step, V1's fixed order after the KV cache
+is sized), which later lines never lower and a failure does not hide; the status line keeps
+to what was printed.
+
 Phases only move forward (a line from a lagging tensor-parallel rank does not move the
 status back), except ``downloading_weights``/``loading_weights`` and ``compiling``/
 ``profiling``, which interleave in real logs. Pure: text and times in, events out; the
@@ -146,14 +151,65 @@ _AVAILABLE_KV = re.compile(r"^Available KV cache memory: " + _NUM + r" ?GiB")
 # "GPU KV cache size: N tokens"; vLLM 0.32's CPU backend says "CPU KV cache size: N tokens,
 # Maximum concurrency for L tokens per request: Cx" (both figures on one line).
 _KV_TOKENS = re.compile(r"^(?:GPU|CPU|XPU) KV cache size: " + _NUM + r" tokens")
-_BLOCKS = re.compile(r"^# (\w+) blocks: " + _NUM)
+# "# GPU blocks: N, # CPU blocks: M" (V0); pasted without the first "# " as well
+_BLOCKS = re.compile(r"^(?:# (\w+)|(GPU)) blocks: " + _NUM)
+# V1 API server: "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks
+# is: 57656" (loggers.py)
+_NUM_GPU_BLOCKS = re.compile(r"\bnum_gpu_blocks is: " + _NUM)
+# vLLM 0.6.x: "Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=...
+# kv_cache_size=2.89GiB gpu_memory_utilization=0.90" (key=value pairs on one line)
+_V06_PROFILE = re.compile(r"^Memory profiling results: (?=.*\bkv_cache_size=)")
+_V06_PAIR = re.compile(r"\b(\w+)=" + _NUM + r"(?:GiB)?\b")
+_V06_FIGURES = {
+    "total_gpu_memory": "total_gpu_gib",
+    "non_torch_memory": "non_torch_gib",
+    "kv_cache_size": "available_kv_gib",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+}
+# The V2 model runner, after its graphs: "Free memory on device (77.57/79.11 GiB) on startup.
+# Desired GPU memory utilization is (0.92, 72.78 GiB). Actual usage is 7.39 GiB for weight,
+# 1.54 GiB for peak activation, 0.6 GiB for non-torch memory, and 2.04 GiB for CUDAGraph
+# memory. ... Current kv cache memory in use is 63.25 GiB."
+_V2_USAGE = re.compile(
+    r"^Free memory on device \(" + _NUM + r"/" + _NUM + r" ?GiB\) on startup\. Desired GPU "
+    r"memory utilization is \("
+    + _NUM
+    + r", [\d.]+ ?GiB\)\. Actual usage is "
+    + _NUM
+    + r" ?GiB for weight, "
+    + _NUM
+    + r" ?GiB for peak activation, "
+    + _NUM
+    + r" ?GiB for non-torch memory(?:, and "
+    + _NUM
+    + r" ?GiB for CUDAGraph memory)?"
+)
+_V2_KV_IN_USE = re.compile(r"Current kv cache memory in use is " + _NUM + r" ?GiB")
+# The KV-capacity errors, raised once the memory profile has sized the KV cache: the phase
+# they prove, and the capacity they state (V0: tokens; V1: GiB available).
+_KV_V0_TOO_SMALL = re.compile(
+    r"The model's max seq len \(\d+\) is larger than the maximum number of tokens that can "
+    r"be stored in KV cache \(" + _NUM + r"\)"
+)
+_KV_V1_TOO_SMALL = re.compile(
+    r"To serve at least one request with the models?'s max seq len \(\d+\), \([\d.]+ GiB "
+    r"KV cache is needed, which is larger than the available KV cache memory \(" + _NUM + r" ?GiB\)"
+)
 _CONCURRENCY = re.compile(
     r"(?:^|, )Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r" ?x"
 )
 _GRAPH_ESTIMATE = re.compile(r"^Estimated CUDA graph memory: " + _NUM + r" ?GiB")
 _MAX_MODEL_LEN = re.compile(r"^Using max model len " + _NUM)
 
+# Kernel warm-up runs once the KV cache is sized, before graph capture ("Warming up DeepSeek
+# V4 sparse MLA attention for mixed tokens=16."); not the CPU runner's compile warm-up.
+_KERNEL_WARMUP = re.compile(
+    r"^Warming up (?!model for the compilation).{0,120}\b(?:attention|kernels?)\b"
+)
+
 # Graph capture
+# V1 DEBUG, one per captured shape: "Capturing a cudagraph on (FULL,BatchDescriptor(...))"
+_CAPTURE_ONE = re.compile(r"^Capturing a cudagraph on \((\w+),")
 _CAPTURE_START = re.compile(
     r"^Capturing (?:cudagraphs for decoding|the model for CUDA graphs|CUDA graphs)"
 )
@@ -162,6 +218,23 @@ _CAPTURE_BAR = re.compile(
 )
 _CAPTURE_DONE = re.compile(
     r"^Graph capturing finished in " + _NUM + r" ?secs?(?:, took " + _NUM + r" ?GiB)?"
+)
+
+# A traceback frame shows the step a process was in when it failed, whatever line came last
+# (Python's 'File "...", line N, in f' and faulthandler's 'File "...", line N in f').
+FRAME_IN = re.compile(r'^\s*File "[^"]+", line \d+,? in (\w+)')
+_FRAME_PHASES: Mapping[str, Phase] = {
+    "capture_model": "capturing_graphs",
+    "_capture_cudagraphs": "capturing_graphs",
+    "compile_or_warm_up_model": "capturing_graphs",
+    "determine_available_memory": "profiling",
+    "determine_num_available_blocks": "profiling",
+    "profile_run": "profiling",
+    "load_model": "loading_weights",
+}
+# V1 captures graphs right after it sizes the KV cache; not in eager mode.
+_EAGER = re.compile(
+    r"enforce_eager=True|'enforce_eager': True|Cudagraph is disabled under eager mode"
 )
 
 # Engine up, API server
@@ -218,6 +291,9 @@ class PhaseTracker:
         self._last_key: tuple[Any, ...] | None = None
         self._lines_seen = 0
         self.shutting_down = False  # a stop was asked for: later failure lines are teardown
+        self._reached: Phase = "starting"  # the furthest phase any evidence shows
+        self._kv_sized_v1 = False  # V1's "GPU KV cache size" line: graph capture comes next
+        self._eager = False
 
     # -- public API -------------------------------------------------------------------
 
@@ -230,6 +306,24 @@ class PhaseTracker:
         """A strong failure signal (``failure_signals``) ended the start-up: no later line
         can overrule it, unlike a bare exception (a soft failure)."""
         return self.phase == "failed" and self._soft_failed_from is None
+
+    @property
+    def reached(self) -> Phase:
+        """The furthest start-up phase the log shows, failed or not: progress lines, the
+        frames of a traceback (``capture_model``), the errors raised after a step (the
+        KV-capacity error ends the memory profile), and a failure after V1 sized its KV
+        cache, which captures graphs next (unless eager)."""
+        return self._reached
+
+    @property
+    def stage(self) -> Phase:
+        """The step the engine is in now, as far as the log tells (``reached`` while
+        failed): V1 goes from sizing the KV cache straight to graph capture, printing
+        nothing in between, so a failure there is a capture failure."""
+        base = self._reached if self.phase == "failed" else _later(self._reached, self.phase)
+        if base == "profiling" and self._kv_sized_v1 and not self._eager:
+            return "capturing_graphs"
+        return base
 
     @property
     def building(self) -> bool:
@@ -277,6 +371,7 @@ class PhaseTracker:
             if update.phase != self.phase:
                 self.progress = None
             self.phase = update.phase
+            self._reached = _later(self._reached, update.phase)
             self._soft_failed_from = None
         if update.message is not None:
             self.message = update.message
@@ -296,6 +391,8 @@ class PhaseTracker:
     def _fail(self, line: LogLine, line_no: int, *, soft: bool) -> PhaseEvent | None:
         if self.phase == "failed" and (soft or self._soft_failed_from is None):
             return None  # already failed; keep the first failure line
+        if self.phase != "failed":
+            self._reached = _later(self._reached, self.stage)
         if soft:
             self._soft_failed_from = self.phase
         else:
@@ -323,11 +420,12 @@ class PhaseTracker:
         if _SHUTDOWN.match(text) and self.phase != "failed":
             self.shutting_down = True
             return _Update(message="shutting down: a stop was asked for")
+        evidence = self._evidence(text)
         # A strong signal (``failure_signals``) ends the start-up whatever came before; a
         # bare exception line before the server is ready is a soft failure that later
         # progress lines can overrule (some libraries log a traceback and carry on).
         if STRONG_FAILURE.search(text) and line.errorish:
-            return _Update(phase="failed")
+            return _Update(phase="failed", figures=evidence)
         for matcher in _MATCHERS:
             update = matcher(self, text)
             if update is not None:
@@ -337,8 +435,27 @@ class PhaseTracker:
             and line.errorish
             and PHASE_ORDER.get(self.phase, 0) < PHASE_ORDER["ready"]
         ):
-            return _Update(phase="failed", soft_failure=True)
-        return None
+            return _Update(phase="failed", soft_failure=True, figures=evidence)
+        return _Update(figures=evidence) if evidence else None
+
+    def _evidence(self, text: str) -> dict[str, Any]:
+        """What a line proves besides the progress it reports (in any phase, after a failure
+        too): the phase a traceback frame or an error shows was reached, and its figures."""
+        if _EAGER.search(text):
+            self._eager = True
+        m = FRAME_IN.match(text)
+        if m and m.group(1) in _FRAME_PHASES:
+            self._reached = _later(self._reached, _FRAME_PHASES[m.group(1)])
+            return {}
+        m = _KV_V0_TOO_SMALL.search(text)
+        if m:
+            self._reached = _later(self._reached, "profiling")
+            return {"kv_cache_tokens": _int(m.group(1))}
+        m = _KV_V1_TOO_SMALL.search(text)
+        if m:
+            self._reached = _later(self._reached, "profiling")
+            return {"available_kv_gib": _num(m.group(1))}
+        return {}
 
     # Each matcher returns an update for the lines it knows, else None.
 
@@ -488,6 +605,7 @@ class PhaseTracker:
             return _Update("profiling", self._kv_message(figures), figures=figures)
         m = _KV_TOKENS.match(text)
         if m:
+            self._kv_sized_v1 = self._kv_sized_v1 or text.startswith("GPU ")
             figures = {"kv_cache_tokens": _int(m.group(1))}
             both = _CONCURRENCY.search(text)
             if both:
@@ -495,13 +613,44 @@ class PhaseTracker:
                 figures["max_concurrency"] = _num(both.group(2))
             return _Update("profiling", self._kv_message(figures), figures=figures)
         m = _BLOCKS.match(text)
-        if m and m.group(1).upper() != "CPU":
-            figures = {"kv_cache_blocks": _int(m.group(2))}
+        if m and (m.group(1) or m.group(2)).upper() != "CPU":
+            figures = {"kv_cache_blocks": _int(m.group(3))}
             return _Update("profiling", self._kv_message(figures), figures=figures)
         m = _CONCURRENCY.match(text)
         if m:
             figures = {"max_model_len": _int(m.group(1)), "max_concurrency": _num(m.group(2))}
             return _Update("profiling", self._kv_message(figures), figures=figures)
+        m = _V06_PROFILE.match(text)
+        if m:
+            figures = {
+                _V06_FIGURES[key]: _num(value)
+                for key, value in _V06_PAIR.findall(text)
+                if key in _V06_FIGURES
+            }
+            return _Update("profiling", self._kv_message(figures), figures=figures)
+        m = _V2_USAGE.match(text)
+        if m:
+            total, util, weights, activation, non_torch, graphs = (
+                m.group(i) for i in (2, 3, 4, 5, 6, 7)
+            )
+            figures = {
+                "total_gpu_gib": _num(total),
+                "gpu_memory_utilization": _num(util),
+                "weights_gib": _num(weights),
+                "activation_peak_gib": _num(activation),
+                "non_torch_gib": _num(non_torch),
+            }
+            if graphs:
+                figures["graph_memory_gib"] = _num(graphs)
+            kv = _V2_KV_IN_USE.search(text)
+            if kv:
+                figures["available_kv_gib"] = _num(kv.group(1))
+            return _Update(message=self._kv_message(figures), figures=figures)
+        m = _NUM_GPU_BLOCKS.search(text)
+        if m:
+            return _Update(figures={"kv_cache_blocks": _int(m.group(1))})
+        if _KERNEL_WARMUP.match(text):
+            return _Update("profiling", "warming up kernels")
         m = _GRAPH_ESTIMATE.match(text)
         if m:
             return _Update(
@@ -544,6 +693,9 @@ class PhaseTracker:
             return _Update("capturing_graphs", message, 1.0, figures)
         if _CAPTURE_START.match(text):
             return _Update("capturing_graphs", "capturing graphs")
+        m = _CAPTURE_ONE.match(text)
+        if m:
+            return _Update("capturing_graphs", f"capturing graphs ({m.group(1)})")
         return None
 
     def _m_server(self, text: str) -> _Update | None:
@@ -593,6 +745,15 @@ _MATCHERS: tuple[Callable[[PhaseTracker, str], _Update | None], ...] = (
     PhaseTracker._m_pull,
     PhaseTracker._m_version,
 )
+
+
+def _later(a: Phase, b: Phase) -> Phase:
+    """The later of two phases, ``b`` (the newer) on a tie; ``failed`` is no phase."""
+    if b == "failed":
+        return a
+    if a == "failed":
+        return b
+    return b if PHASE_ORDER[b] >= PHASE_ORDER[a] else a
 
 
 def track(lines: Iterable[str]) -> list[PhaseEvent]:

@@ -12,15 +12,18 @@ tests/fixtures/logs and the near-miss tests).
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from instinct_serve.diagnose.failure_signals import FAILURE_SIGNALS
 from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, split_message
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
+from instinct_serve.diagnose.phases import FRAME_IN
 from instinct_serve.diagnose.registry import Registry, Rule, number_after, words
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.diagnose.shell import issue_search
@@ -1125,10 +1128,13 @@ def _libtorch_cuda(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return build_libtorch_cuda_import(ctx, None, True, **_at(frame, frames))
 
 
+# A crash line: the failure signals that mean a crash (failure_signals, the one table), and
+# the wordings of the exceptions a GPU fault raises.
 _CRASH = exc(
-    r".{0,200}(?:Segmentation fault|Segfault encountered|Fatal Python error|"
-    r"Illegal instruction|illegal instruction was encountered|hipErrorIllegalInstruction|"
-    r"Memory access fault by GPU|illegal memory access was encountered|hipErrorIllegalAddress|"
+    r".{0,200}(?:"
+    + "|".join(s.pattern for s in FAILURE_SIGNALS if s.finding == "gpu_kernel_crash")
+    + r"|illegal instruction was encountered|hipErrorIllegalInstruction|"
+    r"illegal memory access was encountered|hipErrorIllegalAddress|"
     r"HSA_STATUS_ERROR_(?:EXCEPTION|MEMORY_APERTURE_VIOLATION|ILLEGAL_INSTRUCTION))"
 )
 _FP4_NOT_GFX942 = exc(r"MXFP4 quantization is not supported on gfx94\d")
@@ -1193,16 +1199,459 @@ def _fp4bmm(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     evidence = scan.contains(_FP4_EVIDENCE)
     if evidence and gfx in ("", "gfx942"):
         return build_fp4bmm_gfx942(ctx, **_at(crash, count))
-    if gfx == "gfx942" and not _older(ctx.vllm_version, FP4BMM_DEFAULT_ON_SINCE):
-        # No FP4 frame in the log, but a gfx942 crash with a vLLM that turns FP4BMM on by
-        # default (or an unknown version): the most frequent cause, ranked lower.
-        return replace(build_fp4bmm_gfx942(ctx, **_at(crash, count)), rank=85)
+    if (
+        gfx == "gfx942"
+        and not _older(ctx.vllm_version, FP4BMM_DEFAULT_ON_SINCE)
+        and not _named_crashes(scan)
+    ):
+        # No FP4 frame in the log and no other kernel named, but a gfx942 crash with a vLLM
+        # that turns FP4BMM on by default (or an unknown version): the most frequent cause,
+        # ranked lower, and a guess: serve does not relaunch on it by itself.
+        guess = build_fp4bmm_gfx942(ctx, **_at(crash, count))
+        return replace(guess, rank=85, auto_retry=False, details={"evidence": "gfx942 only"})
     return None
 
 
 def _kernel_crash(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_CRASH)
     return build_gpu_kernel_crash(ctx, **_at(hit, count)) if hit else None
+
+
+# --------------------------------------------------------------------------- named kernels
+# A crash names its kernel in the stack printed right after the crash line (the segfault
+# handler's frames, Ray's "PC: @ ... addProxyOpIfNeeded()") or in the lines just before it
+# (the kernel loaded or the warm-up step announced). One table: each signature, where it is
+# read, and the finding it proves. A crash that names a kernel is that kernel's finding, not
+# the generic crash, and not the gfx942 FP4BMM guess.
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    finding: str
+    pattern: re.Pattern[str]
+    where: tuple[Literal["stack", "before"], ...]  # read in the crash's stack, lines before
+
+
+KERNEL_SIGNATURES: tuple[KernelSignature, ...] = (
+    # ROCm/aiter#4830: AITER's top-k/top-p sampler (JIT module name with a hash suffix)
+    KernelSignature(
+        "aiter_sampler_segfault",
+        re.compile(r"\btop_k_top_p_sampling_from_probs_[0-9a-f]{8,}|\baiter\W+\w*sampling"),
+        ("stack",),
+    ),
+    # vllm#17770, #17242: NCCL's proxy (RCCL keeps the names)
+    KernelSignature(
+        "nccl_proxy_segfault",
+        re.compile(r"\b(?:addProxyOpIfNeeded|ncclProxy\w+|proxyProgress\w*)\b"),
+        ("stack",),
+    ),
+    # ROCm/aiter#4302: the CK-tile rmsnorm kernel
+    KernelSignature(
+        "aiter_rmsnorm_unsupported_arch",
+        re.compile(r"ck_tile::Rmsnorm2dFwd|\brmsnorm2d_fwd"),
+        ("stack",),
+    ),
+    # vllm#43605, ROCm/aiter#3471: an AITER fused-MoE kernel loaded (or running) at the fault
+    KernelSignature(
+        "aiter_moe_kernel_fault",
+        re.compile(r"\bfmoe_\w+|\bck_moe_stage\d|\baiter\W+\w*fused_moe"),
+        ("before", "stack"),
+    ),
+    # vllm#35293: the crash is in the replay of a captured graph (hipGraphLaunch on ROCm)
+    KernelSignature(
+        "graph_replay_crash",
+        re.compile(r"CUDAGraph::replay|\b(?:hip|cuda|cu)GraphLaunch\b"),
+        ("stack",),
+    ),
+    # vllm#57354: the DeepSeek-V4 sparse-MLA warm-up step
+    KernelSignature(
+        "dsv4_sparse_mla_warmup_segfault",
+        re.compile(r"^Warming up DeepSeek[- ]?V4 sparse MLA"),
+        ("before",),
+    ),
+)
+_STACK_LINE = re.compile(
+    r'^(?:\s|PC: @|@\s|File "|Thread 0x|Current thread 0x|Stack \(most recent call first\))'
+    r"|logging\.cc:\d+: "
+)
+_BEFORE_LINES = 6
+_STACK_LINES = 40
+# Graph capture markers, latest first wins: a fault after a FULL marker and before the
+# next PIECEWISE marker or the end of capture is a fault of FULL capture.
+_FULL_CAPTURE = re.compile(
+    r"^Capturing CUDA graphs? \([^)]*\bFULL\)|^Capturing a cudagraph on \(FULL\b"
+)
+_NOT_FULL_CAPTURE = re.compile(
+    r"^Capturing CUDA graphs? \([^)]*\bPIECEWISE\)|^Capturing a cudagraph on \(PIECEWISE\b"
+    r"|^Graph capturing finished"
+)
+FULL_CAPTURE = "attn_full_graph_capture_fault"
+
+
+def _stack_after(scan: Scan, index: int) -> list[LogLine]:
+    stack = []
+    for line in scan.lines[index + 1 : index + 1 + _STACK_LINES]:
+        if not _STACK_LINE.search(line.text):
+            break
+        stack.append(line)
+    return stack
+
+
+def _in_full_capture(scan: Scan, index: int) -> bool:
+    if scan.phase_at(index) != "capturing_graphs":
+        return False
+    for line in reversed(scan.lines[max(0, index - 400) : index]):
+        if _FULL_CAPTURE.match(line.text):
+            return True
+        if _NOT_FULL_CAPTURE.match(line.text):
+            return False
+    return False
+
+
+def _named_crashes(scan: Scan) -> dict[str, tuple[Hit, int]]:
+    """Each finding a crash line's own evidence names (``KERNEL_SIGNATURES``, and FULL graph
+    capture), with its first crash line and how many crash lines name it."""
+    if "named_crashes" in scan.memo:
+        named: dict[str, tuple[Hit, int]] = scan.memo["named_crashes"]
+        return named
+    named = {}
+    for hit in scan.hits(_CRASH):
+        text = {
+            "stack": [line.text for line in _stack_after(scan, hit.index)] + [hit.line.text],
+            "before": [
+                scan.lines[i].text
+                for i in range(max(0, hit.index - _BEFORE_LINES), hit.index)
+                if i not in scan.echo
+            ],
+        }
+        found = {
+            sig.finding
+            for sig in KERNEL_SIGNATURES
+            if any(sig.pattern.search(t) for where in sig.where for t in text[where])
+        }
+        if not found and _in_full_capture(scan, hit.index):
+            found = {FULL_CAPTURE}
+        for finding in found:
+            first, count = named.get(finding, (hit, 0))
+            named[finding] = (first, count + 1)
+    scan.memo["named_crashes"] = named
+    return named
+
+
+def _named(scan: Scan, finding: str) -> dict[str, Any] | None:
+    found = _named_crashes(scan).get(finding)
+    return _at(*found) if found else None
+
+
+def build_aiter_sampler_segfault(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="aiter_sampler_segfault",
+        title="AITER's top-k/top-p sampler crashed",
+        cause="The crash is in AITER's top_k_top_p_sampling_from_probs, which vLLM on ROCm uses "
+        "for top-k/top-p sampling when AITER is on; it segfaults on the host while the sampler "
+        "warms up, on gfx942 (ROCm/aiter#4830). Graph mode and FP4BMM play no part: "
+        "--enforce-eager does not avoid it.",
+        fix="Relaunch with VLLM_ROCM_USE_AITER_SAMPLER=0 (PyTorch's sampler; the other AITER "
+        "kernels stay on; vLLM with vllm-project/vllm#43331), or a vLLM that skips the AITER "
+        "sampler on gfx942 (vllm-project/vllm#57162); older images: VLLM_ROCM_USE_AITER=0.",
+        retry={"set_env": {"VLLM_ROCM_USE_AITER_SAMPLER": "0"}},
+        alternatives=({"set_env": {"VLLM_ROCM_USE_AITER": "0"}},),
+        auto_retry=True,
+        **at,
+    )
+
+
+def _aiter_sampler(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    at = _named(scan, "aiter_sampler_segfault")
+    return build_aiter_sampler_segfault(ctx, **at) if at is not None else None
+
+
+def build_aiter_moe_kernel_fault(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="aiter_moe_kernel_fault",
+        title="An AITER fused-MoE kernel faulted",
+        cause="The GPU fault comes right where an AITER fused-MoE kernel (fmoe/ck_moe) was "
+        "loaded or running: some of these kernels write out of bounds at particular batch "
+        "shapes (ROCm/aiter#3471, MiniMax-M2.5 at 8k tokens on gfx950), first hit by the "
+        "--max-num-batched-tokens dummy run of the memory profile.",
+        fix="Relaunch with VLLM_ROCM_USE_AITER_MOE=0 (Triton MoE kernels), or keep AITER MoE "
+        "and avoid the shape with a smaller --max-num-batched-tokens (e.g. 4096).",
+        retry={"set_env": {"VLLM_ROCM_USE_AITER_MOE": "0"}},
+        alternatives=({"add_args": ["--max-num-batched-tokens", "4096"]},),
+        auto_retry=True,
+        **at,
+    )
+
+
+def _aiter_moe_fault(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    at = _named(scan, "aiter_moe_kernel_fault")
+    return build_aiter_moe_kernel_fault(ctx, **at) if at is not None else None
+
+
+_NO_MOE_GEMM = exc(r".{0,300}device_gemm does not support this GEMM problem")
+_MOE_WORDS = re.compile(r"ck_moe|fmoe|fused_moe|\bmoe\b", re.IGNORECASE)
+
+
+def build_aiter_moe_no_kernel_for_shape(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="aiter_moe_no_kernel_for_shape",
+        title="AITER MoE has no kernel for this shape",
+        cause="AITER's MoE path has no tuned config for this model's expert shape and its "
+        "composable-kernel fallback (ck_moe_stage1/2) has no GEMM instance for it: 'device_gemm "
+        "does not support this GEMM problem' (ROCm/aiter#3202). Online tuning does not help.",
+        fix="Relaunch with VLLM_ROCM_USE_AITER_MOE=0 (Triton MoE kernels; the other AITER "
+        "kernels stay on), or an AITER build with a config for this shape.",
+        retry={"set_env": {"VLLM_ROCM_USE_AITER_MOE": "0"}},
+        auto_retry=True,
+        **at,
+    )
+
+
+def _aiter_moe_shape(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    hits = [
+        hit
+        for hit in scan.hits(_NO_MOE_GEMM)
+        if any(_MOE_WORDS.search(line.text) for line in scan.window(hit.index, 5, 0))
+    ]
+    return build_aiter_moe_no_kernel_for_shape(ctx, **_at(hits[0], len(hits))) if hits else None
+
+
+def build_aiter_rmsnorm_unsupported_arch(ctx: DiagnoseContext, **at: Any) -> Finding:
+    gfx = _gfx(ctx)
+    consumer = bool(gfx) and gfx not in INSTINCT_GFX
+    off_all: RetryHint = {"set_env": {"VLLM_ROCM_USE_AITER": "0"}}
+    off_norm: RetryHint = {"set_env": {"VLLM_ROCM_USE_AITER_RMSNORM": "0"}}
+    return Finding(
+        id="aiter_rmsnorm_unsupported_arch",
+        title="AITER's CK-tile rmsnorm kernel crashed",
+        cause="The crash stack is AITER's composable-kernel rmsnorm (ck_tile::Rmsnorm2dFwd), "
+        "whose tile sizes are made for CDNA Instinct GPUs; on other architectures (RDNA4 "
+        f"gfx1201 in ROCm/aiter#4302{f', this GPU: {gfx}' if gfx else ''}) it segfaults on "
+        "the first forward pass.",
+        fix="Relaunch with VLLM_ROCM_USE_AITER_RMSNORM=0 (vLLM's own rmsnorm), or "
+        "VLLM_ROCM_USE_AITER=0: AITER targets Instinct GPUs (gfx942/gfx950).",
+        retry=off_all if consumer else off_norm,
+        alternatives=(off_norm,) if consumer else (off_all,),
+        auto_retry=True,
+        details={"gfx": gfx or None},
+        **at,
+    )
+
+
+def _aiter_rmsnorm(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    at = _named(scan, "aiter_rmsnorm_unsupported_arch")
+    return build_aiter_rmsnorm_unsupported_arch(ctx, **at) if at is not None else None
+
+
+def build_dsv4_sparse_mla_warmup_segfault(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="dsv4_sparse_mla_warmup_segfault",
+        title="DeepSeek-V4 sparse-MLA warm-up crashed",
+        cause="The segfault follows vLLM's DeepSeek-V4 sparse-MLA attention warm-up, which runs "
+        "after the KV cache is sized: a known intermittent crash on ROCm "
+        "(vllm-project/vllm#57354, about 4 starts in 5).",
+        fix="Use an image with vllm-project/vllm#57328 (the fix; a newer vllm/vllm-openai-rocm). "
+        "The same image may start on another try, but will crash again.",
+        **at,
+    )
+
+
+def _dsv4_warmup(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    at = _named(scan, "dsv4_sparse_mla_warmup_segfault")
+    return build_dsv4_sparse_mla_warmup_segfault(ctx, **at) if at is not None else None
+
+
+V0_REMOVED_IN = "0.11.0"  # the last vLLM with the V0 engine (VLLM_USE_V1=0) is 0.10.x
+
+
+def build_nccl_proxy_segfault(ctx: DiagnoseContext, **at: Any) -> Finding:
+    v0 = _older(ctx.vllm_version, V0_REMOVED_IN)
+    retry: RetryHint | None = {"set_env": {"VLLM_USE_V1": "0"}} if v0 else None
+    return Finding(
+        id="nccl_proxy_segfault",
+        title="NCCL/RCCL crashed in its proxy thread",
+        cause="A worker segfaulted inside NCCL's proxy (addProxyOpIfNeeded; RCCL on ROCm keeps "
+        "the names) while the workers ran a collective: reported for multi-node Ray runs of "
+        "the V1 engine in vLLM 0.8.4, during graph capture (vllm-project/vllm#17770, #17242). "
+        "Not a model kernel: AITER and eager switches do not address it.",
+        fix="Use a newer image (its NCCL/RCCL and vLLM); on vLLM 0.8-0.10 the V0 engine "
+        "(VLLM_USE_V1=0) starts; rerun with NCCL_DEBUG=INFO to see the transport; check that "
+        "all nodes run the same image.",
+        retry=retry,
+        commands=(issue_search("addProxyOpIfNeeded SIGSEGV", "NCCL segfault"),),
+        **at,
+    )
+
+
+def _nccl_proxy(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    at = _named(scan, "nccl_proxy_segfault")
+    return build_nccl_proxy_segfault(ctx, **at) if at is not None else None
+
+
+def build_graph_replay_crash(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="graph_replay_crash",
+        title="The crash is in the replay of a captured graph",
+        cause="The segfault stack runs through the launch of a captured HIP/CUDA graph "
+        "(at::cuda::CUDAGraph::replay -> hipGraphLaunch): a kernel or buffer captured in the "
+        "graph is not valid when the graph runs again (vllm-project/vllm#35293).",
+        fix="Relaunch with --enforce-eager (no graphs, so no replay: slower decoding at small "
+        "batch sizes), and look for a newer image that fixes the model's graph capture.",
+        retry={"add_args": ["--enforce-eager"]},
+        auto_retry=True,
+        **at,
+    )
+
+
+def _graph_replay(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    at = _named(scan, "graph_replay_crash")
+    return build_graph_replay_crash(ctx, **at) if at is not None else None
+
+
+PIECEWISE = {"cudagraph_mode": "PIECEWISE"}
+
+
+def _piecewise_hint(ctx: DiagnoseContext) -> RetryHint | None:
+    """--compilation-config with cudagraph_mode PIECEWISE, merged into the plan's own (None
+    when the plan's is not a JSON object: it cannot be merged safely)."""
+    current = ctx.arg("--compilation-config")
+    config: Any = {}
+    if current:
+        try:
+            config = json.loads(current)
+        except ValueError:
+            return None
+        if not isinstance(config, dict):
+            return None
+    merged = {**config, **PIECEWISE}
+    return {"add_args": ["--compilation-config", json.dumps(merged, separators=(",", ":"))]}
+
+
+def build_attn_full_graph_capture_fault(ctx: DiagnoseContext, **at: Any) -> Finding:
+    piecewise = _piecewise_hint(ctx)
+    eager: RetryHint = {"add_args": ["--enforce-eager"]}
+    return Finding(
+        id="attn_full_graph_capture_fault",
+        title="A GPU fault while capturing FULL graphs",
+        cause="The GPU faulted while vLLM captured FULL (decode) graphs, after the PIECEWISE "
+        "ones: the attention backend's kernel is not safe to capture whole on ROCm (Triton "
+        "attention's segment buffers in vllm-project/vllm#35169, ROCM_ATTN in #36180, "
+        "ROCM_AITER_FA in #36042).",
+        fix="Relaunch with piecewise graphs only: --compilation-config "
+        '\'{"cudagraph_mode": "PIECEWISE"}\' (attention runs outside the graphs; most of '
+        "the speed stays), or a vLLM with the backend's fix (#36374/#36376 for Triton "
+        "attention). --enforce-eager also avoids it, at a larger cost.",
+        retry=piecewise or eager,
+        alternatives=(eager,) if piecewise else (),
+        auto_retry=True,
+        **at,
+    )
+
+
+def _attn_full_capture(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    at = _named(scan, FULL_CAPTURE)
+    return build_attn_full_graph_capture_fault(ctx, **at) if at is not None else None
+
+
+_MLA_HEADS = (
+    exc(r"Aiter MLA only supports 16 or 128 number of heads"),
+    exc(r"nhead=(\d+) not supported"),
+)
+_MLA_FRAMES = re.compile(r"\bmla\b|_mla\b|mla_decode", re.IGNORECASE)
+_PROVIDED_HEADS = re.compile(r"Provided (\d+) number of heads")
+MLA_HEADS = (16, 128)
+
+
+def build_aiter_mla_unsupported_heads(
+    ctx: DiagnoseContext, heads: int | None = None, **at: Any
+) -> Finding:
+    tp = ctx.tensor_parallel_size
+    total = heads * tp if heads and tp else None
+    fitting = [total // h for h in MLA_HEADS if total and total % h == 0 and total // h >= 1]
+    limit = ctx.gpu_count
+    usable = [t for t in fitting if limit is None or t <= limit]
+    where = f"{heads} heads per GPU" if heads else "this many heads per GPU"
+    tp_words = (
+        f"--tensor-parallel-size {' or '.join(map(str, usable))}"
+        if usable
+        else "a tensor-parallel size that gives 16 or 128 heads per GPU (TP8 for "
+        "DeepSeek-V3/R1's 128 heads)"
+    )
+    alternatives: tuple[RetryHint, ...] = (
+        ({"tensor_parallel_size": usable[0]},) if usable and usable[0] != tp else ()
+    )
+    return Finding(
+        id="aiter_mla_unsupported_heads",
+        title="AITER MLA does not support this many heads per GPU",
+        cause=f"AITER's MLA decode kernel supports 16 or 128 attention heads per GPU; the "
+        f"tensor-parallel split gives {where} (ROCm/aiter#548).",
+        fix=f"Use {tp_words}, or VLLM_ROCM_USE_AITER_MLA=0 (Triton MLA: starts at this size, "
+        "slower decoding).",
+        retry={"set_env": {"VLLM_ROCM_USE_AITER_MLA": "0"}},
+        alternatives=alternatives,
+        auto_retry=True,
+        details={"heads_per_gpu": heads, "tensor_parallel_size": tp, "fitting_tp": fitting},
+        **at,
+    )
+
+
+def _aiter_mla_heads(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    for hit in scan.hits(*_MLA_HEADS):
+        heads: int | None
+        if hit.match.re is _MLA_HEADS[1]:
+            frames = " ".join(line.text for line in scan.traceback_before(hit.index))
+            if not _MLA_FRAMES.search(frames):
+                continue
+            heads = int(hit.match.group(1))
+        else:
+            provided = next(
+                (
+                    m
+                    for line in _message_block(scan, hit.index)
+                    if (m := _PROVIDED_HEADS.search(line.text))
+                ),
+                None,
+            )
+            heads = int(provided.group(1)) if provided else None
+        return build_aiter_mla_unsupported_heads(ctx, heads, **_at(hit))
+    return None
+
+
+_CAPTURE_FUNCTIONS = frozenset({"capture_model", "_capture_cudagraphs"})
+
+
+def build_graph_capture_failed(ctx: DiagnoseContext, full: bool = False, **at: Any) -> Finding:
+    eager: RetryHint = {"add_args": ["--enforce-eager"]}
+    piecewise = _piecewise_hint(ctx) if full else None
+    return Finding(
+        id="graph_capture_failed",
+        title="Graph capture failed",
+        cause="A worker failed while capturing graphs (its traceback runs through "
+        "capture_model), after the weights were loaded and the KV cache was sized; the log "
+        "does not show a known cause"
+        + (" (the FULL decode graphs were being captured)" if full else "")
+        + ".",
+        fix="Read the worker's exception above or below the capture_model frames. To start "
+        + (
+            'without FULL graphs: --compilation-config \'{"cudagraph_mode": "PIECEWISE"}\'; '
+            if piecewise
+            else ""
+        )
+        + "without graphs at all: --enforce-eager (slower decoding).",
+        retry=piecewise or eager,
+        alternatives=(eager,) if piecewise else (),
+        details={"full_graphs": full},
+        **at,
+    )
+
+
+def _graph_capture_failed(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    frames = [hit for hit in scan.hits(FRAME_IN) if hit.match.group(1) in _CAPTURE_FUNCTIONS]
+    if not frames:
+        return None
+    first, count = frames[0], len({hit.line.no for hit in frames})
+    full = any(_FULL_CAPTURE.match(line.text) for line in scan.lines[: first.index])
+    return build_graph_capture_failed(ctx, full, **_at(first, count))
 
 
 _JIT = (
@@ -1658,6 +2107,10 @@ def _jit_component(sentence: str) -> dict[str, Any]:
     )
 
 
+# A crash a rule explains by its kernel: the generic crash, and "graph capture failed" when
+# the kernel crashed in capture, are the same failure, explained better.
+_CRASH_GENERAL = ("gpu_kernel_crash", "graph_capture_failed")
+
 # Every known failure, registered once. The order is the order symptoms are tried in (the
 # specific before the general) and breaks ties between findings of equal rank on one line.
 REGISTRY = Registry(
@@ -1697,6 +2150,7 @@ REGISTRY = Registry(
             build_oom_graph_capture,
             _oom_graph_capture,
             words(_OOM_WORDS, r"graph|captur"),
+            supersedes=("graph_capture_failed",),
         ),
         Rule(
             "oom_weights",
@@ -1786,6 +2240,97 @@ REGISTRY = Registry(
                 r"segmentation|illegal instruction)"
             ),
             supersedes=("gpu_kernel_crash",),  # the same crash, explained better
+        ),
+        Rule(
+            "aiter_sampler_segfault",
+            97,
+            build_aiter_sampler_segfault,
+            _aiter_sampler,
+            words(
+                r"top_k_top_p_sampling|aiter.{0,40}sampl|sampl.{0,40}aiter",
+                r"segfault|segmentation|crash|sigsegv",
+            ),
+            supersedes=_CRASH_GENERAL,
+        ),
+        Rule(
+            "aiter_moe_kernel_fault",
+            96,
+            build_aiter_moe_kernel_fault,
+            _aiter_moe_fault,
+            words(
+                r"fmoe|ck_moe|aiter.{0,40}moe|moe.{0,40}aiter",
+                r"memory access fault|segfault|segmentation|crash|out.of.bounds|illegal",
+            ),
+            supersedes=_CRASH_GENERAL,
+        ),
+        Rule(
+            "aiter_moe_no_kernel_for_shape",
+            96,
+            build_aiter_moe_no_kernel_for_shape,
+            _aiter_moe_shape,
+            words(r"device_gemm does not support|does not support this gemm problem"),
+        ),
+        Rule(
+            "aiter_rmsnorm_unsupported_arch",
+            96,
+            build_aiter_rmsnorm_unsupported_arch,
+            _aiter_rmsnorm,
+            words(r"rmsnorm", r"segfault|segmentation|crash|ck_tile"),
+            supersedes=_CRASH_GENERAL,
+        ),
+        Rule(
+            "aiter_mla_unsupported_heads",
+            96,
+            build_aiter_mla_unsupported_heads,
+            _aiter_mla_heads,
+            words(r"mla", r"16 or 128|nhead=\d+ not supported|number of heads"),
+        ),
+        Rule(
+            "dsv4_sparse_mla_warmup_segfault",
+            96,
+            build_dsv4_sparse_mla_warmup_segfault,
+            _dsv4_warmup,
+            words(r"deepseek.?v4|sparse.?mla", r"segfault|segmentation|crash"),
+            supersedes=_CRASH_GENERAL,
+        ),
+        Rule(
+            "nccl_proxy_segfault",
+            95,
+            build_nccl_proxy_segfault,
+            _nccl_proxy,
+            words(
+                r"addProxyOpIfNeeded|[nr]ccl.{0,40}(?:segfault|sigsegv|segmentation)|"
+                r"(?:segfault|sigsegv|segmentation).{0,40}[nr]ccl"
+            ),
+            supersedes=_CRASH_GENERAL,
+        ),
+        Rule(
+            "attn_full_graph_capture_fault",
+            90,
+            build_attn_full_graph_capture_fault,
+            _attn_full_capture,
+            words(
+                r"\bfull\b",
+                r"graph|captur",
+                r"memory access fault|illegal (?:memory )?(?:access|address)|segfault|"
+                r"read-only page",
+            ),
+            supersedes=_CRASH_GENERAL,
+        ),
+        Rule(
+            "graph_replay_crash",
+            94,
+            build_graph_replay_crash,
+            _graph_replay,
+            words(r"graph ?launch|graph::replay|graph replay|replay(?:ing)? (?:the |a )?graph"),
+            supersedes=_CRASH_GENERAL,
+        ),
+        Rule(
+            "graph_capture_failed",
+            50,
+            build_graph_capture_failed,
+            _graph_capture_failed,
+            words(r"graph|captur", r"fail|error|exception"),
         ),
         Rule(
             "gpu_kernel_crash",

@@ -14,10 +14,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve.errors import InstinctError
+from instinct_serve.fit.precision import precision_from_name
+
 if TYPE_CHECKING:
     from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport, HardwareSpec
-
-from instinct_serve.fit.precision import precision_from_name
+    from instinct_serve.fit.estimated import EstimatedFit
 
 MAX_ALTERNATIVES = 8
 
@@ -37,6 +39,8 @@ class LaunchContext:
     unsupported_precisions: list[str] = field(default_factory=lambda: ["nvfp4"])
     launch_args: list[str] = field(default_factory=list)
     vllm_version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the launch's environment (VLLM_USE_V1)
+    parameter_count: str | None = None  # the recipe's ("36B"): the ``estimated`` size basis
     image: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -102,8 +106,11 @@ def launch_context(model_id: str, gpu: str | None) -> LaunchContext:
         ctx.context_length = recipe.context_length
         variant = match.variant
         ctx.precision = variant.precision if variant else None
+        ctx.parameter_count = recipe.parameter_count
         for v in recipe.variants.values():
             ctx.variants.append((v.model_id, v.precision, v.key))
+    elif match.legacy is not None:
+        ctx.parameter_count = match.legacy.parameter_count
     if match.blacklist is not None:
         ctx.notes.append(f"blacklisted in the catalog: {match.blacklist.reason}")
     if gpu:
@@ -149,6 +156,9 @@ def fit_options(
     language_model_only: bool = False,
     speculative_mtp: int = 0,
     enable_prefix_caching: bool = False,
+    engine: str | None = None,
+    pipeline_parallel_size: int = 1,
+    kv_cache_memory: int | None = None,
 ) -> tuple[FitOptions, list[str]]:
     """``FitOptions`` for a launch: explicit values win, then the flags in
     ``ctx.launch_args`` (the catalog's AMD args, or a plan's whole ``vllm serve`` argv),
@@ -173,6 +183,8 @@ def fit_options(
     max_num_batched_tokens = max_num_batched_tokens or taken("--max-num-batched-tokens", int)
     max_model_len = max_model_len or taken("--max-model-len", token_count)
     tp = tp or taken("--tensor-parallel-size", int) or taken("-tp", int)
+    if pipeline_parallel_size == 1:
+        pipeline_parallel_size = taken("--pipeline-parallel-size", int) or taken("-pp", int) or 1
     language_model_only = language_model_only or ctx.has_flag("--language-model-only")
     enforce_eager = enforce_eager or ctx.has_flag("--enforce-eager")
     enable_prefix_caching = enable_prefix_caching or ctx.has_flag("--enable-prefix-caching")
@@ -198,7 +210,17 @@ def fit_options(
             notes.append(
                 f"MTP speculative decoding ({speculative_mtp} tokens) from the launch flags"
             )
+    use_v1 = ctx.env.get("VLLM_USE_V1")
+    v2_runner = ctx.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip() == "1"
+    # "To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" (the v0.21+ startup log)
+    graphs = ctx.env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "").strip() != "0"
     options = FitOptions(
+        engine=engine,
+        use_v1_env=use_v1,
+        v2_model_runner=v2_runner,
+        estimate_graphs=graphs,
+        pipeline_parallel_size=pipeline_parallel_size,
+        kv_cache_memory_bytes=kv_cache_memory,
         tp=tp,
         max_model_len=max_model_len,
         native_max_model_len=ctx.context_length or None,  # upstream writes 0 for "unknown"
@@ -269,26 +291,57 @@ def find_alternatives(
 class FitAnswer:
     """``instinct fit``'s answer: the report with its catalog context and alternatives."""
 
-    report: FitReport
+    report: FitReport | None  # None: no metadata, only ``estimated``
     context: LaunchContext
     alternatives: list[Alternative]
     skipped: list[str]
     tp_asked: bool
+    estimated: EstimatedFit | None = None
 
     @property
     def failed(self) -> bool:
         """Does not fit as asked: no room, too tight, or more GPUs than asked or present."""
-        verdict = self.report.verdict
+        done = self.report or self.estimated
+        assert done is not None
+        verdict = done.verdict
         return verdict in ("does_not_fit", "too_tight") or (
-            verdict == "needs_tp" and (self.tp_asked or self.report.min_tp_required is None)
+            verdict == "needs_tp" and (self.tp_asked or done.min_tp_required is None)
         )
 
     def to_dict(self) -> dict[str, Any]:
-        doc = self.report.to_dict()
+        done = self.report or self.estimated
+        assert done is not None
+        doc = done.to_dict()
         doc["catalog"] = self.context.to_dict()
         doc["alternatives"] = [a.to_dict() for a in self.alternatives]
         doc["alternatives_skipped"] = self.skipped
         return doc
+
+
+# metadata errors an estimate from the recipe stands in for (offline, the Hub refusing)
+_ESTIMABLE = ("model_metadata_unavailable", "hub_refused")
+
+
+def _estimated(
+    exc: InstinctError, model: str, ctx: LaunchContext, hw: HardwareSpec, opts: FitOptions
+) -> EstimatedFit | None:
+    """The ``estimated`` fit of a catalog model whose metadata cannot be had here."""
+    from instinct_serve.fit.estimated import estimated_fit
+
+    if exc.id not in _ESTIMABLE or not ctx.parameter_count:
+        return None
+    # the precision of this very checkpoint (a recipe id matches its default variant, which
+    # may be another checkpoint: dots3-note-prev is bf16, its default variant the -fp8 one)
+    own = [p for mid, p, _key in ctx.variants if mid.lower() == model.lower()]
+    return estimated_fit(
+        model,
+        parameter_count=ctx.parameter_count,
+        precision=own[0] if own else ctx.precision,
+        hw=hw,
+        utilization=opts.gpu_memory_utilization,
+        vllm_version=opts.vllm_version,
+        tp=opts.tp,
+    )
 
 
 def fit_model(
@@ -320,7 +373,14 @@ def fit_model(
     )
     opts, option_notes = fit_options(ctx, **options)
     with step(f"Reading metadata of {model}"):
-        meta = load_model_meta(model, revision=revision, suggest=close_matches)
+        try:
+            meta = load_model_meta(model, revision=revision, suggest=close_matches)
+        except InstinctError as exc:
+            rough = _estimated(exc, model, ctx, hw, opts)
+            if rough is None:
+                raise
+            rough.notes[:0] = [*option_notes, *ctx.notes, exc.message]
+            return FitAnswer(None, ctx, [], [], options.get("tp") is not None, rough)
     report = estimate(meta, hw, opts)
     report.notes = option_notes + ctx.notes + report.notes
     alts: list[Alternative] = []

@@ -27,7 +27,7 @@ from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
 from instinct_serve.fit.kv import KvLayout, LayerKind, ModelLayers, describe_layers, kv_layout
 from instinct_serve.fit.meta import ModelMeta
 from instinct_serve.fit.overhead import Overhead, estimate_overhead
-from instinct_serve.fit.vllm import VllmBehaviour, behaviour
+from instinct_serve.fit.vllm import ENGINES, VllmBehaviour, behaviour, v0_chunks_by_default
 from instinct_serve.fit.weights import MOE_ALIGNMENT, WeightEstimate, estimate_weights
 
 GB = 10**9
@@ -99,6 +99,7 @@ class HardwareSpec:
 # FitOptions fields bounded as the options of ``instinct fit`` are (``options.FitRequest``).
 _BOUNDED = (
     "tp",
+    "pipeline_parallel_size",
     "max_model_len",
     "max_num_batched_tokens",
     "max_num_seqs",
@@ -118,7 +119,13 @@ class FitOptions:
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float | None = None
     vllm_version: str | None = None
-    v0_engine: bool = False
+    v0_engine: bool | None = None  # None: from the version, platform and engine/env below
+    engine: str | None = None  # "v0" | "v1" (``VLLM_USE_V1`` spelled as an option)
+    use_v1_env: str | None = None  # the launch's VLLM_USE_V1
+    v2_model_runner: bool = False  # VLLM_USE_V2_MODEL_RUNNER=1: profiles no sampler, no graphs
+    estimate_graphs: bool = True  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off
+    pipeline_parallel_size: int = 1
+    kv_cache_memory_bytes: int | None = None  # --kv-cache-memory: vLLM skips the profile
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     block_size: int | None = None
@@ -145,6 +152,18 @@ class FitOptions:
                 raise FitRequest.error_for(name, value, "is not a whole number")
             if not (spec.low or 0) <= value <= (spec.high or value):
                 raise FitRequest.error_for(name, value, f"is outside [{spec.low:g}, {spec.high:g}]")
+        if self.engine is not None and self.engine not in ENGINES:
+            raise UsageError(
+                f"--engine {self.engine!r} is not one of {', '.join(ENGINES)}",
+                fix="use --engine v0 or --engine v1 (or leave it out: from the vLLM version)",
+                id="bad_engine",
+            )
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 0:
+            raise UsageError(
+                "--kv-cache-memory must not be negative",
+                fix="give bytes, e.g. 8G",
+                id="bad_kv_cache_memory",
+            )
         if self.tp is not None and self.tp & (self.tp - 1):
             raise UsageError("--tp must be a power of two", id="bad_tp")
         util = self.gpu_memory_utilization
@@ -291,6 +310,7 @@ class FitReport:
             "model": self.model_id,
             "source": self.meta.source,
             "metadata": {
+                "size_basis": self.meta.size_basis,
                 "source": self.meta.source,
                 "weights_source": self.meta.weights_source,
                 "detail": self.meta.source_detail,
@@ -383,6 +403,7 @@ class FitReport:
             "vllm": {
                 "version": self.vllm.version,
                 "engine": "V0" if self.vllm.v0_engine else "V1",
+                "engine_basis": self.vllm.engine_note,
                 "graph_memory_in_budget": self.vllm.graph_memory_in_budget,
                 "kv_tokens_formula": self.vllm.kv_tokens_text,
             },
@@ -398,6 +419,21 @@ class FitReport:
 
 
 # -- the estimator -----------------------------------------------------------------------
+
+
+def _pipeline_stage(w: WeightEstimate, cfg: ModelConfig, tp: int, pp: int) -> WeightEstimate:
+    """The weights of the largest pipeline stage: its share of the decoder layers plus one
+    vocabulary matrix (the first stage's embedding or the last stage's lm_head)."""
+    vocab = (cfg.vocab_size or 0) * cfg.hidden_size * cfg.dtype_bytes
+    vocab_rank = -(-vocab // tp)
+    layers_rank = max(0, w.per_rank_bytes - w.replicated_bytes_per_rank - 2 * vocab_rank)
+    if cfg.tie_word_embeddings:
+        layers_rank = max(0, w.per_rank_bytes - w.replicated_bytes_per_rank - vocab_rank)
+    per_rank = -(-layers_rank // pp) + vocab_rank + w.replicated_bytes_per_rank
+    note = (
+        f"pipeline parallel {pp}: the largest stage holds 1/{pp} of the layers + one vocab matrix"
+    )
+    return replace(w, per_rank_bytes=per_rank, notes=(*w.notes, note))
 
 
 def _tp_allowed(cfg: ModelConfig, layers: ModelLayers, tp: int) -> bool:
@@ -431,7 +467,13 @@ class _Estimator:
     def __init__(self, meta: ModelMeta, hw: HardwareSpec, opts: FitOptions) -> None:
         self.meta, self.hw, self.opts = meta, hw, opts
         self.cfg = ModelConfig(meta.config)
-        self.vllm = behaviour(opts.vllm_version, v0_engine=opts.v0_engine)
+        self.vllm = behaviour(
+            opts.vllm_version,
+            v0_engine=opts.v0_engine,
+            platform=hw.platform,
+            engine=opts.engine,
+            use_v1_env=opts.use_v1_env,
+        )
         try:
             self.layers = describe_layers(self.cfg, include_mtp=opts.speculative_mtp > 0)
         except KeyError as exc:
@@ -443,7 +485,27 @@ class _Estimator:
         self.native, self.native_source = _native_len(self.cfg, opts)
         self.cap = max(opts.max_model_len or 0, self.native)
         self.target = opts.max_model_len or self.native
-        self.mnbt, self.seqs = self.vllm.batch_defaults(hw.vram_bytes, self.target, hw.name)
+        chunked = (
+            v0_chunks_by_default(
+                hw.platform,
+                self.target,
+                sliding_window=any(s.kind is LayerKind.SLIDING for s in self.layers.layers),
+                mla=self.layers.uses_mla,
+                multimodal=self.cfg.is_multimodal,
+            )
+            and not opts.speculative_mtp
+        )
+        self.mnbt, self.seqs = self.vllm.batch_defaults(
+            hw.vram_bytes, self.target, hw.name, v0_chunked_prefill=chunked
+        )
+        self.pp = opts.pipeline_parallel_size
+        # the V2 model runner profiled neither the sampler nor graphs until vllm#48601
+        # (2026-07-14); the first release with the fix is taken to be 0.26
+        self.v2_unprofiled = opts.v2_model_runner and self.vllm.before("0.26")
+        self.stage_layers = self.layers
+        if self.pp > 1:  # the first stage holds the most layers; KV blocks are the minimum
+            per_stage = -(-len(self.layers.layers) // self.pp)
+            self.stage_layers = replace(self.layers, layers=self.layers.layers[:per_stage])
         if opts.max_num_batched_tokens:
             self.mnbt = opts.max_num_batched_tokens
         if opts.max_num_seqs:
@@ -466,7 +528,7 @@ class _Estimator:
     def layout(self, tp: int, kv_bytes: int) -> KvLayout:
         rec_blocks = 2 if self.opts.enable_prefix_caching else 1
         return kv_layout(
-            self.layers,
+            self.stage_layers,
             tp=tp,
             kv_dtype_bytes=kv_bytes,
             max_num_batched_tokens=self.mnbt,
@@ -489,6 +551,8 @@ class _Estimator:
             load_mtp=opts.speculative_mtp > 0,
             moe_alignment=self.alignment,
         )
+        if self.pp > 1:
+            weights = _pipeline_stage(weights, self.cfg, tp, self.pp)
         overhead = estimate_overhead(
             self.cfg,
             tp=tp,
@@ -498,6 +562,8 @@ class _Estimator:
             graphs_in_budget=self.vllm.graph_memory_in_budget,
             enforce_eager=opts.enforce_eager,
             platform=self.hw.platform,
+            profile_sampler=not self.v2_unprofiled,
+            graphs_estimated=opts.estimate_graphs and not self.v2_unprofiled,
             **(
                 {"sampler_bytes_per_logit": opts.sampler_bytes_per_logit}
                 if opts.sampler_bytes_per_logit
@@ -506,6 +572,8 @@ class _Estimator:
         )
         budget = int(self.hw.vram_bytes * self.util)
         remaining = budget - weights.per_rank_bytes - overhead.total_bytes
+        if opts.kv_cache_memory_bytes is not None:  # vLLM skips the memory profile
+            remaining = opts.kv_cache_memory_bytes
         layout = self.layout(tp, self.kv_bytes)
         max_len = layout.max_model_len(remaining, self.cap) if remaining > 0 else 0
         ev = _TpEval(tp, weights, overhead, budget, remaining, layout, max_len, opts.max_model_len)

@@ -19,6 +19,12 @@ from instinct_serve.fit.dtypes import dtype_bytes
 from instinct_serve.fit.params import UnsupportedArchitecture, count_parameters
 
 SOURCES = ("local_dir", "hf_cache", "hub", "hub_cache", "shipped", "config")
+# How the weight size is known, surest first: read from the checkpoint (safetensors headers,
+# index, the Hub's per-dtype counts), computed from config.json's tensor shapes, or
+# estimated from a parameter count and a precision (the recipe's).
+SIZE_BASES = ("exact", "config", "estimated")
+_EXACT_WEIGHTS = ("safetensors_headers", "hub_safetensors", "index_total_size")
+SHAPES_TEXT = "computed from the config's tensor shapes"  # shipped files built from shapes
 # Weight figures, whatever their source (headers, an index, the Hub, a cache, config
 # shapes). The largest published checkpoints hold ~1-2e12 parameters in ~2 TB; these bounds
 # are far above (the largest model the config bounds admit, 1,024 layers of 4,096 experts
@@ -61,6 +67,17 @@ class ModelMeta:
         for part, size in self.component_bytes.items():
             _checked_figure(f"{part} bytes", size, MAX_CHECKPOINT_BYTES)
         ModelConfig(self.config)
+
+    @property
+    def size_basis(self) -> str:
+        """``exact``, ``config`` or ``estimated`` (``SIZE_BASES``): how sure the weights are."""
+        if self.weights_source in _EXACT_WEIGHTS:
+            return "exact"
+        if self.weights_source == "shipped":
+            return "config" if SHAPES_TEXT in self.source_detail else "exact"
+        if self.weights_source == "config_shapes":
+            return "config"
+        return "estimated"
 
     @property
     def checkpoint_bytes(self) -> int | None:

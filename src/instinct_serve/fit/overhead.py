@@ -96,13 +96,19 @@ def estimate_overhead(
     enforce_eager: bool,
     platform: str = "rocm",
     sampler_bytes_per_logit: int = SAMPLER_BYTES_PER_LOGIT,
+    profile_sampler: bool = True,
+    graphs_estimated: bool = True,
 ) -> Overhead:
-    """The per-rank overhead vLLM subtracts from ``utilization x total`` before KV."""
+    """The per-rank overhead vLLM subtracts from ``utilization x total`` before KV.
+
+    ``profile_sampler``/``graphs_estimated`` False: the V2 model runner of 2026-07 profiled
+    neither (vllm#48601: the sampler warm-up then ran out of memory; its log's available KV is
+    exactly budget - weights - peak activation - non-torch)."""
     non_torch = NON_TORCH_BYTES.get(platform, NON_TORCH_BYTES["rocm"])
     if tp > 1:
         non_torch += NON_TORCH_TP_EXTRA_BYTES
     graphs = 0
-    if graphs_in_budget and not enforce_eager:
+    if graphs_in_budget and graphs_estimated and not enforce_eager:
         graphs = GRAPH_BYTES_TP if tp > 1 else GRAPH_BYTES_SINGLE
     vocab = cfg.vocab_size
     try:
@@ -126,7 +132,7 @@ def estimate_overhead(
     rows = min(max_num_seqs, max_num_batched_tokens)
     padded_vocab = -(-vocab // 64) * 64
     hidden_kept = max_num_batched_tokens * cfg.hidden_size * cfg.dtype_bytes
-    sampler = rows * padded_vocab * sampler_bytes_per_logit
+    sampler = rows * padded_vocab * sampler_bytes_per_logit if profile_sampler else 0
     encoder = _encoder_bytes(cfg) if include_vision else 0
     activation = max(forward, hidden_kept + sampler, encoder)
     notes = []

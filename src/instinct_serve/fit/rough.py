@@ -68,6 +68,29 @@ def parameter_count_from_name(model_id: str) -> str | None:
     return f"{best:g}B" if best else None
 
 
+def estimated_weight_bytes(parameter_count: str | None, precision: str | None) -> int | None:
+    """A parameter count (``"235B"``) x the bytes of ``precision`` as stored; None when
+    either is unknown. The ``estimated`` size basis (``fit.meta.SIZE_BASES``)."""
+    params = parse_parameter_count(parameter_count)
+    per_param = bytes_per_param(precision)
+    if params is None or per_param is None:
+        return None
+    return int(params * per_param)
+
+
+def bytes_per_param(precision: str | None) -> float | None:
+    """``BYTES_PER_PARAM`` of ``precision``; a mixed one (``int2/4/8``) takes its largest
+    member (an upper bound), None when nothing is known."""
+    text = (precision or "bf16").lower()
+    if "/" not in text:
+        return BYTES_PER_PARAM.get(text)
+    prefix = re.match(r"[a-z]*", text)
+    stem = prefix.group(0) if prefix else ""
+    parts = [p if p[:1].isalpha() else stem + p for p in text.split("/")]
+    known = [BYTES_PER_PARAM[p] for p in parts if p in BYTES_PER_PARAM]
+    return max(known) if known else None
+
+
 class Need(NamedTuple):
     """The smallest TP that a size needs on given GPUs, and what says so."""
 
@@ -112,10 +135,9 @@ def rough_size(
     budget = int(vram_bytes * utilization) - OVERHEAD_BYTES
     usable = int(budget * (1 - MIN_KV_SHARE))
     weights = None
-    params = parse_parameter_count(parameter_count)
-    per_param = BYTES_PER_PARAM.get((precision or "bf16").lower())
-    if params is not None and per_param is not None:
-        size = int(params * per_param)
+    size = estimated_weight_bytes(parameter_count, precision)
+    per_param = bytes_per_param(precision)
+    if size is not None and per_param is not None:
         weights = _need(
             size,
             usable,

@@ -13,7 +13,17 @@ Each threshold is a release where the behaviour is documented or visible in a pu
   the release that moved graph memory inside the budget. Pass the value the launch uses.
 - Batch defaults (``get_batch_defaults``): devices of 70 GiB or more (but not A100s) run
   ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 in the API server, others
-  2048/256; v0.28 adds 16384 batched tokens for devices of 160 GiB or more.
+  2048/256; v0.28 adds 16384 batched tokens for devices of 160 GiB or more. With defaults,
+  ``max_num_batched_tokens <= max_num_seqs x max_model_len`` and ``max_num_seqs <=
+  max_num_batched_tokens`` (``_set_default_max_num_seqs_and_batched_tokens_args``).
+- Engine: V1 is the default on CUDA from v0.8.0 ("V1 is now enabled by default"); ROCm
+  builds fell back to V0 through 0.9.x (the 0.9.0.1 log: "rocm is experimental on
+  VLLM_USE_V1=1. Falling back to V0 Engine"; the 0.9.2 MI300X logs are V0); V0 is gone from
+  0.11. ``VLLM_USE_V1=0/1`` chooses where both exist.
+- V0 profiles ``max_num_batched_tokens`` tokens, which is ``max(max_model_len, 2048)`` unless
+  chunked prefill is on; V0 turns it on by itself only on CUDA for a context over 32K with no
+  sliding window, MLA, multimodal or speculative model (``_set_default_args_v0``, which
+  excludes ROCm), and then batches 2048 tokens (512 before v0.6.4).
 """
 
 from __future__ import annotations
@@ -31,6 +41,11 @@ DEFAULT_VLLM_VERSION = "0.22.0"
 GIB = 2**30
 
 
+V1_DEFAULT_FROM = {"cuda": Version("0.8.0"), "rocm": Version("0.10.0")}
+V0_REMOVED_IN = Version("0.11.0")
+ENGINES = ("v0", "v1")
+
+
 @dataclass(frozen=True)
 class VllmBehaviour:
     version: str
@@ -40,17 +55,36 @@ class VllmBehaviour:
     graph_memory_in_budget: bool
     kv_tokens_formula: str  # "blocks" | "concurrency"
     group_rule_1_5: bool
+    engine_note: str = ""
 
     def batch_defaults(
-        self, vram_bytes: int, max_model_len: int, device_name: str = ""
+        self,
+        vram_bytes: int,
+        max_model_len: int,
+        device_name: str = "",
+        *,
+        v0_chunked_prefill: bool = False,
     ) -> tuple[int, int]:
-        """(max_num_batched_tokens, max_num_seqs) vLLM picks for the API server."""
-        if self.v0_engine:  # no chunked prefill: the profile runs a full-length batch
-            return max(max_model_len, 2048), 256
-        if vram_bytes >= 70 * GIB and "A100" not in device_name:
+        """(max_num_batched_tokens, max_num_seqs) vLLM picks for the API server.
+
+        ``v0_chunked_prefill``: V0 would turn chunked prefill on by itself (see
+        ``v0_chunks_by_default``)."""
+        if self.v0_engine:
+            if v0_chunked_prefill:
+                old = Version(Version(self.version).base_version) < Version("0.6.4")
+                return (512 if old else 2048), 256
+            return max(max_model_len, 2048), 256  # the profile runs a full-length batch
+        if vram_bytes >= 70 * GIB and "a100" not in device_name.lower():
             big = vram_bytes >= 160 * GIB and Version(self.version) >= Version("0.28")
-            return (16384 if big else 8192), 1024
-        return 2048, 256
+            mnbt, seqs = (16384 if big else 8192), 1024
+        else:
+            mnbt, seqs = 2048, 256
+        mnbt = min(mnbt, seqs * max(1, max_model_len))
+        return mnbt, min(seqs, mnbt)
+
+    def before(self, release: str) -> bool:
+        """This version is older than ``release`` (pre-releases of it count as older)."""
+        return Version(Version(self.version).base_version) < Version(release)
 
     @property
     def kv_tokens_text(self) -> str:
@@ -59,8 +93,44 @@ class VllmBehaviour:
         return "int(max_concurrency * max_model_len) (vLLM >= 0.20)"
 
 
-def behaviour(version: str | None = None, *, v0_engine: bool = False) -> VllmBehaviour:
-    """The behaviour of ``version`` (default ``DEFAULT_VLLM_VERSION``)."""
+def v0_chunks_by_default(
+    platform: str, max_model_len: int, *, sliding_window: bool, mla: bool, multimodal: bool
+) -> bool:
+    """Whether V0 turns chunked prefill on by itself (``_set_default_args_v0``)."""
+    return (
+        platform == "cuda" and max_model_len > 32768 and not (sliding_window or mla or multimodal)
+    )
+
+
+def select_engine(
+    version: Version, platform: str, engine: str | None, use_v1_env: str | None
+) -> tuple[bool, str]:
+    """(V0?, why): ``engine`` ("v0"/"v1") wins, then ``VLLM_USE_V1``, then the default."""
+    base = Version(version.base_version)
+    if base >= V0_REMOVED_IN:
+        return False, f"V1: the only engine from vLLM {V0_REMOVED_IN}"
+    if engine in ENGINES:
+        return engine == "v0", f"{engine.upper()}: as given"
+    if use_v1_env is not None and use_v1_env.strip() in ("0", "1"):
+        v0 = use_v1_env.strip() == "0"
+        return v0, f"{'V0' if v0 else 'V1'}: VLLM_USE_V1={use_v1_env.strip()}"
+    first = V1_DEFAULT_FROM.get(platform, V1_DEFAULT_FROM["rocm"])
+    if base < first:
+        return True, f"V0: the default of vLLM {base} on {platform} (V1 from {first})"
+    return False, f"V1: the default on {platform} from vLLM {first}"
+
+
+def behaviour(
+    version: str | None = None,
+    *,
+    v0_engine: bool | None = None,
+    platform: str = "rocm",
+    engine: str | None = None,
+    use_v1_env: str | None = None,
+) -> VllmBehaviour:
+    """The behaviour of ``version`` (default ``DEFAULT_VLLM_VERSION``) on ``platform``.
+
+    The engine: ``v0_engine`` when given, else ``select_engine``."""
     text = (version or DEFAULT_VLLM_VERSION).strip().lstrip("v")
     try:
         ver = Version(text)
@@ -71,6 +141,10 @@ def behaviour(version: str | None = None, *, v0_engine: bool = False) -> VllmBeh
             id="bad_vllm_version",
         ) from exc
     base = Version(ver.base_version)
+    if v0_engine is None:
+        v0_engine, engine_note = select_engine(ver, platform, engine, use_v1_env)
+    else:
+        engine_note = "V0: as given" if v0_engine else "V1: as given"
     graphs = base >= Version("0.21") and not v0_engine
     util = 0.92 if graphs else 0.9
     note = (
@@ -87,4 +161,5 @@ def behaviour(version: str | None = None, *, v0_engine: bool = False) -> VllmBeh
         graph_memory_in_budget=graphs,
         kv_tokens_formula="concurrency" if base >= Version("0.20") and not v0_engine else "blocks",
         group_rule_1_5=base >= Version("0.20"),
+        engine_note=engine_note,
     )

@@ -43,6 +43,7 @@ class Choice:
     kv_cache_tokens: int | None = None
     max_model_len: int | None = None
     full_context_concurrency: float | None = None
+    size_basis: str | None = None  # exact | config | estimated (fit.meta.SIZE_BASES)
     chosen: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +148,7 @@ def plan_choices(
         candidates = [(match.model_id, precision, match.variant_key)]
     support = base.gfx_cfg.precision
     per_gpu = layout(inv).per_gpu
+    recipe_count = recipe.parameter_count if recipe is not None else None
     for model_id, precision, key in candidates:
         status = support.status(precision)
         amd = amd_config(
@@ -157,6 +159,7 @@ def plan_choices(
             strategies=base.catalog.strategies,
         )
         ctx.launch_args = [*amd.args, *opts.extra_args]
+        ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
         sizer.reports.clear()
         meta = sizer.meta(model_id)
         shape = None
@@ -175,7 +178,10 @@ def plan_choices(
             row = Choice(model_id, precision, key, tp, status, None, False)
             problems = tp_problems(tp, shape, situation)
             report = None if problems else _report(sizer, model_id, tp)
+            if report is None and meta is None and not problems:
+                _estimated_row(row, recipe_count, hw, sizer)
             if report is not None:
+                row.size_basis = report.meta.size_basis
                 row.verdict = report.verdict
                 row.weights_per_gpu_gib = round(report.weights.per_rank_bytes / 2**30, 1)
                 row.kv_cache_tokens = report.kv_tokens
@@ -197,6 +203,31 @@ def plan_choices(
     served = next((c for c in candidates if chosen and c[0] == chosen[0]), candidates[0])
     listing.partition_modes = _mode_rows(opts, base, served, hw, ctx)
     return listing
+
+
+def _estimated_row(
+    row: Choice, parameter_count: str | None, hw: HardwareSpec, sizer: _Sizer
+) -> None:
+    """A row with no metadata: ``fit.estimated`` at the row's TP (the recipe's parameter
+    count x the precision), said to be an estimate; no KV figures."""
+    from instinct_serve.fit.estimated import estimated_fit
+
+    opts = sizer.options(None)
+    rough = estimated_fit(
+        row.model_id,
+        parameter_count=parameter_count,
+        precision=row.precision,
+        hw=hw,
+        utilization=opts.gpu_memory_utilization,
+        vllm_version=opts.vllm_version,
+        tp=row.tp,
+    )
+    if rough is None:
+        return
+    row.size_basis = rough.size_basis
+    row.weights_per_gpu_gib = round(rough.per_gpu_bytes / 2**30, 1)
+    if rough.remaining_bytes <= 0:
+        row.why_not = rough.verdict_reason
 
 
 def _report(sizer: _Sizer, model_id: str, tp: int) -> FitReport | None:
@@ -240,6 +271,7 @@ def _mode_rows(
         strategies=base.catalog.strategies,
     )  # fmt: skip
     ctx.launch_args = [*amd.args, *opts.extra_args]
+    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
     shape = None
     modes = paired(part)
     current = None

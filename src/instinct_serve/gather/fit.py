@@ -59,9 +59,14 @@ def fit_request(
         sysfs_root=req.sysfs_root,
         default_gpu=FALLBACK_GPU if fallback and host.is_local else None,
     )
+    hw = hardware_spec(target)
+    if target.source == "manual" and (req.device_name or req.platform):
+        from dataclasses import replace
+
+        hw = replace(hw, name=req.device_name or hw.name, platform=req.platform or hw.platform)
     answer = fit_model(
         req.model,
-        hardware_spec(target),
+        hw,
         gpu=None if target.source == "manual" else catalog_key(target.inventory),
         revision=req.revision,
         alternatives=not req.no_alternatives,

@@ -252,6 +252,21 @@ def _is_moe(meta: ModelMeta | None, amd: AmdConfig, match: Match) -> bool:
     return bool(recipe is not None and "moe" in str(recipe.architecture or "").lower())
 
 
+def _moe_density(meta: ModelMeta | None) -> float | None:
+    """The share of experts a token activates (``num_experts_per_tok / num_experts``), when
+    the config says both: what decides expert parallelism (``plan.replicas``)."""
+    if meta is None:
+        return None
+    from instinct_serve.fit.config import ModelConfig
+
+    try:
+        config = ModelConfig(meta.config)
+        experts, active = config.num_experts, config.experts_per_token
+    except Exception:  # an odd config must not stop planning
+        return None
+    return active / experts if experts > 0 and active > 0 else None
+
+
 def _recipe_tp(match: Match, variant: VariantChoice, amd: AmdConfig, gpus: int) -> int | None:
     """The TP the recipe documents for this GPU, as upstream renders it: a
     ``--tensor-parallel-size`` in its merged AMD args wins (the last flag wins), then
@@ -463,6 +478,7 @@ def make_plan(
 
         amd = cpu_config(amd)
     ctx.launch_args = [*amd.args, *opts.extra_args]
+    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
 
@@ -543,6 +559,7 @@ def make_plan(
         fit=planned_fit,
         fit_problem=None if on_cpu else sizer.problems.get(variant.model_id),
         is_moe=_is_moe(sizer.metas.get(variant.model_id), amd, match),
+        moe_density=_moe_density(sizer.metas.get(variant.model_id)),
         tp=tp,
         refusals=found_refusals,
         alternatives=alternatives,

@@ -70,3 +70,12 @@ def label_text(labels: Mapping[str, str], key: str) -> str | None:
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         return None
     return value
+
+
+# A replica group (``plan.replicas``): N endpoints behind one router, all labelled with the
+# group's name (the router's container name); each carries its role, a replica its index.
+LABEL_GROUP = "instinct-serve.group"
+LABEL_ROLE = "instinct-serve.role"  # "replica" | "router"
+LABEL_REPLICA = "instinct-serve.replica"  # the replica's index in its group: 0, 1, ...
+ROLE_REPLICA = "replica"
+ROLE_ROUTER = "router"

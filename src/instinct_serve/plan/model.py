@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from instinct_serve.errors import UsageError
 from instinct_serve.options import DEFAULT_PORT, ENV_NAME
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
+from instinct_serve.plan import caches
 from instinct_serve.plan.caches import CacheLayout
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.matching import Match
     from instinct_serve.fit.estimate import FitReport
     from instinct_serve.hardware.inventory import GpuInventory
+    from instinct_serve.plan.replicas import GroupPlan
 
 __all__ = [
     "API_KEY_ENV",
@@ -191,6 +193,9 @@ class LaunchPlan:
     # the persistent compile caches on the host (``plan.caches``): mounted and pointed at by
     # their variables in every rendering; None: off (the container's own, lost with it)
     cache: CacheLayout | None = None
+    # several copies behind one endpoint (``plan.replicas``): replicas behind a router, or
+    # vLLM's own data parallelism; None for one endpoint
+    group: GroupPlan | None = None
 
     @property
     def bind_address(self) -> str:
@@ -227,7 +232,7 @@ class LaunchPlan:
             # where the caches live, not their key: the key follows from the image and the
             # gfx (already here), and a pull may only learn the digest after planning
             "compile_cache": self.cache.root if self.cache is not None else None,
-        }
+        } | ({"group": self.group.identity()} if self.group is not None else {})
 
     @property
     def plan_hash(self) -> str:
@@ -280,6 +285,7 @@ class LaunchPlan:
             "recipe_cross_check": self.recipe_cross_check,
             "partitions": self.partitions,
             "compile_cache": self.cache.to_dict() if self.cache is not None else None,
+            "replicas": self.group.document(self) if self.group is not None else None,
         }
 
 
@@ -324,3 +330,37 @@ def check_names(plan: LaunchPlan) -> None:
                 id="bad_env_name",
                 details={"name": name},
             )
+
+
+def publish_arg(plan: LaunchPlan) -> str:
+    """``-p``'s value: the port on the plan's bind address (127.0.0.1 unless public)."""
+    return f"{plan.bind_address}:{plan.port}:{plan.port}"
+
+
+def docker_argv(plan: LaunchPlan) -> list[str]:
+    """The full ``docker run -d`` argv (labels, AMD flags, port, mounts, env, image, args)."""
+    check_names(plan)
+    argv = ["docker", "run", "-d", "--name", plan.container_name]
+    for key, value in plan.labels.items():
+        argv += ["--label", f"{key}={value}"]
+    for flag in plan.docker_flags:
+        argv += split_flag(flag)
+    argv += ["-p", publish_arg(plan)]
+    for mount in plan.mounts:
+        argv += ["-v", mount.docker_arg()]
+    for host_path, container_path in caches.mounts(plan.cache):
+        argv += ["-v", f"{host_path}:{container_path}"]
+    for key, value in plan.env.items():
+        argv += ["-e", f"{key}={value}"]
+    for key, value in caches.container_env(plan.cache, plan.env).items():
+        argv += ["-e", f"{key}={value}"]
+    for name in plan.secret_env:
+        argv += ["--env", name]  # by name: docker copies the value from its own environment
+    argv.append(plan.image)
+    argv += container_args(plan)
+    return argv
+
+
+def split_flag(flag: str) -> list[str]:
+    """``"--security-opt seccomp=unconfined"`` → two argv tokens; ``--ipc=host`` stays one."""
+    return flag.split(" ", 1) if " " in flag.strip() else [flag.strip()]

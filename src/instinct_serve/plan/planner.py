@@ -42,6 +42,7 @@ from instinct_serve.plan.model import (
     Reason,
 )
 from instinct_serve.plan.refusals import Refusal
+from instinct_serve.plan.replicas import GroupInputs, decide_group, with_router_image
 from instinct_serve.units import token_count
 from instinct_serve.vllm_args import Unit
 from instinct_serve.vllm_args import units as arg_units
@@ -84,6 +85,7 @@ class PlanInputs:
     fit: FitReport | None = None
     fit_problem: str | None = None  # why there is no fit report
     is_moe: bool = False
+    moe_density: float | None = None  # experts active per token / experts (MoE only)
     tp: TpDecision | None = None  # decided by gather (it needs the fits at several TPs)
     refusals: list[Refusal] = field(default_factory=list)
     alternatives: list[dict[str, Any]] = field(default_factory=list)
@@ -498,6 +500,17 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         public=opts.public,
         api_key=api_key,
     )
+    decide_group(
+        plan,
+        GroupInputs(
+            options=opts,
+            gpu_count=gpu_count,
+            layout=inp.partitions,
+            is_moe=inp.is_moe,
+            moe_density=inp.moe_density,
+        ),
+    )
+    with_router_image(plan, opts.router_image)
     plan.labels = managed_labels(
         model=plan.model,
         port=plan.port,

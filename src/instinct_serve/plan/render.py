@@ -28,42 +28,11 @@ from instinct_serve.plan.kubernetes import k8s_objects as k8s_objects
 from instinct_serve.plan.model import API_KEY_ENV, LaunchPlan, startup_budget_s
 from instinct_serve.plan.model import check_names as check_names
 from instinct_serve.plan.model import container_args as container_args
+from instinct_serve.plan.model import docker_argv as docker_argv
+from instinct_serve.plan.model import publish_arg as publish_arg
+from instinct_serve.plan.model import split_flag as split_flag
 
 FORMATS = ("json", "docker", "shell", "native", "compose", "k8s")
-
-
-def publish_arg(plan: LaunchPlan) -> str:
-    """``-p``'s value: the port on the plan's bind address (127.0.0.1 unless public)."""
-    return f"{plan.bind_address}:{plan.port}:{plan.port}"
-
-
-def docker_argv(plan: LaunchPlan) -> list[str]:
-    """The full ``docker run -d`` argv (labels, AMD flags, port, mounts, env, image, args)."""
-    check_names(plan)
-    argv = ["docker", "run", "-d", "--name", plan.container_name]
-    for key, value in plan.labels.items():
-        argv += ["--label", f"{key}={value}"]
-    for flag in plan.docker_flags:
-        argv += split_flag(flag)
-    argv += ["-p", publish_arg(plan)]
-    for mount in plan.mounts:
-        argv += ["-v", mount.docker_arg()]
-    for host_path, container_path in caches.mounts(plan.cache):
-        argv += ["-v", f"{host_path}:{container_path}"]
-    for key, value in plan.env.items():
-        argv += ["-e", f"{key}={value}"]
-    for key, value in caches.container_env(plan.cache, plan.env).items():
-        argv += ["-e", f"{key}={value}"]
-    for name in plan.secret_env:
-        argv += ["--env", name]  # by name: docker copies the value from its own environment
-    argv.append(plan.image)
-    argv += container_args(plan)
-    return argv
-
-
-def split_flag(flag: str) -> list[str]:
-    """``"--security-opt seccomp=unconfined"`` → two argv tokens; ``--ipc=host`` stays one."""
-    return flag.split(" ", 1) if " " in flag.strip() else [flag.strip()]
 
 
 def shell_line(plan: LaunchPlan) -> str:
@@ -232,7 +201,10 @@ def to_yaml(docs: list[dict[str, Any]] | dict[str, Any]) -> str:
 
 def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> str:
     """The plan in one of ``FORMATS`` (``json`` is handled by the CLI's JSON emitter);
-    ``k8s`` shapes the Kubernetes manifests (replicas, nodes, autoscaling)."""
+    ``k8s`` shapes the Kubernetes manifests (replicas, nodes, autoscaling). A plan of
+    replicas behind a router (``plan.replicas``) renders as shell lines (docker, shell)."""
+    if plan.group is not None and plan.group.mode == "replicas":
+        return _group(plan, fmt)
     if fmt == "docker":
         return "\n".join(docker_argv(plan)) + "\n"
     if fmt == "shell":
@@ -251,3 +223,25 @@ def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> 
 
         return dumps(plan) + "\n"
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _group(plan: LaunchPlan, fmt: str) -> str:
+    """Replicas behind a router: each replica's ``docker run``, the router's configuration
+    and its ``docker run`` (``plan.replicas.group_script``)."""
+    from instinct_serve.errors import UsageError
+    from instinct_serve.plan.replicas import group_script
+
+    if fmt in ("docker", "shell"):
+        return group_script(plan, docker_argv)
+    if fmt == "json":
+        from instinct_serve.jsonio import dumps
+
+        return dumps(plan) + "\n"
+    count = plan.group.count if plan.group else 0
+    raise UsageError(
+        f"--format {fmt} renders one endpoint, and this plan is {count} replicas behind a router",
+        fix="use --format shell (every replica's docker run and the router's), or plan one "
+        "endpoint (--replicas 1)",
+        id="bad_format",
+        details={"format": fmt},
+    )

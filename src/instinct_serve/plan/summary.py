@@ -50,6 +50,16 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
             )
         )
     rows.append(("Tensor parallel", str(plan.tensor_parallel_size)))
+    group = plan.group
+    if group is not None and group.mode == "replicas":
+        gpus = "; ".join(f"{m.name}: GPU {','.join(map(str, m.gpus))}" for m in group.members)
+        rows.append(("Replicas", f"{group.count} x TP {group.tp} behind HAProxy ({gpus})"))
+    elif group is not None:
+        rows.append(("Replicas", f"vLLM data parallelism: {group.count} ranks x TP {group.tp}"))
+    else:
+        hint = next((r.why for r in plan.reasons if r.item == "replicas"), None)
+        if hint:
+            rows.append(("Replicas", hint))
     part = plan.partitions
     if part is not None and part.get("partitioned"):
         rows.append(("Partitions", str(part.get("note", ""))))

@@ -161,6 +161,8 @@ class ServeOutcome:
     phase: str | None = None
     figures: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # a replica group (``runtime.group``): the router and each replica's state
+    group: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -189,4 +191,4 @@ class ServeOutcome:
             "phase": self.phase,
             "figures": dict(self.figures),
             "elapsed_s": round(self.elapsed_s, 2),
-        }
+        } | ({"replicas": self.group} if self.group is not None else {})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
@@ -44,6 +44,12 @@ class Row:
     fixes: str | None = None
     instance: str | None = None  # this run of it (``runtime.verified``)
     verified: dict[str, Any] | None = None  # serve's warm-up and coherence, when proven
+    # a replica group (``runtime.group``): its name, this one's role and replica index; a
+    # router's row holds its replicas (``fold_rows``)
+    group: str | None = None
+    role: str | None = None
+    replica: int | None = None
+    members: list[Row] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,7 +66,16 @@ class Row:
             "id": self.id,
             "fixes": self.fixes.split(",") if self.fixes else [],
             "verified": self.verified,
-        }
+        } | (
+            {
+                "group": self.group,
+                "role": self.role,
+                "replica": self.replica,
+                "members": [m.to_dict() for m in self.members],
+            }
+            if self.group is not None
+            else {}
+        )
 
 
 def docker_rows(host: Host) -> tuple[list[Row], str | None]:
@@ -68,6 +83,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
     from instinct_serve.runtime.backend import LABEL_FIXES
     from instinct_serve.runtime.docker import Docker
     from instinct_serve.runtime.docker_backend import container_instance
+    from instinct_serve.runtime.group import group_name, replica_index, role
 
     try:
         found = Docker(host).list_managed()
@@ -88,6 +104,9 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
             id=c.short_id,
             fixes=c.labels.get(LABEL_FIXES),
             instance=container_instance(c),
+            group=group_name(c),
+            role=role(c),
+            replica=replica_index(c.labels),
         )
         for c in found
     ]
@@ -177,13 +196,16 @@ class Listing:
 
 def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None) -> Listing:
     """Every managed container and native process; ``/health`` probed for running ones."""
+    from instinct_serve.runtime.group import fold_rows
+
     rows, docker_problem = docker_rows(host)
-    rows += native_rows(host)
+    rows = fold_rows(rows) + native_rows(host)
     shown = rows if limit is None else rows[:limit]
-    if any(row.running for row in shown):
-        _add_verified(host, shown)
+    every = [r for row in shown for r in (row, *row.members)]
+    if any(row.running for row in every):
+        _add_verified(host, every)
     if health:
-        for row in shown:
+        for row in every:
             if row.running and row.port:
                 row.health = probe(host, row.port)
     return Listing(host.name, shown, len(rows), docker_problem)
@@ -301,7 +323,20 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
     engine, found = find(host, name)
     if engine == "docker":
         from instinct_serve.runtime.docker import Docker
+        from instinct_serve.runtime.group import is_router, stop_group
 
+        if is_router(found):
+            members = stop_group(host, found.name)
+            _forget_record(host, found.name)
+            for member in members:
+                _forget_record(host, member["name"])
+            return {
+                "name": found.name,
+                "engine": "docker",
+                "model": found.model,
+                "removed": True,
+                "members": members,
+            }
         info = Docker(host).stop(found.name)  # refuses (not_managed) what is not ours
         _forget_key(host, info.name)
         _forget_record(host, info.name)
@@ -326,9 +361,13 @@ def stop_all(host: Host) -> list[dict[str, Any]]:
 
     stopped: list[dict[str, Any]] = []
     try:
+        from instinct_serve.runtime.group import forget_config, is_router
+
         for info in Docker(host).stop_all_managed():
             _forget_key(host, info.name)
             _forget_record(host, info.name)
+            if is_router(info):
+                forget_config(host, info.name)
             stopped.append(
                 {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
             )

@@ -53,6 +53,13 @@ def ensure_key(host: Host, path: str) -> str:
     if found is not None:
         return found
     key = new_key()
+    write_key(host, path, key)
+    return key
+
+
+def write_key(host: Host, path: str, key: str) -> None:
+    """Write ``key`` to ``path`` (0600 in a 0700 directory), through stdin only: the copy
+    a replica of a group keeps under its own name (``runtime.group``)."""
     result = host.run(["sh", "-c", _WRITE, "sh", path], timeout=30, input=key + "\n")
     if not result.ok:
         raise HostError(
@@ -60,7 +67,6 @@ def ensure_key(host: Host, path: str) -> str:
             fix="check that the tool's data directory on the host is writable",
             id="key_write_failed",
         )
-    return key
 
 
 def remove_key(host: Host, path: str) -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from instinct_serve.options import PlanOptions, ServeOptions
     from instinct_serve.plan.model import PlanResult
     from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.group import GroupDeployer
     from instinct_serve.runtime.serve import Deployer
     from instinct_serve.runtime.settings import ServeSettings
 
@@ -165,9 +166,32 @@ class Prepared:
         settings: ServeSettings,
         sink: EventSink,
         confirm: Callable[[str], bool] | None,
-    ) -> Deployer:
+    ) -> Deployer | GroupDeployer:
         from instinct_serve.runtime.serve import Deployer
 
+        group = self.result.plan.group
+        if group is not None and group.mode == "replicas" and self.engine != "docker":
+            from instinct_serve.errors import UsageError
+
+            raise UsageError(
+                f"{group.count} replicas behind a router run as Docker containers; the "
+                f"{self.engine} engine serves one endpoint",
+                fix="use --engine docker, or --replicas 1",
+                id="bad_engine",
+            )
+        if group is not None and group.mode == "replicas":
+            from instinct_serve.runtime.group import GroupDeployer
+
+            backend = self.backend
+            return GroupDeployer(
+                self.host,
+                self.result.plan,
+                settings,
+                sink=sink,
+                confirm=confirm,
+                gfx=self.gfx,
+                device_root=getattr(backend, "device_root", ""),
+            )
         return Deployer(
             self.host,
             self.result.plan,

@@ -1,0 +1,59 @@
+"""Every logged startup case of ``tests/fixtures/logs/fit_cases.json``, sized as ``instinct fit``
+sizes it (``bench/fit_accuracy.py``), within its tolerance of what vLLM logged."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CASES_FILE = REPO / "tests" / "fixtures" / "logs" / "fit_cases.json"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "fit_accuracy", REPO / "bench" / "fit_accuracy.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fit_accuracy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _bench()
+DOC: dict[str, Any] = json.loads(CASES_FILE.read_text())
+CASES = {c.id: c for c in BENCH.load_cases()[0]}
+
+
+@pytest.mark.parametrize("case_id", sorted(CASES))
+def test_the_logged_figures_are_reproduced(case_id: str) -> None:
+    case = CASES[case_id]
+    raw = next(c for c in DOC["cases"] if c["id"] == case_id)
+    tolerance = {**DOC["tolerance_pct"], **raw.get("tolerance_pct", {})}
+    measured = BENCH.measure(case, BENCH.run_case(case))
+    assert measured, f"{case_id}: no logged figure to compare"
+    for metric, m in measured.items():
+        assert abs(m["error_pct"]) <= tolerance[metric], (case_id, metric, m)
+
+
+def test_every_case_names_its_log_and_split() -> None:
+    logs = REPO / "tests" / "fixtures" / "logs"
+    for raw in DOC["cases"]:
+        assert raw["split"] in ("calibration", "held_out")
+        assert raw["split"] == "held_out" or raw.get("derives"), raw["id"]
+        name = raw["log"].split("#")[0]
+        if not name.startswith("notes/"):
+            assert (logs / name).is_file(), name
+
+
+def test_the_held_out_split_meets_the_median_target() -> None:
+    summary = BENCH.evaluate()["summary"]
+    assert summary["held_out"]["kv_tokens"]["median"] <= 3.0
+    assert summary["all"]["kv_tokens"]["median"] <= 3.0
