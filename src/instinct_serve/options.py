@@ -656,6 +656,15 @@ class PlanOptions(SizingOptions):
         "$XDG_CACHE_HOME/huggingface or ~/.cache/huggingface).",
         max_length=MAX_TEXT,
     )
+    compile_cache: str | None = opt(
+        kind="text",
+        metavar="DIR|off",
+        help="Host directory of the persistent compile caches (vLLM torch.compile, Triton, "
+        "AITER JIT, MIOpen), one subdirectory per image digest and gfx, kept across stop, "
+        "relaunch and upgrade (default: compile-cache/ in the tool's cache directory on the "
+        "host); `off` leaves them in the container.",
+        max_length=MAX_TEXT,
+    )
     extra_env: dict[str, str] = opt(
         {},
         kind="env",
@@ -818,6 +827,12 @@ class ServeOptions(PlanOptions):
         "beside it on a spare port (health, warm-up, coherence); a bad one leaves the old "
         "untouched; `instinct rollback NAME` returns to the old plan.",
         mcp=False,
+    )
+    prefetch: bool = opt(
+        False,
+        kind="bool",
+        help="Download the weights into the mounted HF cache while the image is pulled, "
+        "before the launch (`instinct pull`), instead of leaving them to vLLM after it.",
     )
     timeout_s: float | None = opt(
         kind="float",

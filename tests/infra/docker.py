@@ -552,21 +552,34 @@ def _remove_old_tags(keep: str, older_than_s: float = 6 * 3600) -> None:
                 subprocess.run(["docker", "rmi", tag], capture_output=True, text=True)
 
 
-def derived_test_image(base: TestImage, env: Mapping[str, str]) -> str:
+def derived_test_image(
+    base: TestImage, env: Mapping[str, str], files: Mapping[str, bytes] | None = None
+) -> str:
     """The test image with extra ``ENV`` defaults (e.g. ``VLLM_DOUBLE_MODE``), for tests whose
-    docker argv comes from the real planner and cannot carry ``-e`` flags. Cached by content."""
+    docker argv comes from the real planner and cannot carry ``-e`` flags, and extra
+    ``files`` (absolute path in the image -> content). Cached by content."""
     lines = [f"FROM {base.tag}"] + [f"ENV {k}={json.dumps(v)}" for k, v in sorted(env.items())]
+    digest = hashlib.sha256()
+    for path, data in sorted((files or {}).items()):
+        lines.append(f"COPY files{path} {path}")
+        digest.update(path.encode() + b"\0" + data)
     dockerfile = "\n".join(lines) + "\n"
-    tag = f"{IMAGE_REPO}-derived:{hashlib.sha256(dockerfile.encode()).hexdigest()[:16]}"
+    digest.update(dockerfile.encode())
+    tag = f"{IMAGE_REPO}-derived:{digest.hexdigest()[:16]}"
     if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
-        out = subprocess.run(
-            ["docker", "build", "-q", "-t", tag, "-"],
-            input=dockerfile,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "DOCKER_BUILDKIT": "0"},
-        )
+        with tempfile.TemporaryDirectory() as context:
+            for path, data in (files or {}).items():
+                target = Path(context) / "files" / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            (Path(context) / "Dockerfile").write_text(dockerfile)
+            out = subprocess.run(
+                ["docker", "build", "-q", "-t", tag, context],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "DOCKER_BUILDKIT": "0"},
+            )
         if out.returncode != 0:
             raise RuntimeError(f"docker build failed: {out.stderr.strip()}")
         _created.append(tag)

@@ -60,6 +60,16 @@ environment, because the argv is produced by the real planner and must stay unch
     ``i`` of a completion leaves ``TTFT + i * ITL`` seconds after the request arrived, on a
     schedule (not by adding sleeps), so what a benchmark measures is what was set.
 
+``VLLM_DOUBLE_COMPILE_S``
+    Seconds of a *simulated* torch.compile (default 0: none; never with
+    ``--enforce-eager``). The double looks in ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>/
+    rank_0`` (default root ``~/.cache/vllm``, as vLLM's ``envs.py``) for the artifact an
+    earlier start of the double wrote there: when present it "loads" it in
+    ``VLLM_DOUBLE_WARM_COMPILE_S`` (default a tenth) and says so as vLLM does ("Directly load
+    the compiled graph(s) ... from the cache"); else it sleeps the full time, writes the
+    artifact (a text file that says it is the double's) and logs vLLM's "Compiling a graph"
+    line. Nothing is compiled: this only shows that a cache directory survives a restart.
+
 ``/v1/completions`` streams (``"stream": true``) as vLLM 0.32 does: one ``data:`` event per
 token, the usage event when ``stream_options.include_usage`` is set, then ``data: [DONE]``
 (``real-vllm-cpu/bench/stream_completion.txt``); ``"ignore_eos": true`` makes every answer
@@ -70,14 +80,18 @@ top`` reads, with the real server's names, help, types, labels and buckets
 Every log line it prints comes verbatim from ``tests/fixtures/logs`` (real vLLM runs), except
 its own banner (prefixed ``vllm-double:``) and the API-server lines printed when it turns
 healthy, which are the real vLLM 0.32 lines (``tests/fixtures/logs/real-vllm-cpu/``) with
-this run's pid, time, address and the double's routes filled in. Its answers (bodies and
-error shapes) are shaped as the real vLLM 0.32's (``real-vllm-cpu/responses.json``).
+this run's pid, time, address and the double's routes filled in, and the torch.compile
+lines of the simulated compile (``simulate_compile``: the wording of 09c and of
+``public/23_startup_...log``, with the double's cache path and times filled in). Its
+answers (bodies and error shapes) are shaped as the real vLLM 0.32's
+(``real-vllm-cpu/responses.json``).
 ``tests/realvllm/test_double_matches_real.py`` holds both to the captures.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -249,6 +263,51 @@ def healthy_startup() -> list[str]:
     v1 = [s for s in real_lines(V1_EXCERPTS_LOG) if "(EngineCore_DP0 pid=1133552)" in s]
     at = next(i for i, s in enumerate(picked) if "Maximum concurrency for" in s) + 1
     return picked[:at] + v1 + picked[at:]
+
+
+# torch.compile's lines (vLLM backends.py / monitor.py), as in 09c_healthy_startup_V1_excerpts
+# and public/23_startup_2x3090_tp2_kimi-linear-48b-awq_V1_figures.log
+_CACHE_LINE = "INFO {ts} [backends.py:577] Using cache directory: {path} for vLLM's torch.compile"
+_COMPILED_LINE = "INFO {ts} [backends.py:321] Compiling a graph for dynamic shape takes {s:.2f} s"
+_LOADED_LINE = (
+    "INFO {ts} [backends.py:209] Directly load the compiled graph(s) for dynamic shape from the "
+    "cache, took {s:.3f} s"
+)
+_TOTAL_LINE = "INFO {ts} [monitor.py:34] torch.compile takes {s:.2f} s in total"
+ARTIFACT = "double-compiled-graph.txt"
+
+
+def _ts() -> str:
+    return time.strftime("%m-%d %H:%M:%S")
+
+
+def compile_cache_dir(args: Args) -> Path:
+    """Where vLLM keeps this model's torch.compile artifacts (``VLLM_CACHE_ROOT``)."""
+    root = os.environ.get("VLLM_CACHE_ROOT") or os.path.expanduser("~/.cache/vllm")
+    digest = hashlib.sha256(str(args.model).encode()).hexdigest()[:10]
+    return Path(root) / "torch_compile_cache" / digest / "rank_0"
+
+
+def simulate_compile(args: Args, cold_s: float) -> None:
+    """The simulated torch.compile (``VLLM_DOUBLE_COMPILE_S``): full time and an artifact
+    written when the cache directory has none, a short "load" when it has."""
+    path = compile_cache_dir(args)
+    emit(_CACHE_LINE.format(ts=_ts(), path=path))
+    artifact = path / ARTIFACT
+    if artifact.is_file():
+        warm_s = float(os.environ.get("VLLM_DOUBLE_WARM_COMPILE_S", str(cold_s / 10)))
+        time.sleep(warm_s)
+        emit(_LOADED_LINE.format(ts=_ts(), s=warm_s))
+        emit(_TOTAL_LINE.format(ts=_ts(), s=warm_s))
+        return
+    time.sleep(cold_s)
+    path.mkdir(parents=True, exist_ok=True)
+    artifact.write_text(
+        f"TEST DOUBLE artifact (tests/infra/vllm_double.py), not a compiled graph: {args.model}\n",
+        encoding="utf-8",
+    )
+    emit(_COMPILED_LINE.format(ts=_ts(), s=cold_s))
+    emit(_TOTAL_LINE.format(ts=_ts(), s=cold_s))
 
 
 def _is_capture(line: str) -> bool:
@@ -974,7 +1033,14 @@ def main(argv: list[str]) -> int:
             time.sleep(3600)
     if args.enforce_eager:
         lines = [s for s in lines if not _is_capture(s) and "Graph capturing finished" not in s]
-    replay(lines, load_s)
+    compile_s = float(os.environ.get("VLLM_DOUBLE_COMPILE_S", "0"))
+    if compile_s > 0 and not args.enforce_eager:  # after the weights, before profiling
+        at = _index(lines, "Model loading took") + 1
+        replay(lines[:at], load_s * at / len(lines))
+        simulate_compile(args, compile_s)
+        replay(lines[at:], load_s * (len(lines) - at) / len(lines))
+    else:
+        replay(lines, load_s)
 
     if server is None:
         server = ThreadingHTTPServer((args.host, args.port), make_handler(state))

@@ -26,6 +26,7 @@ from instinct_serve.gather.plan import make_plan
 from instinct_serve.hardware.profiles import PROFILES
 from instinct_serve.options import KubernetesOptions, PlanOptions
 from instinct_serve.plan import kubernetes
+from instinct_serve.plan.caches import COMPILE_CACHES, layout_for
 from instinct_serve.plan.kubernetes import k8s_objects, object_name, vram_label_values
 from instinct_serve.plan.model import LaunchPlan, startup_budget_s
 from instinct_serve.plan.render import render
@@ -34,6 +35,7 @@ from tests.plan.k8s_validation import crd_schemas, validate, validate_core, vali
 GOLDEN = Path(__file__).parent / "golden"
 HF = "/srv/hf-cache"
 WARM_MARKER = "/tmp/instinct-serve-warm"
+IMAGE = "vllm/vllm-openai-rocm:v0.27.1"
 
 
 def plan_for(profile: str = "mi300x", **over: Any) -> LaunchPlan:
@@ -42,7 +44,7 @@ def plan_for(profile: str = "mi300x", **over: Any) -> LaunchPlan:
     plan = LaunchPlan(
         model="Qwen/Qwen3-8B",
         requested_model="Qwen/Qwen3-8B",
-        image="vllm/vllm-openai-rocm:v0.27.1",
+        image=IMAGE,
         container_name="vllm-qwen3-8b",
         env={"VLLM_ROCM_USE_AITER": "1"},
         secret_env=["HF_TOKEN"],
@@ -52,6 +54,7 @@ def plan_for(profile: str = "mi300x", **over: Any) -> LaunchPlan:
         gpu_name=gpu.market_name,
         vram_gb_per_gpu=round(gpu.vram_bytes / 1e9, 2),
         weight_memory_gb=16.38,
+        cache=layout_for("/srv/compile-cache", gpu.gfx_version, IMAGE, None),
     )
     for key, value in over.items():
         setattr(plan, key, value)
@@ -338,12 +341,22 @@ def test_caches_share_one_volume_under_subpaths() -> None:
     (template,) = pod_templates(docs).values()
     mounts = {m["mountPath"]: m for m in container(template)["volumeMounts"]}
     assert mounts["/root/.cache/huggingface"]["subPath"] == "huggingface"
-    assert mounts["/root/.cache/vllm"]["subPath"] == "vllm"
-    assert mounts["/root/.cache/triton"]["subPath"] == "triton"
+    plan = plan_for()
+    assert plan.cache is not None
+    key = plan.cache.key  # the image digest (or its reference, not pulled here) and the gfx
+    assert key.startswith("gfx942-")
     env = env_of(template)
-    assert env["VLLM_CACHE_ROOT"]["value"] == "/root/.cache/vllm"
-    assert env["TRITON_CACHE_DIR"]["value"] == "/root/.cache/triton"
-    assert "AITER_JIT_DIR" not in env  # it would hide the image's prebuilt AITER modules
+    for cache in COMPILE_CACHES:  # the one table of every rendering
+        assert mounts[cache.container_path]["subPath"] == f"compile/{key}/{cache.name}"
+        for variable in cache.variables:
+            assert env[variable]["value"] == cache.container_path
+    # AITER_JIT_DIR is set only because an init container seeds it from the image first:
+    # an empty directory there would hide the image's prebuilt AITER modules
+    (seed,) = template["spec"]["initContainers"]
+    assert seed["image"] == plan.image and seed["command"][:2] == ["python3", "-c"]
+    assert seed["volumeMounts"] == [
+        {"name": "cache", "mountPath": "/seed", "subPath": f"compile/{key}/aiter"}
+    ]
     volumes = {v["name"]: v for v in template["spec"]["volumes"]}
     claim = docs["PersistentVolumeClaim"]
     assert volumes["cache"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
@@ -658,7 +671,8 @@ GOLDENS = {
 @pytest.mark.parametrize("name", sorted(GOLDENS))
 def test_golden_manifests(name: str) -> None:
     plan_options, k8s_options = GOLDENS[name]
-    plan = make_plan(PlanOptions(hf_cache=HF, **plan_options)).plan
+    options = PlanOptions(hf_cache=HF, compile_cache="/srv/compile-cache", **plan_options)
+    plan = make_plan(options).plan
     text = render(plan, "k8s", KubernetesOptions(**k8s_options))
     path = GOLDEN / f"{name}.yaml"
     if os.environ.get("INSTINCT_UPDATE_GOLDEN"):

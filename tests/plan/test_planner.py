@@ -26,10 +26,12 @@ from instinct_serve.plan.render import docker_argv, render
 
 GOLDEN = Path(__file__).parent / "golden"
 HF = "/srv/hf-cache"  # a path that does not exist: an HF home, mounted as such
+COMPILE_CACHE = "/srv/compile-cache"
 
 
 def plan_doc(**kw: Any) -> dict[str, Any]:
     kw.setdefault("hf_cache", HF)
+    kw.setdefault("compile_cache", COMPILE_CACHE)  # a fixed host path: golden documents
     result = make_plan(PlanOptions(**kw))
     doc = json.loads(render(result.plan, "json"))
     doc["warnings"] = [w for w in doc["warnings"] if "days old" not in w]
@@ -375,7 +377,10 @@ def test_plan_with_no_arguments_works_offline_without_a_gpu(tmp_path: Path) -> N
 def test_shell_format_is_the_docker_argv() -> None:
     proc = run_cli("plan", "--gpu", "mi300x", "--hf-cache", HF, "--format", "shell")
     assert proc.returncode == 0, proc.stderr
-    argv = shlex.split(proc.stdout)
+    # the AITER cache is seeded from the image first (tests/plan/test_caches.py), then
+    seed, run = proc.stdout.split(" &&\n")
+    assert shlex.split(seed)[:5] == ["docker", "run", "--rm", "--entrypoint", "python3"]
+    argv = shlex.split(run)
     assert argv[:3] == ["docker", "run", "-d"]
     image = next(a for a in argv if a.startswith("vllm/vllm-openai-rocm:"))
     assert argv[argv.index(image) + 1] == "Qwen/Qwen3.5-9B"  # vllm serve's positional model

@@ -73,8 +73,10 @@ def test_a_cpu_only_engine_serves_without_a_gpu(
         assert not any(w.startswith(("dev_kfd", "amdgpu_driver")) for w in warnings), warnings
         status = launcher.status(LocalHost(), name)
         assert status is not None and status.running
-        # no ROCm variable, no HIP_VISIBLE_DEVICES: the KV space only (and the launcher's marker)
-        assert status.process.env_names == [launcher.MARKER_ENV, "VLLM_CPU_KVCACHE_SPACE"]
+        # no ROCm variable, no HIP_VISIBLE_DEVICES: the KV space and vLLM's compile cache only
+        # (and the launcher's marker)
+        names = [launcher.MARKER_ENV, "VLLM_CACHE_ROOT", "VLLM_CPU_KVCACHE_SPACE"]
+        assert status.process.env_names == names
         assert status.process.meta["gpu_indices"] is None
     finally:
         if launcher.load(LocalHost(), name) is not None:

@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Will this model fit? Memory, context and GPUs needed.",
     ),
     "plan": ("instinct_serve.cli.plan", "plan", "Print the exact launch command for a model."),
+    "pull": (
+        "instinct_serve.cli.pull",
+        "pull",
+        "Fetch a model's image and weights in parallel, ahead of serve.",
+    ),
     "serve": ("instinct_serve.cli.serve", "serve", "Launch, health-check and warm up an endpoint."),
     "partition": (
         "instinct_serve.cli.partition",
@@ -50,6 +55,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "instinct_serve.cli.watch",
         "rollback",
         "Serve an endpoint's last good plan again (after serve --upgrade).",
+    ),
+    "cache": (
+        "instinct_serve.cli.cache",
+        "cache",
+        "List or prune the compile caches kept per image and gfx.",
     ),
     "top": ("instinct_serve.cli.top", "top", "Live load, latency, tokens/s and tokens per watt."),
     "bench": ("instinct_serve.cli.bench", "bench", "Benchmark an endpoint; compare two plans."),

@@ -584,6 +584,7 @@ def make_plan(
         _cross_check(plan, catalog, match, amd)
     if opts.engine == "docker" and _local_model_dir(plan.model, host):
         _mount_model_dir(plan)
+    _compile_cache(plan, opts, host)
     return PlanResult(
         plan=plan,
         inventory=inv,
@@ -618,6 +619,31 @@ def _mount_model_dir(plan: LaunchPlan) -> None:
             "model directory",
             "the model is a local directory: mounted read-only at the same path, where vLLM "
             "in the container reads it",
+        )
+    )
+    plan.labels[LABEL_PLAN_HASH] = plan.plan_hash
+
+
+def _compile_cache(plan: LaunchPlan, opts: PlanOptions, host: Host | None) -> None:
+    """The persistent compile caches (``plan.caches``) on the host, with their reason."""
+    from instinct_serve.gather.caches import resolve_compile_cache
+    from instinct_serve.plan.labels import LABEL_PLAN_HASH
+
+    if host is None:
+        from instinct_serve.hosts import LocalHost
+
+        host = LocalHost()
+    plan.cache = resolve_compile_cache(opts.compile_cache, host, plan)
+    if plan.cache is None:
+        return
+    names = ", ".join(c.name for c in plan.cache.dirs)
+    plan.reasons.append(
+        Reason(
+            f"compile caches {plan.cache.directory}",
+            "compile cache",
+            f"{names} kept on the host per image digest and gfx ({plan.cache.key}): a restart, "
+            "a relaunch with a fix or an upgrade to the same image skips the compilation its "
+            "predecessor did (--compile-cache off to leave them in the container)",
         )
     )
     plan.labels[LABEL_PLAN_HASH] = plan.plan_hash

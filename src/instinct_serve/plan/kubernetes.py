@@ -26,7 +26,7 @@ Every choice an admin would ask about is here once, with its reason:
   plugin), and a required node affinity on the AMD node labeller's VRAM label (see
   ``VRAM_LABELS``), so a plan sized for a 192 GB MI300X never lands on a 64 GB MI210.
 * Caches. One volume (``<name>-cache``) holds the Hugging Face cache and the compile caches
-  (see ``CACHE_DIRS``), so a restart neither downloads nor recompiles. ReadWriteOnce for a
+  (see ``cache_mounts``), so a restart neither downloads nor recompiles. ReadWriteOnce for a
   single pod; ReadWriteMany once several pods mount it (replicas, autoscaling, nodes).
 * Disruption and rollout: see ``pod_disruption_budget`` and ``deployment``.
 * Secrets only by name: ``secretKeyRef`` per ``SECRET_REFS``, optional (a public model
@@ -45,6 +45,7 @@ from instinct_serve import __version__, vllm_args
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.profiles import PROFILES
 from instinct_serve.options import KubernetesOptions
+from instinct_serve.plan.caches import SEED_SCRIPT
 from instinct_serve.plan.model import (
     API_KEY_ENV,
     CONTAINER_HF_CACHE,
@@ -82,18 +83,25 @@ SECRET_REFS: dict[str, tuple[str, str]] = {
     API_KEY_ENV: ("vllm-api-key", "api-key"),
 }
 
-# Subdirectory of the cache volume -> mount path, and the variable that points there. vLLM
-# keeps torch.compile artifacts under VLLM_CACHE_ROOT (default ~/.cache/vllm; "copy the whole
-# torch_compile_cache directory ... to save a great amount of compilation time", vLLM
-# docs/design/torch_compile.md), Triton its kernels under TRITON_CACHE_DIR (default
-# ~/.triton/cache). AITER is left alone: its JIT modules live in the image (aiter/jit/), and
-# AITER_JIT_DIR would hide the prebuilt ones (aiter/jit/core.py imports from there only)
-# and rebuild them all on the first start.
-CACHE_DIRS: tuple[tuple[str, str, str | None], ...] = (
-    ("huggingface", CONTAINER_HF_CACHE, None),
-    ("vllm", "/root/.cache/vllm", "VLLM_CACHE_ROOT"),
-    ("triton", "/root/.cache/triton", "TRITON_CACHE_DIR"),
-)
+# The cache volume: the Hugging Face cache under ``huggingface/``, and the compile caches of
+# ``plan.caches.COMPILE_CACHES`` (the one table every rendering uses) under
+# ``compile/<cache key>/<name>``, each variable pointing at its mount. AITER's directory is
+# seeded from the image once per key by an init container (``SEED_SCRIPT``): AITER imports
+# its modules only from AITER_JIT_DIR once it is set (aiter/jit/core.py), so an empty mount
+# would hide the image's prebuilt ones and rebuild them all on the first start.
+HF_SUBPATH = "huggingface"
+
+
+def cache_mounts(plan: LaunchPlan) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(subPath in the cache volume, mount path, variables) of every cache the pod mounts."""
+    out: list[tuple[str, str, tuple[str, ...]]] = [(HF_SUBPATH, CONTAINER_HF_CACHE, ())]
+    if plan.cache is not None:
+        for cache in plan.cache.dirs:
+            sub = f"compile/{plan.cache.key}/{cache.name}"
+            out.append((sub, cache.container_path, cache.variables))
+    return out
+
+
 COMPILE_CACHE_GIB = 20
 
 # Host resources requested per GPU. Requests only: a memory limit OOM-kills a pod when
@@ -503,6 +511,9 @@ def _pod_spec(
         }
     if affinity:
         spec["affinity"] = affinity
+    seed = _seed_container(plan)
+    if seed is not None:
+        spec["initContainers"] = [seed]
     spec["containers"] = [_container(plan, opts, gpus, role)]
     spec["volumes"] = [
         {"name": "cache", "persistentVolumeClaim": {"claimName": f"{name}-cache"}},
@@ -511,6 +522,20 @@ def _pod_spec(
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{_shm_gib(gpus)}Gi"}},
     ]
     return spec
+
+
+def _seed_container(plan: LaunchPlan) -> dict[str, Any] | None:
+    """Copies the image's prebuilt AITER modules into the volume once per cache key (a
+    marker file says it was done), before vLLM starts with AITER_JIT_DIR set."""
+    if plan.cache is None or "aiter" not in plan.cache.names:
+        return None
+    sub = f"compile/{plan.cache.key}/aiter"
+    return {
+        "name": "seed-aiter-jit",
+        "image": plan.image,
+        "command": ["python3", "-c", _escape(SEED_SCRIPT), "/seed"],
+        "volumeMounts": [{"name": "cache", "mountPath": "/seed", "subPath": sub}],
+    }
 
 
 def _shm_gib(gpus: int) -> int:
@@ -540,7 +565,7 @@ def _container(
         "volumeMounts": [
             *(
                 {"name": "cache", "mountPath": path, "subPath": sub}
-                for sub, path, _var in CACHE_DIRS
+                for sub, path, _vars in cache_mounts(plan)
             ),
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
@@ -585,9 +610,10 @@ def _env(plan: LaunchPlan, opts: KubernetesOptions) -> list[dict[str, Any]]:
         # the device plugin hands the pod its GPUs: indices from the plan's host mean nothing
         if k not in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
     ]
-    for _sub, path, var in CACHE_DIRS:
-        if var and var not in plan.env:
-            env.append({"name": var, "value": path})
+    for _sub, path, variables in cache_mounts(plan):
+        for var in variables:
+            if var not in plan.env:
+                env.append({"name": var, "value": path})
     if opts.nodes > 1:  # upstream's multi_node_* strategies set both to the node's interface
         for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             if var not in plan.env:

@@ -21,6 +21,9 @@ LABEL_MODEL = "instinct-serve.model"
 LABEL_PORT = "instinct-serve.port"
 LABEL_PLAN_HASH = "instinct-serve.plan-hash"
 LABEL_VERSION = "instinct-serve.version"
+# the host directory of the compile caches the container mounts (``instinct cache prune``
+# keeps a key an endpoint still uses)
+LABEL_COMPILE_CACHE = "instinct-serve.compile-cache"
 MANAGED_VALUE = "true"
 
 

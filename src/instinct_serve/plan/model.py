@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from instinct_serve.errors import UsageError
 from instinct_serve.options import DEFAULT_PORT, ENV_NAME
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
+from instinct_serve.plan import caches
+from instinct_serve.plan.caches import CacheLayout
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.matching import Match
@@ -188,6 +190,9 @@ class LaunchPlan:
     # where the API key comes from: "generated" (serve makes one and keeps it in a key file
     # on the host), "environment" (the caller's VLLM_API_KEY, passed by name), or None
     api_key: str | None = None
+    # the persistent compile caches on the host (``plan.caches``): mounted and pointed at by
+    # their variables in every rendering; None: off (the container's own, lost with it)
+    cache: CacheLayout | None = None
     # several copies behind one endpoint (``plan.replicas``): replicas behind a router, or
     # vLLM's own data parallelism; None for one endpoint
     group: GroupPlan | None = None
@@ -224,6 +229,9 @@ class LaunchPlan:
             "secret_env": sorted(self.secret_env),
             "vllm_args": self.vllm_args,
             "gpu_indices": self.gpu_indices,
+            # where the caches live, not their key: the key follows from the image and the
+            # gfx (already here), and a pull may only learn the digest after planning
+            "compile_cache": self.cache.root if self.cache is not None else None,
         } | ({"group": self.group.identity()} if self.group is not None else {})
 
     @property
@@ -276,6 +284,7 @@ class LaunchPlan:
             "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
             "partitions": self.partitions,
+            "compile_cache": self.cache.to_dict() if self.cache is not None else None,
             "replicas": self.group.document(self) if self.group is not None else None,
         }
 
@@ -353,7 +362,11 @@ def docker_argv(plan: LaunchPlan, *, restart: str | None = RESTART_POLICY) -> li
     argv += ["-p", publish_arg(plan)]
     for mount in plan.mounts:
         argv += ["-v", mount.docker_arg()]
+    for host_path, container_path in caches.mounts(plan.cache):
+        argv += ["-v", f"{host_path}:{container_path}"]
     for key, value in plan.env.items():
+        argv += ["-e", f"{key}={value}"]
+    for key, value in caches.container_env(plan.cache, plan.env).items():
         argv += ["-e", f"{key}={value}"]
     for name in plan.secret_env:
         argv += ["--env", name]  # by name: docker copies the value from its own environment

@@ -23,7 +23,7 @@ import yaml
 
 from instinct_serve import vllm_args
 from instinct_serve.options import KubernetesOptions
-from instinct_serve.plan import kubernetes
+from instinct_serve.plan import caches, kubernetes
 from instinct_serve.plan.kubernetes import k8s_objects as k8s_objects
 from instinct_serve.plan.model import API_KEY_ENV, LaunchPlan, startup_budget_s
 from instinct_serve.plan.model import RESTART_POLICY as RESTART_POLICY
@@ -52,10 +52,12 @@ def native_argv(plan: LaunchPlan) -> list[str]:
 
 
 def native_env(plan: LaunchPlan) -> dict[str, str]:
-    """Environment for the native route: the plan's env plus the GPU restriction."""
+    """Environment for the native route: the plan's env, the GPU restriction, and the
+    compile caches' variables pointing at their host directories (``plan.caches``)."""
     env = dict(plan.env)
     if plan.gpu_indices is not None and "HIP_VISIBLE_DEVICES" not in env:
         env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in plan.gpu_indices)
+    env.update(caches.host_env(plan.cache, env))
     return env
 
 
@@ -118,9 +120,12 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
     mapped, leftover = _compose_from_flags(plan.docker_flags)
     service.update(mapped)
     service["ports"] = [publish_arg(plan)]
-    if plan.mounts:
-        service["volumes"] = [m.docker_arg() for m in plan.mounts]
-    service["environment"] = [f"{k}={v}" for k, v in plan.env.items()] + list(plan.secret_env)
+    volumes = [m.docker_arg() for m in plan.mounts]
+    volumes += [f"{host}:{container}" for host, container in caches.mounts(plan.cache)]
+    if volumes:
+        service["volumes"] = volumes
+    env = {**plan.env, **caches.container_env(plan.cache, plan.env)}
+    service["environment"] = [f"{k}={v}" for k, v in env.items()] + list(plan.secret_env)
     from instinct_serve.observe.scrape import compose_labels
 
     # the endpoint's own labels, and the ones a docker_sd Prometheus job discovers
@@ -139,7 +144,21 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
         "start_period": f"{startup_budget_s(plan)}s",
     }
     service["restart"] = RESTART_POLICY
-    doc: dict[str, Any] = {"services": {plan.container_name: _compose_escape(service)}}
+    services = {plan.container_name: service}
+    seed = caches.seed_argv(plan.cache, plan.image)
+    if seed is not None and plan.cache is not None:
+        # the compose form of serve's seeding (and of the init container in Kubernetes):
+        # vLLM starts only once the image's AITER modules are in the mounted directory
+        seeder = f"{plan.container_name}-seed-aiter"
+        services[seeder] = {
+            "image": plan.image,
+            "entrypoint": ["python3"],
+            "command": seed[seed.index(plan.image) + 1 :],
+            "volumes": [f"{plan.cache.host_path('aiter')}:/seed"],
+            "restart": "no",
+        }
+        service["depends_on"] = {seeder: {"condition": "service_completed_successfully"}}
+    doc: dict[str, Any] = {"services": _compose_escape(services)}
     if leftover:
         doc["x-instinct-serve-unmapped-flags"] = _compose_escape(leftover)
     return doc
@@ -190,7 +209,10 @@ def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> 
     if fmt == "docker":
         return "\n".join(docker_argv(plan)) + "\n"
     if fmt == "shell":
-        return shell_line(plan) + "\n"
+        seed = caches.seed_argv(plan.cache, plan.image)
+        # seed the AITER cache from the image first (once per key: a no-op after that)
+        first = f"{shlex.join(seed)} &&\n" if seed is not None else ""
+        return first + shell_line(plan) + "\n"
     if fmt == "native":
         return native_script(plan)
     if fmt == "compose":

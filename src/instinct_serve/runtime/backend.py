@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import (
+    LABEL_COMPILE_CACHE,
     LABEL_MANAGED,
     LABEL_MODEL,
     LABEL_PLAN_HASH,
@@ -176,6 +177,8 @@ def launch_labels(plan: LaunchPlan, fixes: Sequence[str]) -> dict[str, str]:
         labels[LABEL_BY_NAME] = ",".join(sorted(plan.secret_env))
     if fixes:
         labels[LABEL_FIXES] = ",".join(fixes)
+    if plan.cache is not None:
+        labels[LABEL_COMPILE_CACHE] = plan.cache.directory
     return labels
 
 

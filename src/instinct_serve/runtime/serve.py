@@ -383,12 +383,18 @@ class Deployer:
         Then, under the host's launch lock: an endpoint of the same plan that appeared
         meanwhile (another serve) is reused; else the way is cleared and this run launches.
         """
+        from instinct_serve.runtime.caches import prepare_caches
         from instinct_serve.runtime.lock import HostLock
 
         self._check_own_key()
         if self.backend.engine == "docker":
             self.phase("pulling_image", f"checking image {self.plan.image}")
-        self.backend.prepare(self.plan, self._feed_pull)
+        if self.settings.prefetch:
+            self._prefetch()
+        else:
+            self.backend.prepare(self.plan, self._feed_pull)
+        # the compile caches: keyed by the digest the pull brought, created, AITER seeded
+        prepare_caches(self.host, self.plan, self.note)
         with HostLock(self.host, on_wait=self.note):
             existing = self.backend.same_plan(self.plan)
             if existing is None:
@@ -399,6 +405,30 @@ class Deployer:
             return self._reuse(existing)
         assert self.launched is not None
         return self._wait_and_finish(self.launched)
+
+    def _prefetch(self) -> None:
+        """The image and the weights at once (``runtime.fetch``); a failed weight download
+        is only a note: vLLM fetches what is missing itself."""
+        from instinct_serve.runtime.fetch import Fetcher, Span
+
+        def progress(what: str, span: Span) -> None:
+            if what == "weights" and span.status == "running":
+                total = f" of {span.total_bytes / 1e9:.2f} GB" if span.total_bytes else ""
+                self.phase(
+                    "downloading_weights",
+                    f"prefetching weights: {span.done_bytes / 1e9:.2f} GB{total}",
+                )
+
+        fetcher = Fetcher(self.host, self.plan, self.backend)
+        report = fetcher.run(progress, self._feed_pull, strict_weights=False)
+        weights = report.weights
+        if weights.error is not None:
+            self.note(f"weights not prefetched ({weights.error.message}): vLLM downloads them")
+        elif weights.status == "done":
+            self.note(
+                f"prefetched {weights.done_bytes / 1e9:.2f} GB of weights in "
+                f"{weights.seconds or 0:.1f} s, {report.overlap_s:.1f} s of it beside the pull"
+            )
 
     def abandon(self) -> str | None:
         """After an unexpected error: stop and remove what this run launched, if anything."""

@@ -26,6 +26,7 @@ class ServeSettings:
     poll_s: float = health.DEFAULT_POLL_S
     coherence: bool = True
     max_relaunches: int = MAX_RELAUNCHES
+    prefetch: bool = False  # image and weights fetched in parallel before the launch
 
 
 def startup_timeout_s(plan: LaunchPlan) -> float:

@@ -1,0 +1,165 @@
+"""``instinct cache ls|prune``: the persistent compile caches (``runtime.caches``).
+
+Only directories the tool made (its ``meta.json``) are listed or removed, never one an
+endpoint of the tool still mounts; ``prune`` shows what it would remove unless ``--yes``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from instinct_serve.cli.common import emit, get_host, host_option, json_option
+from instinct_serve.errors import UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from instinct_serve.hosts import Host
+    from instinct_serve.runtime.caches import CacheEntry
+
+
+def _root_option(func: Any) -> Any:
+    return click.option(
+        "--compile-cache",
+        "setting",
+        metavar="DIR",
+        default=None,
+        help="The compile caches' directory, when serve was given one (default: "
+        "compile-cache/ in the tool's cache directory on the host).",
+    )(func)
+
+
+def _root(host: Host, setting: str | None) -> str:
+    from instinct_serve.gather.caches import cache_root
+
+    root = cache_root(setting, host)
+    if root is None:
+        raise UsageError(
+            "no compile cache directory"
+            + (" (`off` has none)" if setting else f" found on {host.name}"),
+            fix="name it with --compile-cache DIR",
+            id="bad_input",
+        )
+    return root
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+@click.group("cache")
+def cache() -> None:
+    """The persistent compile caches (vLLM torch.compile, Triton, AITER JIT, MIOpen) that
+    serve keeps per image digest and gfx."""
+
+
+@cache.command("ls")
+@_root_option
+@host_option
+@json_option
+def ls(setting: str | None, host_spec: str | None, as_json: bool) -> int:
+    """List the compile caches on the host: key, size, image, last use, endpoints using it."""
+    from instinct_serve.runtime.caches import list_caches
+
+    host = get_host(host_spec)
+    root = _root(host, setting)
+    entries = list_caches(host, root)
+    doc = {"host": host.name, "root": root, "caches": [e.to_dict() for e in entries]}
+
+    def human(con: Console) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        if not entries:
+            con.print(f"No compile caches under {escape(root)} on {escape(host.name)}.")
+            return
+        table = Table(title=f"Compile caches in {escape(root)}", title_justify="left")
+        for column in ("KEY", "SIZE", "IMAGE", "LAST USED", "USED BY"):
+            table.add_column(column, overflow="fold")
+        for e in entries:
+            image = str(e.meta.get("image") or "-")
+            if e.image_present is False:
+                image += " (gone)"
+            table.add_row(
+                escape(e.key),
+                _size(e.size_bytes),
+                escape(image),
+                escape(str(e.meta.get("last_used") or "-")),
+                escape(", ".join(e.used_by) or "-"),
+            )
+        con.print(table)
+
+    emit(doc, as_json, human)
+    return 0
+
+
+@cache.command("prune")
+@click.argument("keys", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every cache no endpoint uses.")
+@click.option("--yes", "-y", is_flag=True, help="Remove them (else: only show what would go).")
+@_root_option
+@host_option
+@json_option
+def prune(
+    keys: tuple[str, ...],
+    every: bool,
+    yes: bool,
+    setting: str | None,
+    host_spec: str | None,
+    as_json: bool,
+) -> int:
+    """Remove compile caches: by default those whose image is gone from the host, or the
+    KEYS named, or --all. Never one an endpoint still mounts. Shows the list unless --yes."""
+    from instinct_serve.runtime.caches import list_caches, remove, select
+
+    if keys and every:
+        raise UsageError("give keys or --all, not both", id="bad_input")
+    host = get_host(host_spec)
+    root = _root(host, setting)
+    entries = list_caches(host, root)
+    unknown = sorted(set(keys) - {e.key for e in entries})
+    if unknown:
+        raise UsageError(
+            f"no compile cache {', '.join(unknown)} under {root} on {host.name}",
+            fix="list them with `instinct cache ls`",
+            id="bad_input",
+        )
+    chosen, kept = select(entries, keys=keys, every=every)
+    removed: list[CacheEntry] = []
+    if yes:
+        for entry in chosen:
+            remove(host, entry)
+            removed.append(entry)
+    doc = {
+        "host": host.name,
+        "root": root,
+        "dry_run": not yes,
+        "removed" if yes else "would_remove": [e.to_dict() for e in chosen],
+        "kept": [{**e.to_dict(), "why": why} for e, why in kept],
+        "freed_bytes": sum(e.size_bytes or 0 for e in removed),
+    }
+
+    def human(con: Console) -> None:
+        from rich.markup import escape
+
+        if not chosen:
+            con.print("Nothing to prune.")
+        for e in chosen:
+            verb = "removed" if yes else "would remove"
+            con.print(f"{verb} {escape(e.path)} ({_size(e.size_bytes)})")
+        for e, why in kept:
+            con.print(f"[dim]kept {escape(e.key)}: {escape(why)}[/]")
+        if chosen and not yes:
+            con.print("Pass --yes to remove them.")
+
+    emit(doc, as_json, human)
+    return 0

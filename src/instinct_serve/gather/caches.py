@@ -1,0 +1,75 @@
+"""Where a plan's compile caches live on its host (the gather half of ``plan.caches``).
+
+The root: ``--compile-cache DIR`` (``~``/``$VAR`` expanded against the host's environment),
+else ``compile-cache/`` in the tool's cache directory on the host (``INSTINCT_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/instinct-serve``, else ``~/.cache/instinct-serve``, as
+``paths.cache_dir`` locally). Planning asks nothing of Docker (a plan is made without
+touching the host's daemon): the key is made from the image reference, and ``serve`` re-keys
+it by the image's digest once the pull has brought the image (``image_id``: its id, the
+digest of its config, which also exists for images built or loaded locally;
+``runtime.caches.prepare_caches``). A printed command keeps the reference's key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+from instinct_serve.plan.caches import CACHE_SUBDIR, OFF, CacheLayout, layout_for
+
+if TYPE_CHECKING:
+    from instinct_serve.hosts import Host
+    from instinct_serve.plan.model import LaunchPlan
+
+_CACHE_DIR_SCRIPT = (
+    'if [ -n "$INSTINCT_CACHE_DIR" ]; then printf %s "$INSTINCT_CACHE_DIR"; '
+    'else printf %s "${XDG_CACHE_HOME:-$HOME/.cache}/instinct-serve"; fi'
+)
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def host_cache_dir(host: Host) -> str | None:
+    """The tool's cache directory on ``host`` (``paths.cache_dir()`` here)."""
+    if host.is_local:
+        from instinct_serve import paths
+
+        return str(paths.cache_dir())
+    result = host.run(["sh", "-c", _CACHE_DIR_SCRIPT], timeout=30)
+    path = result.stdout.strip()
+    return path if result.ok and path.startswith("/") else None
+
+
+def image_id(host: Host, image: str) -> str | None:
+    """The id (``sha256:<config digest>``) of ``image`` on the host, None when it is not
+    there (or Docker is not usable: the key is then the reference's, re-keyed later)."""
+    result = host.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], timeout=30)
+    text = result.stdout.strip()
+    return text if result.ok and _IMAGE_ID.fullmatch(text) else None
+
+
+def cache_root(setting: str | None, host: Host) -> str | None:
+    """The root directory of the compile caches, or None for ``off``."""
+    if setting is not None and setting.strip().lower() == OFF:
+        return None
+    if setting:
+        from instinct_serve.paths import expand_path
+
+        env = host.env(["HOME"])
+        if host.is_local and not env.get("HOME"):
+            env["HOME"] = os.path.expanduser("~")
+        path = expand_path(setting.strip(), env)
+        return path.rstrip("/") or "/"
+    base = host_cache_dir(host)
+    return f"{base.rstrip('/')}/{CACHE_SUBDIR}" if base else None
+
+
+def resolve_compile_cache(setting: str | None, host: Host, plan: LaunchPlan) -> CacheLayout | None:
+    """The plan's cache layout on ``host`` (None: off, or no cache directory found)."""
+    root = cache_root(setting, host)
+    if root is None:
+        return None
+    from instinct_serve.hardware.target import CPU_SOURCE
+
+    cpu = plan.gfx_version == CPU_SOURCE
+    return layout_for(root, plan.gfx_version, plan.image, None, engine=plan.engine, cpu=cpu)

@@ -1,0 +1,216 @@
+"""The compile caches on a host: made ready before a launch, listed, pruned.
+
+``prepare_caches`` runs after the image is on the host (serve's pull) and before the launch:
+the key is made from the image's digest now that it is known (``plan.caches.rekeyed``), the
+directories are created as the host's user (Docker would make them root's), ``meta.json``
+says the tool made them and for what, and AITER's directory is seeded from the image once
+per key (``plan.caches.seed_argv``; dropped from the plan when the image cannot seed it,
+so its prebuilt modules are never hidden behind an empty mount).
+
+``list_caches`` and ``prune`` read only directories with the tool's ``meta.json``: nothing
+else under the root is ever listed as ours or removed, nor a key an endpoint of the tool
+(a managed container, running or stopped) still mounts.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from instinct_serve.errors import InstinctError
+from instinct_serve.plan.caches import META_FILE, SEED_MARKER, meta_doc, rekeyed, seed_argv
+from instinct_serve.plan.labels import LABEL_COMPILE_CACHE
+
+if TYPE_CHECKING:
+    from instinct_serve.hosts import Host
+    from instinct_serve.plan.caches import CacheLayout
+    from instinct_serve.plan.model import LaunchPlan
+
+SEED_TIMEOUT_S = 1800.0  # copying a few GB of prebuilt modules out of the image
+_WRITE = 'tmp="$1.tmp.$$" && cat > "$tmp" && mv -f "$tmp" "$1"'
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def prepare_caches(host: Host, plan: LaunchPlan, note: Callable[[str], None]) -> None:
+    """Make ``plan.cache`` ready on ``host`` (see the module docstring); updates the plan."""
+    layout = plan.cache
+    if layout is None:
+        return
+    if plan.engine == "docker" and layout.image_id is None:
+        from instinct_serve.gather.caches import image_id
+
+        digest = image_id(host, plan.image)
+        if digest is not None:
+            layout = rekeyed(layout, plan.gfx_version, plan.image, digest)
+    dirs = [layout.host_path(c.name) for c in layout.dirs]
+    made = host.run(["mkdir", "-p", "--", *dirs], timeout=30)
+    if not made.ok:
+        raise InstinctError(
+            f"cannot create the compile caches under {layout.root} on {host.name}: "
+            f"{(made.stderr or made.stdout).strip() or 'mkdir failed'}",
+            fix="make the directory writable, point --compile-cache at one that is, or pass "
+            "--compile-cache off",
+            id="compile_cache_unwritable",
+        )
+    if "aiter" in layout.names:
+        layout = _seed(host, layout, plan.image, note)
+    meta = meta_doc(layout, image=plan.image, gfx=plan.gfx_version, engine=plan.engine, now=_now())
+    path = posixpath.join(layout.directory, META_FILE)
+    host.run(["sh", "-c", _WRITE, "sh", path], timeout=30, input=json.dumps(meta) + "\n")
+    plan.cache = layout
+
+
+def _seed(host: Host, layout: CacheLayout, image: str, note: Callable[[str], None]) -> CacheLayout:
+    if host.exists(posixpath.join(layout.host_path("aiter"), SEED_MARKER)):
+        return layout
+    argv = seed_argv(layout, image)
+    assert argv is not None
+    note(f"seeding the AITER JIT cache {layout.host_path('aiter')} from {image} (once per image)")
+    result = host.run(argv, timeout=SEED_TIMEOUT_S)
+    if result.ok and host.exists(posixpath.join(layout.host_path("aiter"), SEED_MARKER)):
+        return layout
+    said = (result.stderr or result.stdout).strip().splitlines()
+    note(
+        "AITER JIT cache not mounted: seeding it from the image failed "
+        f"({said[-1] if said else f'exit {result.returncode}'}); AITER keeps its modules "
+        "in the container"
+    )
+    return layout.without("aiter")
+
+
+# --------------------------------------------------------------------------- ls / prune
+
+
+@dataclass
+class CacheEntry:
+    """One key's directory under a root, as ``instinct cache ls`` shows it."""
+
+    root: str
+    key: str
+    size_bytes: int | None
+    meta: dict[str, Any]
+    image_present: bool | None = None  # the image of the key is still on the host
+    used_by: list[str] = field(default_factory=list)  # managed containers mounting it
+
+    @property
+    def path(self) -> str:
+        return posixpath.join(self.root, self.key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "path": self.path,
+            "size_bytes": self.size_bytes,
+            "image": self.meta.get("image"),
+            "image_id": self.meta.get("image_id"),
+            "gfx": self.meta.get("gfx"),
+            "engine": self.meta.get("engine"),
+            "last_used": self.meta.get("last_used"),
+            "image_present": self.image_present,
+            "used_by": self.used_by,
+        }
+
+
+# one line per key directory that holds our meta.json: "<kB>\t<dir>"; then the meta files
+_LIST = (
+    'for d in "$1"/*/; do [ -f "$d/meta.json" ] || continue; '
+    'printf "%s\\n" "$(du -sk "$d" 2>/dev/null | cut -f1)	${d%/}"; done'
+)
+
+
+def list_caches(host: Host, root: str) -> list[CacheEntry]:
+    """The keys the tool made under ``root`` on ``host``, with their size and users."""
+    result = host.run(["sh", "-c", _LIST, "sh", root.rstrip("/") or "/"], timeout=120)
+    entries: list[CacheEntry] = []
+    for line in result.stdout.splitlines():
+        kb, _, path = line.partition("\t")
+        if not path:
+            continue
+        meta = _meta(host.read_text(posixpath.join(path, META_FILE)))
+        if meta is None:
+            continue
+        size = int(kb) * 1024 if kb.strip().isdigit() else None
+        entries.append(CacheEntry(posixpath.dirname(path), posixpath.basename(path), size, meta))
+    _annotate(host, entries)
+    return sorted(entries, key=lambda e: e.key)
+
+
+def _meta(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("tool") == "instinct-serve" else None
+
+
+def _annotate(host: Host, entries: list[CacheEntry]) -> None:
+    """Which managed containers mount each key (their label), and whether its image is
+    still on the host. Without a usable Docker both stay unknown (nothing is in use)."""
+    if not entries:
+        return
+    from instinct_serve.runtime.docker import Docker
+
+    docker = Docker(host)
+    ok, _why = docker.available()
+    if not ok:
+        return
+    users: dict[str, list[str]] = {}
+    for info in docker.list_managed():
+        directory = info.labels.get(LABEL_COMPILE_CACHE)
+        if directory:
+            users.setdefault(directory.rstrip("/"), []).append(info.name)
+    for entry in entries:
+        entry.used_by = sorted(users.get(entry.path, []))
+        image_id = entry.meta.get("image_id")
+        if entry.meta.get("engine") == "docker" and isinstance(image_id, str):
+            entry.image_present = docker.image_present(image_id)
+
+
+def select(
+    entries: list[CacheEntry], *, keys: tuple[str, ...] = (), every: bool = False
+) -> tuple[list[CacheEntry], list[tuple[CacheEntry, str]]]:
+    """What ``prune`` removes and what it keeps (with why). By default the keys whose image
+    is gone from the host (an upgrade left them behind); ``every``: all of them; ``keys``:
+    those. Never a key an endpoint of the tool still mounts."""
+    chosen: list[CacheEntry] = []
+    kept: list[tuple[CacheEntry, str]] = []
+    for entry in entries:
+        if entry.used_by:
+            kept.append((entry, f"mounted by {', '.join(entry.used_by)}"))
+        elif keys:
+            if entry.key in keys:
+                chosen.append(entry)
+        elif every or entry.image_present is False:
+            chosen.append(entry)
+        elif entry.image_present:
+            kept.append((entry, "its image is still on the host (--all removes it)"))
+        else:
+            kept.append((entry, "no image to tell it is stale by (--all or its key removes it)"))
+    return chosen, kept
+
+
+def remove(host: Host, entry: CacheEntry) -> None:
+    """Remove one key's directory (only ever one holding the tool's ``meta.json``)."""
+    meta = posixpath.join(entry.path, META_FILE)
+    if _meta(host.read_text(meta)) is None:
+        raise InstinctError(
+            f"{entry.path} is not a compile cache instinct-serve made: not removed", id="bad_input"
+        )
+    result = host.run(["rm", "-rf", "--", entry.path], timeout=600)
+    if not result.ok:
+        raise InstinctError(
+            f"cannot remove {entry.path} on {host.name}: "
+            f"{(result.stderr or result.stdout).strip() or 'rm failed'}",
+            fix=f"files a container wrote may be root's: sudo rm -rf {shlex.quote(entry.path)}",
+            id="compile_cache_unremovable",
+        )
