@@ -422,6 +422,11 @@ def serve(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     view = ServeView(as_json)
     try:
         opts = parse_cli(ServeOptions, kwargs)
+        from instinct_serve.cli.multinode import hosts_of, serve_hosts
+
+        hosts = hosts_of(opts.hosts, host_spec)
+        if hosts is not None:
+            return serve_hosts(view, opts, hosts)
         return _serve(view, opts, host_spec)
     except InstinctError as exc:
         if not as_json:

@@ -243,8 +243,8 @@ def _group(plan: LaunchPlan, fmt: str) -> str:
 
         return dumps(plan) + "\n"
     raise UsageError(
-        f"--format {fmt} renders one endpoint, and this plan is {plan.group.count if plan.group else 0} "
-        "replicas behind a router",
+        f"--format {fmt} renders one endpoint, and this plan is "
+        f"{plan.group.count if plan.group else 0} replicas behind a router",
         fix="use --format shell (every replica's docker run and the router's), or plan one "
         "endpoint (--replicas 1)",
         id="bad_format",

@@ -257,7 +257,9 @@ def _restrict(plan: LaunchPlan, gpus: list[int], source: str, why: str) -> None:
     plan.env["HIP_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
     for other in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
         plan.env.pop(other, None)
-    plan.reasons.append(Reason(f"HIP_VISIBLE_DEVICES={plan.env['HIP_VISIBLE_DEVICES']}", source, why))
+    plan.reasons.append(
+        Reason(f"HIP_VISIBLE_DEVICES={plan.env['HIP_VISIBLE_DEVICES']}", source, why)
+    )
 
 
 def _data_parallel(
@@ -323,8 +325,7 @@ def _replicas(plan: LaunchPlan, count: int, used: list[list[int]], asked: str) -
         member_name = f"{name}-r{index}"
         if not CONTAINER_NAME.fullmatch(member_name):
             raise UsageError(
-                f"the replica name {member_name} is not a container name (128 characters "
-                "at most)",
+                f"the replica name {member_name} is not a container name (128 characters at most)",
                 fix="choose a shorter --name",
                 id="bad_name",
             )
