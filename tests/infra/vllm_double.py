@@ -952,6 +952,15 @@ def head_rendezvous(args: Args) -> None:
         )
     for rank, conn in joined.items():
         _watch(conn, f"rank {rank}")
+
+    def keep_listening() -> None:  # as torch's store does: later probes connect, then go
+        server.settimeout(None)
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _peer = server.accept()
+                conn.close()
+
+    threading.Thread(target=keep_listening, name="store", daemon=True).start()
     print(
         f"vllm-double: rendezvous: all {args.nnodes} ranks joined at {time.time():.6f}", flush=True
     )

@@ -630,8 +630,7 @@ def plan_across(opts: Any, hosts: Sequence[Host], node_inventory: Any, why: str)
 
     total = copy.copy(opts.plan_options())
     gpus = node_inventory.gpu_count
-    if total.gpu_count is not None:
-        total.gpu_count = gpus * len(hosts)
+    total.gpu_count = gpus * len(hosts)  # a named GPU's profile, or the nodes' inventory
     together = GpuInventory(
         gpus=[g for _ in hosts for g in node_inventory.gpus],
         rocm_version=node_inventory.rocm_version,
