@@ -211,3 +211,20 @@ def test_a_failing_worker_fails_the_group_with_its_log_line(serve: Serve, cluste
     assert failure["id"] != "rank_exited"  # the diagnosis recognised the replayed failure
     assert sorted(failure["removed"]) == [name, f"{name}-node1"]
     assert inspect(name) is None and inspect(f"{name}-node1") is None
+
+
+def test_a_model_one_node_holds_is_served_on_the_first_host_alone(
+    serve: Serve, cluster: Cluster
+) -> None:
+    name, port = serve.name("mnone"), free_port()
+    args = serve.args("--hosts", cluster.hosts, name=name, port=port)
+    args[args.index("--root") + 1] = str(cluster.root)
+    run = run_cli(args, env=cluster.env, timeout=180)
+    assert run.returncode == 0, run.explain()
+    [note] = [e["message"] for e in run.of("note") if e["message"].startswith("multi-node:")]
+    assert "fit one node of 8 GPUs: serving on node-a alone" in note
+    assert run.result["status"] == "ready" and run.result["host"] == "node-a"
+    info = inspect(name)
+    assert info is not None and "--nnodes" not in info["Config"]["Cmd"]
+    assert inspect(f"{name}-node1") is None
+    docker("rm", "-f", name)

@@ -71,7 +71,10 @@ def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int:
             id="confirmation_required",
         )
 
-    outcome = serve_group(opts, hosts, sink=sink, confirm=confirm)
+    from instinct_serve.cli.serve import _sigterm_as_interrupt
+
+    with _sigterm_as_interrupt():  # SIGTERM removes what this run started, as Ctrl-C does
+        outcome = serve_group(opts, hosts, sink=sink, confirm=confirm)
     if isinstance(outcome, Decision):
         from instinct_serve.cli.serve import _serve
 
