@@ -170,7 +170,8 @@ def test_two_nodes_rendezvous_and_serve_as_one(serve: Serve, cluster: Cluster) -
     print(
         f"\nMULTINODE start rank0={started[0]['at']:.3f} rank1={started[1]['at']:.3f} "
         f"(+{started[1]['at'] - started[0]['at']:.3f} s); rendezvous {joined - listening:.3f} s "
-        f"after rank 0 listened; healthy {result['ready_s']} s after rank 0 started"
+        f"after rank 0 listened, {joined - started[1]['at']:.3f} s after rank 1's docker run "
+        f"returned; healthy {result['ready_s']} s after rank 0 started"
     )
 
     # ps: the group is one endpoint with its two ranks; plain ps hides the headless rank
@@ -228,3 +229,22 @@ def test_a_model_one_node_holds_is_served_on_the_first_host_alone(
     assert info is not None and "--nnodes" not in info["Config"]["Cmd"]
     assert inspect(f"{name}-node1") is None
     docker("rm", "-f", name)
+
+
+def test_a_node_without_the_named_interface_stops_before_anything_starts(
+    serve: Serve, cluster: Cluster
+) -> None:
+    name, port = serve.name("mnif"), free_port()
+    serve.names.append(f"{name}-node1")
+    args = serve.args(
+        "--hosts", cluster.hosts, "--multi-node", "--ifname", "nosuch9", name=name, port=port
+    )
+    args[args.index("--root") + 1] = str(cluster.root)
+    run = run_cli(args, env=cluster.env, timeout=180)
+    assert run.returncode == 3, run.explain()
+    error = run.result["error"]
+    assert error["id"] == "nodes_not_ready"
+    for rank, host in enumerate(NODES):
+        assert f"rank {rank} ({host}): interface: no interface nosuch9" in error["message"]
+    assert not run.of("launched")
+    assert inspect(name) is None and inspect(f"{name}-node1") is None
