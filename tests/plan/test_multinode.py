@@ -8,7 +8,10 @@ checked flag by flag against vLLM's multi-node command line (``--nnodes/--node-r
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -188,3 +191,36 @@ def test_native_engine_is_refused() -> None:
     with pytest.raises(UsageError) as raised:
         split(base)
     assert raised.value.id == "bad_hosts"
+
+
+def _plan_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "instinct_serve", "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_plan_hosts_prints_every_rank_and_why() -> None:
+    model = "meta-llama/Llama-3.3-70B-Instruct"
+    base = [model, "--gpu", "mi210", "--gpu-count", "2", "--hosts", "local,local"]
+    out = _plan_cli(*base, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)["multi_node"]
+    assert doc["why"].startswith("one node cannot hold it:") and "needs TP 4" in doc["why"]
+    assert doc["strategy"] == "multi_node_tp_pp" and doc["gpus_per_node"] == 2
+    assert [n["rank"] for n in doc["nodes"]] == [0, 1]
+    assert not doc["master_addr"].startswith("127.")  # the other nodes must reach it
+    shell = _plan_cli(*base, "--format", "shell")
+    assert shell.returncode == 0, shell.stderr
+    commands = [ln for ln in shell.stdout.splitlines() if ln.startswith("docker run")]
+    assert len(commands) == 2 and "--node-rank 1" in commands[1] and "--headless" in commands[1]
+
+
+def test_plan_hosts_for_a_model_one_node_holds_is_that_nodes_plan() -> None:
+    out = _plan_cli(LLAMA, "--gpu", "mi300x", "--hosts", "local,local", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "fit one node of 8 GPUs: local alone runs it" in " ".join(out.stderr.split())
+    doc = json.loads(out.stdout)
+    assert "--nnodes" not in doc["vllm_args"] and doc["tensor_parallel_size"] == 1

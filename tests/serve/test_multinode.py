@@ -223,7 +223,7 @@ def test_a_model_one_node_holds_is_served_on_the_first_host_alone(
     run = run_cli(args, env=cluster.env, timeout=180)
     assert run.returncode == 0, run.explain()
     [note] = [e["message"] for e in run.of("note") if e["message"].startswith("multi-node:")]
-    assert "fit one node of 8 GPUs: serving on node-a alone" in note
+    assert "fit one node of 8 GPUs: node-a alone runs it" in note
     assert run.result["status"] == "ready" and run.result["host"] == "node-a"
     info = inspect(name)
     assert info is not None and "--nnodes" not in info["Config"]["Cmd"]

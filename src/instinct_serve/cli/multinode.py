@@ -14,7 +14,7 @@ from instinct_serve.errors import UsageError
 if TYPE_CHECKING:
     from instinct_serve.cli.serve import ServeView
     from instinct_serve.hosts import Host
-    from instinct_serve.options import ServeOptions
+    from instinct_serve.options import PlanOptions, ServeOptions
     from instinct_serve.plan.multinode import MultiNodePlan
 
 
@@ -91,3 +91,32 @@ def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int:
         failure = outcome.failure or {}
         view.print(f"✗ {outcome.group} failed: {failure.get('message')}")
     return outcome.exit_code
+
+
+def plan_hosts(opts: PlanOptions, hosts: list[Host], fmt: str) -> int | None:
+    """``plan --hosts``: the ranks' commands (None when one node holds the model: the
+    caller prints that node's plan, after saying why)."""
+    import shlex
+
+    from instinct_serve.cli.common import warn
+    from instinct_serve.gather.plan import resolve_hardware
+    from instinct_serve.runtime.multinode import decide, plan_across
+
+    node = resolve_hardware(opts, hosts[0]).inventory
+    decision = decide(opts, hosts[0], node)
+    if not decision.multi_node:
+        warn(f"multi-node: {decision.why}")
+        return None
+    _result, plan = plan_across(opts, hosts, node, decision.why)
+    if fmt == "json":
+        doc = {"multi_node": {"why": decision.why, **plan.to_dict()}}
+        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        return 0
+    lines = [f"# {plan.group}: {plan.strategy} over {len(plan.nodes)} nodes ({decision.why})"]
+    lines.append("# start rank 0 first; secrets (--env NAME) come from each node's environment")
+    for rank in plan.nodes:
+        lines.append(f"# rank {rank.rank} ({rank.role}) on {rank.host}")
+        here = rank.host == "local"
+        lines.append(shlex.join(rank.argv if here else ["ssh", rank.host, shlex.join(rank.argv)]))
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0

@@ -20,7 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host
@@ -36,6 +36,10 @@ from instinct_serve.plan.multinode import MultiNodePlan, NodeLaunch
 from instinct_serve.runtime import health
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.follower import LogFollower
+
+if TYPE_CHECKING:
+    from instinct_serve.options import PlanOptions
+    from instinct_serve.plan.model import PlanResult
 
 PROBE_SCRIPT = (
     "import socket,sys,time\n"
@@ -597,14 +601,21 @@ class Decision:
     gpus_per_node: int
 
 
-def decide(opts: Any, head: Host, node_inventory: Any) -> Decision:
-    """Plan for one node first: multi-node only when that plan is refused for memory
-    (``does_not_fit``/``needs_tp``), or when ``--multi-node`` asks for it."""
+def _plan_part(opts: PlanOptions) -> PlanOptions:
+    """A copy of the plan options (``serve``'s without its own settings)."""
     import copy
 
+    from instinct_serve.options import ServeOptions
+
+    return opts.plan_options() if isinstance(opts, ServeOptions) else copy.copy(opts)
+
+
+def decide(opts: PlanOptions, head: Host, node_inventory: Any) -> Decision:
+    """Plan for one node first: multi-node only when that plan is refused for memory
+    (``does_not_fit``/``needs_tp``), or when ``--multi-node`` asks for it."""
     from instinct_serve.gather.plan import make_plan
 
-    one = copy.copy(opts.plan_options())
+    one = _plan_part(opts)
     gpus = node_inventory.gpu_count
     try:
         result = make_plan(one, head, inventory=node_inventory)
@@ -616,19 +627,20 @@ def decide(opts: Any, head: Host, node_inventory: Any) -> Decision:
     held = f"{weights:.0f} GB of weights fit" if weights else "it fits"
     if opts.multi_node:
         return Decision(True, f"asked for (--multi-node); {held} one node", gpus)
-    return Decision(False, f"{held} one node of {gpus} GPUs: serving on {head.name} alone", gpus)
+    return Decision(False, f"{held} one node of {gpus} GPUs: {head.name} alone runs it", gpus)
 
 
-def plan_across(opts: Any, hosts: Sequence[Host], node_inventory: Any, why: str) -> Any:
+def plan_across(
+    opts: PlanOptions, hosts: Sequence[Host], node_inventory: Any, why: str
+) -> tuple[PlanResult, MultiNodePlan]:
     """The plan for every GPU of every node together, split into ranks."""
-    import copy
-
     from instinct_serve.catalog import load_catalog
     from instinct_serve.gather.plan import make_plan
     from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.plan.multinode import MultiNodeOptions, plan_multinode
+    from instinct_serve.runtime.serve import public_address
 
-    total = copy.copy(opts.plan_options())
+    total = _plan_part(opts)
     gpus = node_inventory.gpu_count
     total.gpu_count = gpus * len(hosts)  # a named GPU's profile, or the nodes' inventory
     together = GpuInventory(
@@ -647,7 +659,9 @@ def plan_across(opts: Any, hosts: Sequence[Host], node_inventory: Any, why: str)
         strategy=opts.strategy,
         ifname=opts.ifname,
         network=opts.network,
-        master_addr=opts.master_addr,
+        # what the other nodes connect to: given, rank 0's container (its docker network's
+        # DNS), or the head's address on its network (an ssh alias resolved to its HostName)
+        master_addr=opts.master_addr or (None if opts.network else public_address(hosts[0])),
     )
     return result, plan_multinode(
         result.plan,
