@@ -4,7 +4,6 @@ endpoint. The work is ``runtime.multinode``'s; this module renders it (JSON Line
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -34,8 +33,9 @@ def hosts_of(text: str | None, host_spec: str | None) -> list[Host] | None:
     return parse_hosts(text)
 
 
-def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int:
-    """Serve across ``hosts``; a model one node holds is served on the first alone."""
+def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int | None:
+    """Serve across ``hosts``: the exit code, or None when one node holds the model (the
+    caller serves it on the first host alone)."""
     from instinct_serve.runtime.multinode import Decision, serve_group
 
     def sink(doc: dict[str, Any]) -> None:
@@ -71,15 +71,9 @@ def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int:
             id="confirmation_required",
         )
 
-    from instinct_serve.cli.serve import _sigterm_as_interrupt
-
-    with _sigterm_as_interrupt():  # SIGTERM removes what this run started, as Ctrl-C does
-        outcome = serve_group(opts, hosts, sink=sink, confirm=confirm)
+    outcome = serve_group(opts, hosts, sink=sink, confirm=confirm)
     if isinstance(outcome, Decision):
-        from instinct_serve.cli.serve import _serve
-
-        single = dataclasses.replace(opts, hosts=None)
-        return _serve(view, single, hosts[0].name)
+        return None
     if view.as_json:
         sink(outcome.to_dict())
     elif outcome.ok:
