@@ -250,9 +250,19 @@ class GroupRunner:
         network = self.plan.network
         if network is not None:
             return "ok" if docker.network_exists(network) else f"no docker network {network}"
-        if host.exists(f"/sys/class/net/{self.plan.ifname}"):
+        wanted = self.plan.ifname
+        if wanted.startswith("^"):  # an exclusion list: RCCL picks among the others
             return "ok"
-        return f"no interface {self.plan.ifname} (GLOO/NCCL_SOCKET_IFNAME): pass --ifname"
+        listing = host.run(["ls", "-1", "/sys/class/net"], timeout=30)
+        have = listing.stdout.split()
+        names = [n for n in wanted.lstrip("=").split(",") if n]
+        exact = wanted.startswith("=")  # NCCL's syntax: exact names, else name prefixes
+        if any(h == n or (not exact and h.startswith(n)) for n in names for h in have):
+            return "ok"
+        return (
+            f"no interface {wanted} among {', '.join(have) or 'none'} "
+            "(GLOO/NCCL_SOCKET_IFNAME): pass --ifname"
+        )
 
     def _reachable(self, rank: int) -> str | None:
         """None when rank ``rank``'s node reaches rank 0's rendezvous port, else why not."""
