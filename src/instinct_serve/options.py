@@ -726,6 +726,61 @@ class PlanOptions(SizingOptions):
         help="Plan and launch what would be refused: memory too tight, weights or a GPU the "
         "recipe does not support, a release image for a nightly-only recipe.",
     )
+    hosts: str | None = opt(
+        kind="text",
+        metavar="H1,H2",
+        help="Plan (and serve) one model across these nodes ([user@]host each, rank 0 "
+        "first) when one node cannot hold it (or with --multi-node); a container per node.",
+        max_length=MAX_TEXT,
+        mcp=False,
+    )
+    multi_node: bool = opt(
+        False,
+        kind="bool",
+        help="With --hosts: span the nodes even when the model fits one.",
+        mcp=False,
+    )
+    backend: str = opt(
+        "mp",
+        kind="choice",
+        choices=("mp", "ray"),
+        help="With --hosts: mp (vLLM's own rendezvous: --nnodes/--node-rank/--master-addr) "
+        "or ray (a Ray cluster on the nodes).",
+        mcp=False,
+    )
+    strategy: str | None = opt(
+        kind="choice",
+        choices=("multi_node_tp_pp", "multi_node_tp", "multi_node_tep", "multi_node_dep"),
+        help="With --hosts: the recipe strategy to split by (default: the recipe's, "
+        "TP inside a node and PP across first).",
+        mcp=False,
+    )
+    ifname: str = opt(
+        "eth0",
+        kind="text",
+        metavar="IFACE",
+        help="With --hosts: the interface Gloo and RCCL bootstrap over "
+        "(GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME).",
+        check=lambda value: _ifname(value),  # defined with the Kubernetes options below
+        max_length=256,
+        mcp=False,
+    )
+    network: str | None = opt(
+        kind="text",
+        metavar="NAME",
+        help="With --hosts: a docker network the ranks share (default: host networking).",
+        check=_container_name,
+        max_length=128,
+        mcp=False,
+    )
+    master_addr: str | None = opt(
+        kind="text",
+        metavar="ADDR",
+        help="With --hosts: the address the other nodes reach rank 0 at (default: the "
+        "first host's, or rank 0's container on --network).",
+        max_length=253,
+        mcp=False,
+    )
     extra_args: list[str] = opt(
         [],
         kind="args",

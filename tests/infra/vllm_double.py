@@ -69,6 +69,20 @@ environment, because the argv is produced by the real planner and must stay unch
     the compiled graph(s) ... from the cache"); else it sleeps the full time, writes the
     artifact (a text file that says it is the double's) and logs vLLM's "Compiling a graph"
     line. Nothing is compiled: this only shows that a cache directory survives a restart.
+``VLLM_DOUBLE_FAIL_RANKS``
+    Multi-node only: the node ranks (comma list) that join the rendezvous, then replay the
+    ``die`` log and exit (a worker failing after start-up, which must fail the group).
+``VLLM_DOUBLE_RENDEZVOUS_S``
+    Multi-node only: how long rank 0 waits for every rank, and a rank for rank 0 (default 60).
+
+Multi-node (``--nnodes N --node-rank R --master-addr A [--master-port P]``, ``--headless`` on
+ranks > 0, vLLM's mp-backend flags): a real TCP rendezvous, standing in for torch's store.
+Rank 0 listens on ``0.0.0.0:P`` (default 29501, vLLM's) before anything else; every other
+rank connects (retrying until the deadline), sends ``JOIN R`` and waits for ``OK``; rank 0
+loads and turns healthy only once all ``N-1`` ranks joined, and exits 1 with a log line
+when a joined rank's connection drops (a dead worker kills the head, as in vLLM); a headless
+rank serves no HTTP and exits 1 when the head goes away. Connections that send nothing
+(reachability probes) are ignored. Rendezvous lines are the double's own (``vllm-double:``).
 
 ``/v1/completions`` streams (``"stream": true``) as vLLM 0.32 does: one ``data:`` event per
 token, the usage event when ``stream_options.include_usage`` is set, then ``data: [DONE]``
@@ -98,6 +112,7 @@ import os
 import random
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -160,6 +175,11 @@ class Args:
         self.enforce_eager = False
         self.api_key: str | None = os.environ.get("VLLM_API_KEY") or None
         self.ignored: list[str] = []
+        self.nnodes = 1
+        self.node_rank = 0
+        self.master_addr = "127.0.0.1"
+        self.master_port = 29501  # vLLM's ParallelConfig.master_port default
+        self.headless = False
 
     @property
     def names(self) -> list[str]:
@@ -220,6 +240,16 @@ def _apply(args: Args, key: str, values: list[str]) -> None:
         args.enforce_eager = True
     elif key == "--api-key" and first:
         args.api_key = first
+    elif key == "--nnodes" and first.isdigit():
+        args.nnodes = int(first)
+    elif key == "--node-rank" and first.isdigit():
+        args.node_rank = int(first)
+    elif key == "--master-addr" and first:
+        args.master_addr = first
+    elif key == "--master-port" and first.isdigit():
+        args.master_port = int(first)
+    elif key == "--headless":
+        args.headless = True
     else:
         args.ignored.append(key if not values else f"{key}={' '.join(values)}")
 
@@ -965,6 +995,139 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+# --------------------------------------------------------------------------- multi-node
+
+
+def _rendezvous_s() -> float:
+    return float(os.environ.get("VLLM_DOUBLE_RENDEZVOUS_S", "60"))
+
+
+def _fail_ranks() -> set[int]:
+    raw = os.environ.get("VLLM_DOUBLE_FAIL_RANKS", "")
+    return {int(part) for part in raw.split(",") if part.strip().isdigit()}
+
+
+def _die(message: str) -> None:
+    print(f"vllm-double: {message} (TEST DOUBLE)", flush=True)
+    _exit_now(1)
+
+
+def _watch(sock: socket.socket, what: str) -> None:
+    """Exit 1 when the peer's connection ends (a joined rank died, or the head did)."""
+
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            while sock.recv(64):
+                pass
+        _die(f"rendezvous: {what} closed its connection: the group is broken")
+
+    threading.Thread(target=run, name="watch", daemon=True).start()
+
+
+def head_rendezvous(args: Args) -> None:
+    """Rank 0: listen on the master port, wait until every other rank joined."""
+    server = socket.create_server(("0.0.0.0", args.master_port), reuse_port=False)
+    print(
+        f"vllm-double: rendezvous: rank 0 listening on 0.0.0.0:{args.master_port} "
+        f"for {args.nnodes - 1} ranks at {time.time():.6f}",
+        flush=True,
+    )
+    deadline = time.monotonic() + _rendezvous_s()
+    joined: dict[int, socket.socket] = {}
+    while len(joined) < args.nnodes - 1:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = sorted(set(range(1, args.nnodes)) - set(joined))
+            _die(f"rendezvous: timed out waiting for ranks {missing} on port {args.master_port}")
+        server.settimeout(left)
+        try:
+            conn, peer = server.accept()
+        except TimeoutError:
+            continue
+        conn.settimeout(5)
+        try:
+            hello = conn.recv(64).decode(errors="replace").strip()
+        except OSError:
+            hello = ""
+        words = hello.split()
+        if len(words) != 2 or words[0] != "JOIN" or not words[1].isdigit():
+            conn.close()  # a reachability probe, or garbage
+            continue
+        rank = int(words[1])
+        if not 0 < rank < args.nnodes or rank in joined:
+            conn.sendall(b"NO\n")
+            conn.close()
+            continue
+        conn.settimeout(None)
+        conn.sendall(b"OK\n")
+        joined[rank] = conn
+        print(
+            f"vllm-double: rendezvous: rank {rank} joined from {peer[0]} "
+            f"({len(joined)}/{args.nnodes - 1}) at {time.time():.6f}",
+            flush=True,
+        )
+    for rank, conn in joined.items():
+        _watch(conn, f"rank {rank}")
+
+    def keep_listening() -> None:  # as torch's store does: later probes connect, then go
+        server.settimeout(None)
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _peer = server.accept()
+                conn.close()
+
+    threading.Thread(target=keep_listening, name="store", daemon=True).start()
+    print(
+        f"vllm-double: rendezvous: all {args.nnodes} ranks joined at {time.time():.6f}", flush=True
+    )
+
+
+def worker_rendezvous(args: Args) -> socket.socket:
+    """Rank > 0: connect to rank 0 (retrying until the deadline), join, keep the socket."""
+    deadline = time.monotonic() + _rendezvous_s()
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            sock = socket.create_connection((args.master_addr, args.master_port), timeout=5)
+            sock.sendall(f"JOIN {args.node_rank}\n".encode())
+            reply = sock.recv(64).decode(errors="replace").strip()
+        except OSError as exc:
+            last = str(exc)
+            time.sleep(0.2)
+            continue
+        if reply != "OK":
+            _die(f"rendezvous: rank 0 refused rank {args.node_rank}: {reply!r}")
+        sock.settimeout(None)
+        print(
+            f"vllm-double: rendezvous: rank {args.node_rank} joined "
+            f"{args.master_addr}:{args.master_port} at {time.time():.6f}",
+            flush=True,
+        )
+        return sock
+    where = f"{args.master_addr}:{args.master_port}"
+    _die(f"rendezvous: rank {args.node_rank} could not reach {where}: {last}")
+    raise AssertionError  # unreachable: _die exits
+
+
+def headless_main(args: Args, load_s: float) -> int:
+    """A headless rank: join, "load" its shard, then live as long as the head does."""
+    sock = worker_rendezvous(args)
+    lines = healthy_startup()
+    if args.node_rank in _fail_ranks():
+        name = os.environ.get("VLLM_DOUBLE_REPLAY", DEFAULT_REPLAY)
+        replay(lines[: _index(lines, "Starting to load model")], load_s / 2)
+        replay(real_lines(name), load_s / 2)
+        return int(os.environ.get("VLLM_DOUBLE_EXIT_CODE", "1"))
+    replay(lines[: _index(lines, "Starting to load model") + 1], load_s)
+    with contextlib.suppress(OSError):
+        while sock.recv(64):
+            pass
+    print(
+        "vllm-double: rendezvous: rank 0 went away: headless rank exits (TEST DOUBLE)", flush=True
+    )
+    return 1
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -1007,6 +1170,11 @@ def main(argv: list[str]) -> int:
         f"enforce_eager={args.enforce_eager} argv={json.dumps(argv)}",
         flush=True,
     )
+
+    if args.nnodes > 1 and args.node_rank > 0:
+        return headless_main(args, load_s)
+    if args.nnodes > 1:
+        head_rendezvous(args)
 
     state = State(args, mode)
     server: ThreadingHTTPServer | None = None

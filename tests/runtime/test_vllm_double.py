@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from instinct_serve.runtime.health import probe_health
 from tests.infra import vllm_double
 from tests.infra.docker import LocalDouble, free_port
 from tests.infra.paths import LOGS
@@ -263,3 +265,56 @@ def test_hang_after_requests_stays_up_and_stops_answering(vllm_double_local: Sta
         else:
             raise AssertionError("a hung server answered /health")
     assert double.proc.poll() is None
+
+
+# --------------------------------------------------------------------------- multi-node
+
+
+def _ranks(master_port: int, nnodes: int = 2) -> list[str]:
+    return [
+        "--nnodes",
+        str(nnodes),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(master_port),
+    ]
+
+
+def test_rank_0_is_healthy_only_after_every_rank_joined(vllm_double_local: StartDouble) -> None:
+    master = free_port()
+    head = vllm_double_local(args=[*_ranks(master), "--node-rank", "0"])
+    head.wait_for("rank 0 listening on 0.0.0.0:")
+    time.sleep(0.8)  # longer than its whole load: without rank 1 it must not come up
+    assert probe_health(head.base_url, timeout=1.0).status_code is None
+    worker = vllm_double_local(args=[*_ranks(master), "--node-rank", "1", "--headless"])
+    worker.wait_for("rendezvous: rank 1 joined 127.0.0.1:")
+    joined_at, _ = head.wait_for("all 2 ranks joined")
+    assert head.healthy_at() > joined_at - 1.0
+    assert probe_health(head.base_url).ok
+    # a probe that connects and says nothing is not a rank
+    with socket.create_connection(("127.0.0.1", master), timeout=2):
+        pass
+    # the head going away ends the headless rank, which serves no HTTP of its own
+    assert head.stop() == 0
+    worker.wait_for("rank 0 went away")
+    assert worker.proc.wait(timeout=10) == 1
+
+
+def test_a_failing_rank_breaks_the_group(vllm_double_local: StartDouble) -> None:
+    master = free_port()
+    env = {"VLLM_DOUBLE_FAIL_RANKS": "1"}
+    head = vllm_double_local(args=[*_ranks(master), "--node-rank", "0"], env=env)
+    head.wait_for("rank 0 listening")
+    worker = vllm_double_local(args=[*_ranks(master), "--node-rank", "1", "--headless"], env=env)
+    assert worker.proc.wait(timeout=20) == 1
+    assert "Engine core initialization failed" in worker.output()
+    assert head.proc.wait(timeout=20) == 1
+    head.wait_for("rendezvous: rank 1 closed its connection")
+
+
+def test_a_rank_that_cannot_reach_rank_0_gives_up(vllm_double_local: StartDouble) -> None:
+    env = {"VLLM_DOUBLE_RENDEZVOUS_S": "1"}
+    worker = vllm_double_local(args=[*_ranks(free_port()), "--node-rank", "1"], env=env)
+    assert worker.proc.wait(timeout=20) == 1
+    worker.wait_for("rendezvous: rank 1 could not reach 127.0.0.1:")

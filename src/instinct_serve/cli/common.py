@@ -43,6 +43,17 @@ def host_option(func: F) -> F:
     )(func)
 
 
+def hosts_option(func: F) -> F:
+    """``--hosts``: the nodes of a multi-node group (``serve --hosts``), as one endpoint."""
+    return click.option(
+        "--hosts",
+        "hosts_spec",
+        metavar="H1,H2",
+        default=None,
+        help="The nodes of a multi-node group (as given to serve --hosts).",
+    )(func)
+
+
 def get_host(host_spec: str | None) -> Host:
     from instinct_serve.hosts import resolve_host
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, json_option
+from instinct_serve.cli.common import emit, get_host, host_option, hosts_option, json_option
 from instinct_serve.errors import UsageError
 
 if TYPE_CHECKING:
@@ -36,12 +36,19 @@ def _uptime(seconds: float | None) -> str:
 @click.command("ps")
 @click.option("--no-health", is_flag=True, help="Do not probe /health of each endpoint.")
 @host_option
+@hosts_option
 @json_option
-def ps(no_health: bool, host_spec: str | None, as_json: bool) -> int:
+def ps(no_health: bool, host_spec: str | None, hosts_spec: str | None, as_json: bool) -> int:
     """List the endpoints instinct-serve started on the host: model, port, status, uptime
-    and health (/health probed, through an ssh tunnel for --host)."""
+    and health (/health probed, through an ssh tunnel for --host). With --hosts: the
+    multi-node groups on those nodes, one row each."""
+    from instinct_serve.cli.multinode import hosts_of
     from instinct_serve.plan.labels import ROLE_ROUTER
     from instinct_serve.runtime.endpoints import list_endpoints
+
+    nodes = hosts_of(hosts_spec, host_spec)
+    if nodes is not None:
+        return _ps_groups(nodes, not no_health, as_json)
 
     host = get_host(host_spec)
     listing = list_endpoints(host, health=not no_health)
@@ -97,6 +104,38 @@ def _history(name: str, restarts: int, failure: dict[str, Any] | None) -> str:
     return f"{name}: " + "; ".join(parts)
 
 
+def _ps_groups(nodes: list[Host], probe: bool, as_json: bool) -> int:
+    from instinct_serve.runtime.multinode import group_rows
+
+    rows = group_rows(nodes, probe=probe)
+    doc = {"hosts": [h.name for h in nodes], "groups": [r.to_dict() for r in rows]}
+
+    def human(con: Console) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        if not rows:
+            con.print("No multi-node groups on these hosts.")
+            return
+        table = Table(title="Multi-node groups", title_justify="left")
+        for column in ("NAME", "MODEL", "PORT", "STATUS", "HEALTH", "NODES"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            where = ", ".join(f"{n['rank']}:{n['host']}" for n in row.nodes)
+            table.add_row(
+                escape(row.name),
+                escape(row.model or "-"),
+                str(row.port or "-"),
+                escape(row.status),
+                escape(row.health or "-"),
+                escape(where),
+            )
+        con.print(table)
+
+    emit(doc, as_json, human)
+    return 0
+
+
 def _proven(verified: dict[str, object] | None) -> str:
     """serve's warm-up and coherence probe of this instance ("-": never proven, e.g. a
     large model left loading: `instinct serve` the same plan again proves it)."""
@@ -123,16 +162,43 @@ def _proven(verified: dict[str, object] | None) -> str:
     help="Lines from the end to show first.",
 )
 @host_option
+@hosts_option
 @json_option
-def logs(name: str, follow: bool, tail: int, host_spec: str | None, as_json: bool) -> int:
+def logs(
+    name: str,
+    follow: bool,
+    tail: int,
+    host_spec: str | None,
+    hosts_spec: str | None,
+    as_json: bool,
+) -> int:
     """Show an endpoint's log (a container's, or a native process's log file), with
     secret values (your tokens, the endpoint's API key) redacted.
 
     With --json: {"name", "engine", "lines": [...]}; with -f --json, one
     {"event": "log", "line": ...} object per line.
     """
+    from instinct_serve.cli.multinode import hosts_of
     from instinct_serve.runtime.endpoints import find, read_log
 
+    nodes = hosts_of(hosts_spec, host_spec)
+    if nodes is not None:  # every rank's log, prefixed with its rank and host
+        from instinct_serve.runtime.endpoints import log_redactor
+        from instinct_serve.runtime.multinode import group_logs
+
+        redact = log_redactor(nodes[0], name)
+        lines = [redact.text(line) for line in group_logs(nodes, name, tail)]
+        if not lines:
+            raise UsageError(
+                f"no multi-node group named {name} on {', '.join(h.name for h in nodes)}",
+                fix="list them with `instinct ps --hosts ...`",
+                id="container_not_found",
+            )
+        if as_json:
+            emit({"name": name, "engine": "docker", "lines": lines}, True)
+        else:
+            sys.stdout.write("".join(line + "\n" for line in lines))
+        return 0
     host = get_host(host_spec)
     if follow:
         engine, found = find(host, name)
@@ -185,8 +251,15 @@ def _follow(host: Host, engine: str, found: Any, tail: int, as_json: bool) -> in
 @click.argument("names", nargs=-1)
 @click.option("--all", "stop_all", is_flag=True, help="Stop every endpoint this tool started.")
 @host_option
+@hosts_option
 @json_option
-def stop(names: tuple[str, ...], stop_all: bool, host_spec: str | None, as_json: bool) -> int:
+def stop(
+    names: tuple[str, ...],
+    stop_all: bool,
+    host_spec: str | None,
+    hosts_spec: str | None,
+    as_json: bool,
+) -> int:
     """Stop (and remove) endpoints instinct-serve started. Containers it did not start
     are refused, whatever their name."""
     if not names and not stop_all:
@@ -197,8 +270,12 @@ def stop(names: tuple[str, ...], stop_all: bool, host_spec: str | None, as_json:
         )
     if names and stop_all:
         raise UsageError("give names or --all, not both", id="bad_input")
+    from instinct_serve.cli.multinode import hosts_of
     from instinct_serve.runtime import endpoints
 
+    nodes = hosts_of(hosts_spec, host_spec)
+    if nodes is not None:
+        return _stop_groups(nodes, names, stop_all, as_json)
     host = get_host(host_spec)
     stopped = endpoints.stop_all(host) if stop_all else [endpoints.stop_one(host, n) for n in names]
     doc = {"host": host.name, "stopped": stopped}
@@ -214,6 +291,35 @@ def stop(names: tuple[str, ...], stop_all: bool, host_spec: str | None, as_json:
             con.print(f"[green]✓[/] {what} {escape(item['name'])}{model}")
             for member in item.get("members", []):
                 con.print(f"    {what} {escape(member['name'])} ({escape(str(member['role']))})")
+
+    emit(doc, as_json, human)
+    return 0
+
+
+def _stop_groups(nodes: list[Host], names: tuple[str, ...], stop_all: bool, as_json: bool) -> int:
+    """Every rank of each named group (or of every group with --all), on every node."""
+    from instinct_serve.runtime.multinode import group_rows, stop_group
+
+    wanted = [r.name for r in group_rows(nodes, probe=False)] if stop_all else list(names)
+    stopped = []
+    for name in wanted:
+        found = stop_group(nodes, name)
+        if not found and not stop_all:
+            raise UsageError(
+                f"no multi-node group named {name} on {', '.join(h.name for h in nodes)}",
+                fix="list them with `instinct ps --hosts ...`",
+                id="container_not_found",
+            )
+        stopped += found
+    doc = {"hosts": [h.name for h in nodes], "stopped": stopped}
+
+    def human(con: Console) -> None:
+        from rich.markup import escape
+
+        if not stopped:
+            con.print("Nothing to stop.")
+        for item in stopped:
+            con.print(f"[green]✓[/] stopped and removed {escape(item['name'])} on {item['host']}")
 
     emit(doc, as_json, human)
     return 0

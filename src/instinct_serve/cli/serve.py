@@ -9,6 +9,7 @@ help for the stream format).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -425,6 +426,16 @@ def serve(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     view = ServeView(as_json)
     try:
         opts = parse_cli(ServeOptions, kwargs)
+        from instinct_serve.cli.multinode import hosts_of, serve_hosts
+
+        hosts = hosts_of(opts.hosts, host_spec)
+        if hosts is not None:
+            with _sigterm_as_interrupt():  # SIGTERM removes what it started, as Ctrl-C does
+                code = serve_hosts(view, opts, hosts)
+            if code is not None:
+                return code
+            # one node holds the model: that node's serve, as with --host
+            opts, host_spec = dataclasses.replace(opts, hosts=None), hosts[0].name
         return _serve(view, opts, host_spec)
     except InstinctError as exc:
         if not as_json:

@@ -79,3 +79,11 @@ LABEL_ROLE = "instinct-serve.role"  # "replica" | "router"
 LABEL_REPLICA = "instinct-serve.replica"  # the replica's index in its group: 0, 1, ...
 ROLE_REPLICA = "replica"
 ROLE_ROUTER = "router"
+
+# One model across nodes (``plan.multinode``): every rank's container carries LABEL_GROUP
+# (the group's name, rank 0's container name) and LABEL_ROLE (head or worker, so ps/stop
+# treat it as one endpoint like a replica group), its vLLM node rank, and the group's hosts.
+LABEL_NODE_RANK = "instinct-serve.node-rank"
+LABEL_NODES = "instinct-serve.nodes"  # the group's host specs, comma-separated, rank order
+ROLE_HEAD = "head"
+ROLE_WORKER = "worker"

@@ -604,6 +604,21 @@ class Docker:
             self._check(result, "image inspect")
         return False
 
+    def image_id(self, image: str) -> str | None:
+        """The local image's id (``sha256:...``), or None when it is not here: nodes of one
+        group must run the very same build."""
+        result = self._run(["image", "inspect", "--format", "{{.Id}}", image], timeout=30)
+        return result.stdout.strip() or None if result.ok else None
+
+    def network_exists(self, name: str) -> bool:
+        return self._run(["network", "inspect", "--format", "{{.Name}}", name], timeout=30).ok
+
+    def run_once(self, args: Sequence[str], *, timeout: float) -> Result:
+        """A foreground ``docker run --rm ...`` (a probe), its exit status and output."""
+        if list(args[:2]) != ["run", "--rm"]:
+            raise ValueError("run_once takes `run --rm ...` arguments")
+        return self._run(list(args), timeout=timeout)
+
     def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
         """The image's ``Config.Entrypoint`` (what a container of it runs unless told
         otherwise), or None when the image is not here."""

@@ -94,6 +94,14 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
         found = Docker(host).list_managed()
     except NotReadyError as exc:
         return [], exc.message
+    from instinct_serve.plan.labels import LABEL_NODE_RANK, LABEL_ROLE, ROLE_WORKER
+
+    # a multi-node group is one endpoint, its head: headless ranks serve nothing themselves
+    found = [
+        c
+        for c in found
+        if not (c.labels.get(LABEL_ROLE) == ROLE_WORKER and LABEL_NODE_RANK in c.labels)
+    ]
     rows = [
         Row(
             name=c.name,

@@ -1,0 +1,116 @@
+"""``serve --hosts``, and ``ps``/``logs``/``stop --hosts``: one model across nodes as one
+endpoint. The work is ``runtime.multinode``'s; this module renders it (JSON Lines with
+``--json``, a line per event otherwise)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from instinct_serve.errors import UsageError
+
+if TYPE_CHECKING:
+    from instinct_serve.cli.serve import ServeView
+    from instinct_serve.hosts import Host
+    from instinct_serve.options import PlanOptions, ServeOptions
+    from instinct_serve.plan.multinode import MultiNodePlan
+
+
+def hosts_of(text: str | None, host_spec: str | None) -> list[Host] | None:
+    """``--hosts`` parsed (None when not given); ``--host`` with it is a contradiction."""
+    if text is None:
+        return None
+    if host_spec is not None:
+        raise UsageError(
+            "give --host or --hosts, not both",
+            fix="--hosts lists every node, rank 0 first",
+            id="bad_hosts",
+            details={"option": "hosts"},
+        )
+    from instinct_serve.runtime.multinode import parse_hosts
+
+    return parse_hosts(text)
+
+
+def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int | None:
+    """Serve across ``hosts``: the exit code, or None when one node holds the model (the
+    caller serves it on the first host alone)."""
+    from instinct_serve.runtime.multinode import Decision, serve_group
+
+    def sink(doc: dict[str, Any]) -> None:
+        redacted = view.redact(doc)
+        if view.as_json:
+            sys.stdout.write(json.dumps(redacted, ensure_ascii=False, default=str) + "\n")
+            sys.stdout.flush()
+            return
+        kind = redacted.get("event")
+        if kind == "log":
+            return  # every rank's log is followed; `instinct logs NAME --hosts` shows them
+        if kind == "phase":
+            view.print(f"· {redacted.get('phase')} {redacted.get('message', '')}")
+        elif kind == "launched":
+            view.print(f"→ launched rank {redacted['rank']} on {redacted['host']}")
+        elif kind == "node_checked":
+            view.print(f"✓ rank {redacted['rank']} on {redacted['host']}: checked")
+        elif kind == "plan":
+            view.print(
+                f"· plan: {redacted['strategy']} over {len(redacted['nodes'])} nodes "
+                f"({redacted['backend']}), rendezvous {redacted['master_addr']}:"
+                f"{redacted['rendezvous_port']}"
+            )
+        elif "message" in redacted:
+            view.print(f"· {redacted['message']}")
+
+    def confirm(plan: MultiNodePlan) -> None:
+        if opts.yes:
+            return
+        raise UsageError(
+            "serve --hosts starts containers on several machines: it needs --yes",
+            fix="review it with `instinct serve ... --hosts ... --json` events, then add --yes",
+            id="confirmation_required",
+        )
+
+    outcome = serve_group(opts, hosts, sink=sink, confirm=confirm)
+    if isinstance(outcome, Decision):
+        return None
+    if view.as_json:
+        sink(outcome.to_dict())
+    elif outcome.ok:
+        view.print(
+            f"✓ {outcome.group} ready on {len(outcome.nodes)} nodes at {outcome.base_url} "
+            f"(healthy after {outcome.ready_s} s)"
+        )
+    else:
+        failure = outcome.failure or {}
+        view.print(f"✗ {outcome.group} failed: {failure.get('message')}")
+    return outcome.exit_code
+
+
+def plan_hosts(opts: PlanOptions, hosts: list[Host], fmt: str) -> int | None:
+    """``plan --hosts``: the ranks' commands (None when one node holds the model: the
+    caller prints that node's plan, after saying why)."""
+    import shlex
+
+    from instinct_serve.cli.common import warn
+    from instinct_serve.gather.plan import resolve_hardware
+    from instinct_serve.runtime.multinode import decide, plan_across
+
+    node = resolve_hardware(opts, hosts[0]).inventory
+    decision = decide(opts, hosts[0], node)
+    if not decision.multi_node:
+        warn(f"multi-node: {decision.why}")
+        return None
+    _result, plan = plan_across(opts, hosts, node, decision.why)
+    if fmt == "json":
+        doc = {"multi_node": {"why": decision.why, **plan.to_dict()}}
+        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        return 0
+    lines = [f"# {plan.group}: {plan.strategy} over {len(plan.nodes)} nodes ({decision.why})"]
+    lines.append("# start rank 0 first; secrets (--env NAME) come from each node's environment")
+    for rank in plan.nodes:
+        lines.append(f"# rank {rank.rank} ({rank.role}) on {rank.host}")
+        here = rank.host == "local"
+        lines.append(shlex.join(rank.argv if here else ["ssh", rank.host, shlex.join(rank.argv)]))
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0

@@ -1,0 +1,250 @@
+"""``serve --hosts``: one model across two nodes, end to end on the real dockerd.
+
+Two "nodes" are two ssh aliases (``node-a``, ``node-b``) of the loopback sshd, so every
+docker call crosses a real ssh boundary per node; their GPUs come from a fake ``amd-smi``
+(a captured 8x MI300X output) in the check root's ``opt/rocm/bin`` (``--root``), where
+detection looks after PATH. The two ranks are containers of the
+vLLM test double on a user-defined docker network, where they perform a real TCP
+rendezvous: rank 0 listens on the master port and turns healthy only once rank 1 joined.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from instinct_serve.gather.detect import AMD_SMI_STATIC
+from tests.infra.docker import DockerDaemon, free_port
+from tests.infra.fakebin import load_fixture, write_fake
+from tests.infra.fakeroot import build_gpu_root
+from tests.infra.paths import SMI
+from tests.infra.ssh import SshServer
+from tests.serve.conftest import MODEL, Run, Serve, docker, inspect, run_cli
+
+pytestmark = [pytest.mark.docker, pytest.mark.ssh]
+
+NODES = ("node-a", "node-b")
+MI300X_X8 = "amd-smi_default_view_8xMI300X_rocm7.0.0_changelog.txt"
+
+
+@dataclass
+class Cluster:
+    """Two ssh aliases of the loopback sshd, and a docker network for the group."""
+
+    env: dict[str, str]
+    network: str
+    root: Path
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(NODES)
+
+
+@pytest.fixture
+def cluster(sshd: SshServer, docker_daemon: DockerDaemon, tmp_path: Path) -> Iterator[Cluster]:
+    root = tmp_path / "gpu-root"
+    build_gpu_root(root)
+    static = {" ".join(AMD_SMI_STATIC): load_fixture(SMI / MI300X_X8)}
+    write_fake(root / "opt" / "rocm" / "bin", "amd-smi", static)
+    base = sshd.ssh_config.read_text().split("Host 127.0.0.1")[0]
+    body = base.split("\n", 1)[1]  # the options under the fixture's alias
+    body = body.replace("  HostName 127.0.0.1\n", "")
+    config = tmp_path / "ssh_config.nodes"
+    blocks = [f"Host {alias}\n  HostName 127.0.0.1\n{body}" for alias in NODES]
+    config.write_text("".join(blocks))
+    network = f"instinct-mn-{uuid.uuid4().hex[:8]}"
+    made = docker("network", "create", "--label", "instinct-serve.test=1", network)
+    assert made.returncode == 0, made.stderr
+    env = sshd.env()
+    env["INSTINCT_SSH_CONFIG"] = str(config)
+    try:
+        yield Cluster(env, network, root)
+    finally:
+        docker("network", "rm", network)
+
+
+def serve_group(serve: Serve, cluster: Cluster, image: str, name: str, port: int) -> Run:
+    # the ranks' names: the group's, and NAME-node1 (removed by the fixture either way)
+    serve.names.append(f"{name}-node1")
+    args = serve.args(
+        "--hosts",
+        cluster.hosts,
+        "--multi-node",
+        "--network",
+        cluster.network,
+        image=image,
+        name=name,
+        port=port,
+    )
+    args[args.index("--root") + 1] = str(cluster.root)  # this test's root: GPUs detected
+    return run_cli(args, env=cluster.env, timeout=180)
+
+
+def logs_of(run: Run, rank: int) -> list[str]:
+    return [str(e["line"]) for e in run.of("log") if e["rank"] == rank]
+
+
+def stamp(lines: list[str], needle: str) -> float:
+    line = next(ln for ln in lines if needle in ln)
+    found = re.search(r" at ([0-9.]+)", line)
+    assert found, line
+    return float(found.group(1))
+
+
+def args_of(name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    info = inspect(name)
+    assert info is not None, name
+    env = {k: v for k, _, v in (e.partition("=") for e in info["Config"]["Env"])}
+    return list(info["Config"]["Cmd"]), env, info  # what follows the image's `vllm serve`
+
+
+def test_two_nodes_rendezvous_and_serve_as_one(serve: Serve, cluster: Cluster) -> None:
+    name, port = serve.name("mn"), free_port()
+    run = serve_group(serve, cluster, serve.double(load_s=0.5), name, port)
+    assert run.returncode == 0, run.explain()
+    result = run.result
+    assert result["ok"] and result["status"] == "ready", result
+    assert result["completion"]["text"].strip()
+    assert result["base_url"] == f"http://127.0.0.1:{port}/v1"
+    [plan] = run.of("plan")
+    assert plan["strategy"] == "multi_node_tp" and plan["backend"] == "mp"
+    assert plan["master_addr"] == name and plan["rendezvous_port"] == 29501
+    notes = [e["message"] for e in run.of("note")]
+    assert any(n.startswith("multi-node: asked for (--multi-node)") for n in notes), notes
+    checked = {e["rank"]: e for e in run.of("node_checked")}
+    assert set(checked) == {0, 1}
+    for report in checked.values():
+        assert report["checks"] == {
+            "docker": "ok",
+            "gpus": "ok",
+            "image": "ok",
+            "model": "ok",
+            "interface": "ok",
+        }, report
+        assert report["facts"]["gpus"]["count"] == 8
+        assert report["facts"]["gpus"]["gfx"] == "gfx942"
+
+    # argv and env of each rank, as docker holds them
+    head_args, head_env, head_info = args_of(name)
+    worker_args, worker_env, worker_info = args_of(f"{name}-node1")
+    common = ["--nnodes", "2", "--master-addr", name, "--master-port", "29501"]
+    for args in (head_args, worker_args):
+        text = " ".join(args)
+        assert args[0] == MODEL and "--distributed-executor-backend mp" in text
+        assert "--tensor-parallel-size 16" in text
+        for flag, value in zip(common[::2], common[1::2], strict=True):
+            assert f"{flag} {value}" in text
+    assert "--node-rank 0" in " ".join(head_args) and "--headless" not in head_args
+    assert "--node-rank 1" in " ".join(worker_args) and worker_args[-1] == "--headless"
+    for env in (head_env, worker_env):
+        assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["NCCL_SOCKET_IFNAME"] == "eth0"
+        assert "HIP_VISIBLE_DEVICES" not in env
+    assert head_info["HostConfig"]["NetworkMode"] == cluster.network
+    assert worker_info["HostConfig"]["NetworkMode"] == cluster.network
+    assert head_info["HostConfig"]["PortBindings"]  # the API: rank 0 only
+    assert not worker_info["HostConfig"]["PortBindings"]
+    labels = worker_info["Config"]["Labels"]
+    assert labels["instinct-serve.group"] == name and labels["instinct-serve.role"] == "worker"
+    assert labels["instinct-serve.nodes"] == cluster.hosts
+
+    # start order: rank 0 first, then rank 1 (after its node reached the master port)
+    started = {s["rank"]: s for s in result["started"]}
+    assert [s["rank"] for s in result["started"]] == [0, 1]
+    assert started[0]["host"] == "node-a" and started[1]["host"] == "node-b"
+    assert started[0]["at"] < started[1]["at"]
+    assert head_info["State"]["StartedAt"] < worker_info["State"]["StartedAt"]
+    # the rendezvous really happened: rank 0 listened, rank 1 joined, then it got healthy
+    head_log, worker_log = logs_of(run, 0), logs_of(run, 1)
+    listening = stamp(head_log, "rank 0 listening")
+    joined = stamp(head_log, "all 2 ranks joined")
+    assert stamp(worker_log, "rank 1 joined") >= listening
+    healthy = stamp(head_log, "healthy at")
+    assert listening < joined < healthy
+    print(
+        f"\nMULTINODE start rank0={started[0]['at']:.3f} rank1={started[1]['at']:.3f} "
+        f"(+{started[1]['at'] - started[0]['at']:.3f} s); rendezvous {joined - listening:.3f} s "
+        f"after rank 0 listened, {joined - started[1]['at']:.3f} s after rank 1's docker run "
+        f"returned; healthy {result['ready_s']} s after rank 0 started"
+    )
+
+    # ps: the group is one endpoint with its two ranks; plain ps hides the headless rank
+    ps = run_cli(["ps", "--hosts", cluster.hosts, "--json"], env=cluster.env)
+    assert ps.returncode == 0, ps.explain()
+    [group] = [g for g in json.loads(ps.stdout)["groups"] if g["name"] == name]
+    assert group["status"] == "running" and group["health"] == "healthy"
+    assert group["model"] == MODEL and group["port"] == port
+    assert [(n["rank"], n["host"]) for n in group["nodes"]] == [(0, "node-a"), (1, "node-b")]
+    plain = run_cli(["ps", "--host", "node-b", "--json", "--no-health"], env=cluster.env)
+    names = [r["name"] for r in json.loads(plain.stdout)["endpoints"]]
+    assert name in names and f"{name}-node1" not in names
+
+    logs = run_cli(["logs", name, "--hosts", cluster.hosts, "--tail", "50"], env=cluster.env)
+    assert logs.returncode == 0, logs.explain()
+    assert "[rank 0 node-a]" in logs.stdout and "[rank 1 node-b]" in logs.stdout
+
+    stop = run_cli(["stop", name, "--hosts", cluster.hosts, "--json"], env=cluster.env)
+    assert stop.returncode == 0, stop.explain()
+    stopped = sorted(s["name"] for s in json.loads(stop.stdout)["stopped"])
+    assert stopped == [name, f"{name}-node1"]
+    assert inspect(name) is None and inspect(f"{name}-node1") is None
+    again = run_cli(["stop", name, "--hosts", cluster.hosts], env=cluster.env)
+    assert again.returncode != 0 and "no multi-node group" in again.stderr
+
+
+def test_a_failing_worker_fails_the_group_with_its_log_line(serve: Serve, cluster: Cluster) -> None:
+    name, port = serve.name("mnfail"), free_port()
+    image = serve.double(load_s=1.0, VLLM_DOUBLE_FAIL_RANKS="1")
+    run = serve_group(serve, cluster, image, name, port)
+    assert run.returncode == 1, run.explain()
+    failure = run.result["failure"]
+    assert run.result["status"] == "failed"
+    assert failure["rank"] == 1 and failure["host"] == "node-b", failure
+    worker_log = logs_of(run, 1)
+    assert failure["line"] and failure["line"] in worker_log  # its own log line, verbatim
+    assert failure["line"] in failure["message"]
+    assert failure["id"] != "rank_exited"  # the diagnosis recognised the replayed failure
+    assert sorted(failure["removed"]) == [name, f"{name}-node1"]
+    assert inspect(name) is None and inspect(f"{name}-node1") is None
+
+
+def test_a_model_one_node_holds_is_served_on_the_first_host_alone(
+    serve: Serve, cluster: Cluster
+) -> None:
+    name, port = serve.name("mnone"), free_port()
+    args = serve.args("--hosts", cluster.hosts, name=name, port=port)
+    args[args.index("--root") + 1] = str(cluster.root)
+    run = run_cli(args, env=cluster.env, timeout=180)
+    assert run.returncode == 0, run.explain()
+    [note] = [e["message"] for e in run.of("note") if e["message"].startswith("multi-node:")]
+    assert "fit one node of 8 GPUs: node-a alone runs it" in note
+    assert run.result["status"] == "ready" and run.result["host"] == "node-a"
+    info = inspect(name)
+    assert info is not None and "--nnodes" not in info["Config"]["Cmd"]
+    assert inspect(f"{name}-node1") is None
+    docker("rm", "-f", name)
+
+
+def test_a_node_without_the_named_interface_stops_before_anything_starts(
+    serve: Serve, cluster: Cluster
+) -> None:
+    name, port = serve.name("mnif"), free_port()
+    serve.names.append(f"{name}-node1")
+    args = serve.args(
+        "--hosts", cluster.hosts, "--multi-node", "--ifname", "nosuch9", name=name, port=port
+    )
+    args[args.index("--root") + 1] = str(cluster.root)
+    run = run_cli(args, env=cluster.env, timeout=180)
+    assert run.returncode == 3, run.explain()
+    error = run.result["error"]
+    assert error["id"] == "nodes_not_ready"
+    for rank, host in enumerate(NODES):
+        assert f"rank {rank} ({host}): interface: no interface nosuch9" in error["message"]
+    assert not run.of("launched")
+    assert inspect(name) is None and inspect(f"{name}-node1") is None
