@@ -124,7 +124,20 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
         print_summary(con, result)
         con.print()
         con.print("[bold]Command[/] (instinct plan --format docker|native|compose|k8s for more):")
-        con.print(render(result.plan, "shell").rstrip("\n"), markup=False, soft_wrap=True)
+        plan = result.plan
+        if plan.group is not None and plan.group.mode == "replicas":
+            con.print(render(plan, "shell").rstrip("\n"), markup=False, soft_wrap=True)
+            return
+        from instinct_serve.plan.caches import seed_argv
+        from instinct_serve.plan.render import shell_line
+
+        if seed_argv(plan.cache, plan.image) is not None:
+            # the seed step is a script of its own: shown by --format shell, run by serve
+            con.print(
+                "[dim]once per image and gfx, first: seed the AITER cache from the image "
+                "(`--format shell` prints that step; `instinct serve` runs it)[/]"
+            )
+        con.print(shell_line(plan), markup=False, soft_wrap=True)
 
     emit(result, False, human)
     return 0
