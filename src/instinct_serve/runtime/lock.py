@@ -107,16 +107,7 @@ class HostLock:
             os.close(fd)
         if self._proc is not None:
             proc, self._proc = self._proc, None
-            with contextlib.suppress(OSError):
-                if proc.stdin is not None:
-                    proc.stdin.close()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-            if proc.stdout is not None:
-                proc.stdout.close()
+            _end(proc, grace_s=10.0)  # closing stdin ends the remote holder, and the lock
 
     # -- waiting
 
