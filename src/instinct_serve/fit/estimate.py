@@ -360,6 +360,7 @@ class FitReport:
                 "non_torch_gib": _gib(o.non_torch_bytes),
                 "graph_bytes": o.graph_bytes,
                 "graph_gib": _gib(o.graph_bytes),
+                "graph_captures": {"piecewise": o.graph_captures[0], "full": o.graph_captures[1]},
                 "total_bytes": o.total_bytes,
                 "total_gb": _gb(o.total_bytes),
                 "total_gib": _gib(o.total_bytes),
@@ -564,6 +565,7 @@ class _Estimator:
             platform=self.hw.platform,
             profile_sampler=not self.v2_unprofiled,
             graphs_estimated=opts.estimate_graphs and not self.v2_unprofiled,
+            num_speculative_tokens=opts.speculative_mtp,
             **(
                 {"sampler_bytes_per_logit": opts.sampler_bytes_per_logit}
                 if opts.sampler_bytes_per_logit

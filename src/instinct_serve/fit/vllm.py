@@ -24,6 +24,15 @@ Each threshold is a release where the behaviour is documented or visible in a pu
   chunked prefill is on; V0 turns it on by itself only on CUDA for a context over 32K with no
   sliding window, MLA, multimodal or speculative model (``_set_default_args_v0``, which
   excludes ROCm), and then batches 2048 tokens (512 before v0.6.4).
+- CUDA graph capture sizes (``_set_cudagraph_sizes``, v0.11+): ``[1, 2, 4] + range(8, 256, 8)
+  + range(256, top + 1, 16)`` up to ``top = min(max_num_seqs x q x 2, 512,
+  max_num_batched_tokens)`` with ``q = 1 + num_speculative_tokens``; with speculation each size
+  is rounded up to a multiple of ``q`` (``adjust_cudagraph_sizes_for_spec_decode``). PIECEWISE
+  graphs take every size, FULL (uniform decode) graphs those up to ``max_num_seqs x q``. Logs
+  agree: 256 seqs print "PIECEWISE=51 (largest=512), FULL=35 (largest=256)" (vllm#39559), 8
+  seqs "PIECEWISE=5 (largest=16), FULL=4 (largest=8)", 4 seqs with 2 MTP tokens
+  "PIECEWISE=5 (largest=24), FULL=3 (largest=9)". Releases of 2026-07 on capture more sizes
+  (one logs PIECEWISE=76 at largest 512); the count is then a lower bound.
 """
 
 from __future__ import annotations
@@ -91,6 +100,29 @@ class VllmBehaviour:
         if self.kv_tokens_formula == "blocks":
             return "num_blocks // kv_cache_groups * block_size (vLLM <= 0.19)"
         return "int(max_concurrency * max_model_len) (vLLM >= 0.20)"
+
+
+CUDAGRAPH_MAX_CAPTURE_SIZE = 512
+
+
+def cudagraph_capture_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int, num_speculative_tokens: int = 0
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(PIECEWISE sizes, FULL decode sizes) vLLM captures by default (see the module doc)."""
+    q = 1 + max(0, num_speculative_tokens)
+    top = min(max_num_seqs * q * 2, CUDAGRAPH_MAX_CAPTURE_SIZE, max_num_batched_tokens)
+    if top < 1:
+        return (), ()
+    sizes = [s for s in (1, 2, 4) if s <= top]
+    if top >= 8:
+        sizes += range(8, min(top + 1, 256), 8)
+    if top >= 256:
+        sizes += range(256, top + 1, 16)
+    if q > 1:
+        sizes = sorted({-(-s // q) * q for s in sizes})
+    piecewise = tuple(sizes)
+    full = tuple(s for s in piecewise if s <= max_num_seqs * q)
+    return piecewise, full
 
 
 def v0_chunks_by_default(
