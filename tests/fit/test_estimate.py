@@ -423,6 +423,39 @@ def test_graph_estimate_counts_the_capture_sizes() -> None:
     assert many.overhead.graph_bytes - few.overhead.graph_bytes == 93 * PER_GRAPH_BYTES
 
 
+def test_compilation_config_sets_the_graphs_vllm_captures() -> None:
+    """``--compilation-config`` graph keys, read from the launch flags as vLLM spells them."""
+    from instinct_serve.fit.catalog_link import LaunchContext, fit_options
+    from instinct_serve.fit.overhead import FIRST_CAPTURE_BYTES, PER_GRAPH_BYTES
+    from instinct_serve.fit.vllm import cudagraph_capture_sizes
+
+    meta = shipped("Qwen/Qwen3-8B")
+
+    def graphs(config: str) -> tuple[int, tuple[int, int]]:
+        args = ["--max-num-seqs", "256", "--compilation-config", config]
+        opts, _ = fit_options(LaunchContext(vllm_version="0.22.0", launch_args=args))
+        o = estimate(meta, MI300X, opts).overhead
+        return o.graph_bytes, o.graph_captures
+
+    assert graphs("{}")[1] == (51, 35)
+    assert graphs('{"cudagraph_mode": "NONE"}') == (0, (0, 0))
+    assert graphs('{"cudagraph_mode": "piecewise"}')[1] == (51, 0)
+    assert graphs('{"cudagraph_mode": "FULL_DECODE_ONLY"}')[1] == (0, 35)
+    assert graphs('{"max_cudagraph_capture_size": 16}')[1] == (5, 5)
+    sized = graphs('{"cudagraph_capture_sizes": [4, 1, 2, 4, 300]}')  # FULL: up to 256 seqs
+    assert sized == (FIRST_CAPTURE_BYTES["single"] + (3 + 2) * PER_GRAPH_BYTES, (4, 3))
+    given = cudagraph_capture_sizes(256, 256, given_sizes=(4, 1, 2, 4, 300))
+    assert given == ((1, 2, 4), (1, 2, 4))  # sizes over max_num_batched_tokens are dropped
+    for bad in (
+        '{"cudagraph_mode": "SOMETIMES"}',
+        '{"cudagraph_capture_sizes": [0]}',
+        '{"max_cudagraph_capture_size": "big"}',
+    ):
+        with pytest.raises(UsageError) as err:
+            graphs(bad)
+        assert err.value.id == "bad_compilation_config"
+
+
 def test_the_launch_env_turns_the_graph_estimate_off() -> None:
     from instinct_serve.fit.catalog_link import LaunchContext, fit_options
 

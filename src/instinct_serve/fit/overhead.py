@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from instinct_serve.fit.config import ModelConfig
-from instinct_serve.fit.vllm import cudagraph_capture_sizes
+from instinct_serve.fit.vllm import cudagraph_capture_sizes, cudagraph_counts
 
 GIB = 2**30
 SAMPLER_BYTES_PER_LOGIT = 36
@@ -48,6 +48,15 @@ FIRST_CAPTURE_BYTES = {"single": int(0.5 * GIB), "tp": int(1.0 * GIB)}  # see th
 PER_GRAPH_BYTES = 1 << 20  # profile_cudagraph_memory's floor per graph
 FLAT_OVERHEAD_BYTES = 4 * 10**9
 ENCODER_PROFILE_TOKENS = 16384  # the largest image item's LM tokens (Qwen-VL processors)
+
+
+@dataclass(frozen=True)
+class CudagraphConfig:
+    """``--compilation-config``'s graph keys; None: vLLM's default."""
+
+    capture_sizes: tuple[int, ...] | None = None
+    max_capture_size: int | None = None
+    mode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,14 +97,24 @@ def _forward_bytes_per_token(cfg: ModelConfig, tp: int, copies: int = 4) -> int:
 
 
 def graph_estimate(
-    *, tp: int, max_num_seqs: int, max_num_batched_tokens: int, num_speculative_tokens: int = 0
+    *,
+    tp: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    num_speculative_tokens: int = 0,
+    cudagraph: CudagraphConfig | None = None,
 ) -> tuple[int, tuple[int, int]]:
     """(bytes, (PIECEWISE, FULL) graph counts) of vLLM's graph-memory estimate (module doc)."""
+    cg = cudagraph or CudagraphConfig()
     piecewise, full = cudagraph_capture_sizes(
-        max_num_seqs, max_num_batched_tokens, num_speculative_tokens
+        max_num_seqs,
+        max_num_batched_tokens,
+        num_speculative_tokens,
+        given_sizes=cg.capture_sizes,
+        max_capture_size=cg.max_capture_size,
     )
-    counts = (len(piecewise), len(full))
-    if not piecewise:
+    counts = cudagraph_counts(cg.mode, piecewise, full)
+    if not any(counts):
         return 0, counts
     first = FIRST_CAPTURE_BYTES["tp" if tp > 1 else "single"]
     extra = sum(max(0, n - 1) for n in counts) * PER_GRAPH_BYTES
@@ -126,6 +145,7 @@ def estimate_overhead(
     profile_sampler: bool = True,
     graphs_estimated: bool = True,
     num_speculative_tokens: int = 0,
+    cudagraph: CudagraphConfig | None = None,
 ) -> Overhead:
     """The per-rank overhead vLLM subtracts from ``utilization x total`` before KV.
 
@@ -142,6 +162,7 @@ def estimate_overhead(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             num_speculative_tokens=num_speculative_tokens,
+            cudagraph=cudagraph,
         )
     vocab = cfg.vocab_size
     try:
