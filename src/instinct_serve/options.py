@@ -573,6 +573,12 @@ class FitRequest(SizingOptions):
         0, kind="int", metavar="N", help="MTP draft tokens (loads MTP).", low=0, high=64
     )
     enable_prefix_caching: bool = opt(False, kind="bool", help="Hybrid models: 2 state blocks/seq.")
+    compilation_config: str | None = opt(
+        kind="text",
+        metavar="JSON",
+        help="vLLM's --compilation-config: cudagraph_capture_sizes/_mode change graph memory.",
+        max_length=4096,
+    )
     revision: str | None = opt(
         kind="text", metavar="REV", help="Hub revision (branch, tag or commit).", max_length=256
     )
@@ -611,6 +617,7 @@ class FitRequest(SizingOptions):
             "engine": self.vllm_engine,
             "pipeline_parallel_size": self.pipeline_parallel_size,
             "kv_cache_memory": self.kv_cache_memory,
+            "compilation_config": self.compilation_config,
         }
 
 

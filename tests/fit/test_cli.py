@@ -266,3 +266,18 @@ def test_the_device_and_engine_are_named_for_a_cross_check(
     assert as_json(out)["vllm"]["engine"] == "V1"
     code, out, err = run([*argv, "--vllm-engine", "v9"], capsys)
     assert code == 2 and "v9" in out + err
+
+
+def test_compilation_config_shapes_the_graph_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--compilation-config`` as vLLM spells it: the mode and sizes vLLM will capture."""
+    base = ["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--json", "--vllm-version", "0.22.0"]
+    code, out, _ = run(base, capsys)
+    default = as_json(out)["overhead"]
+    code, out, _ = run([*base, "--compilation-config", '{"cudagraph_mode": "NONE"}'], capsys)
+    assert code == 0
+    none = as_json(out)["overhead"]
+    assert default["graph_captures"] == {"piecewise": 51, "full": 51}  # 1024 seqs on MI300X
+    assert default["graph_bytes"] > 0
+    assert none["graph_captures"] == {"piecewise": 0, "full": 0} and none["graph_bytes"] == 0
+    code, out, _ = run([*base, "--compilation-config", '{"cudagraph_mode": "SOMETIMES"}'], capsys)
+    assert code != 0 and as_json(out)["error"]["id"] == "bad_compilation_config"

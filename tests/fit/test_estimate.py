@@ -384,6 +384,78 @@ def test_kv_cache_memory_skips_the_profile() -> None:
     assert r.remaining_bytes == 8 * 2**30
 
 
+@pytest.mark.parametrize(
+    ("seqs", "tokens", "spec", "logged"),
+    [
+        (256, 8192, 0, ((51, 512), (35, 256))),  # vllm#39559: PIECEWISE=51 (largest=512), FULL=35
+        (8, 8192, 0, ((5, 16), (4, 8))),  # a 2026-07 log: PIECEWISE=5 (largest=16), FULL=4 (8)
+        (4, 8192, 2, ((5, 24), (3, 9))),  # DeepSeek-V4 with 2 MTP tokens: 5 (24), 3 (9)
+    ],
+)
+def test_capture_sizes_match_what_vllm_logs(
+    seqs: int, tokens: int, spec: int, logged: tuple[tuple[int, int], tuple[int, int]]
+) -> None:
+    """What vLLM logs as "Profiling CUDA graph memory: PIECEWISE=n (largest=l), FULL=m"."""
+    from instinct_serve.fit.vllm import cudagraph_capture_sizes
+
+    piecewise, full = cudagraph_capture_sizes(seqs, tokens, spec)
+    assert ((len(piecewise), piecewise[-1]), (len(full), full[-1])) == logged
+
+
+def test_graph_estimate_counts_the_capture_sizes() -> None:
+    """vLLM charges the first capture plus at least 1 MiB per further graph: fewer sequences,
+    fewer graphs, a smaller estimate; batched tokens below the capture limit cap the sizes."""
+    from instinct_serve.fit.overhead import FIRST_CAPTURE_BYTES, PER_GRAPH_BYTES, graph_estimate
+    from instinct_serve.fit.vllm import cudagraph_capture_sizes
+
+    big, big_counts = graph_estimate(tp=1, max_num_seqs=1024, max_num_batched_tokens=8192)
+    small, small_counts = graph_estimate(tp=1, max_num_seqs=8, max_num_batched_tokens=8192)
+    assert (big_counts, small_counts) == ((51, 51), (5, 4))
+    assert big - small == (100 - 7) * PER_GRAPH_BYTES
+    assert small == FIRST_CAPTURE_BYTES["single"] + 7 * PER_GRAPH_BYTES
+    tp, _ = graph_estimate(tp=4, max_num_seqs=8, max_num_batched_tokens=8192)
+    assert tp - small == FIRST_CAPTURE_BYTES["tp"] - FIRST_CAPTURE_BYTES["single"]
+    assert cudagraph_capture_sizes(1024, 96)[0][-1] == 96  # capped by max_num_batched_tokens
+    meta = shipped("Qwen/Qwen3-8B")
+    few = estimate(meta, MI300X, FitOptions(vllm_version="0.22.0", max_num_seqs=8))
+    many = estimate(meta, MI300X, FitOptions(vllm_version="0.22.0", max_num_seqs=1024))
+    assert few.overhead.graph_captures == (5, 4) and many.overhead.graph_captures == (51, 51)
+    assert many.overhead.graph_bytes - few.overhead.graph_bytes == 93 * PER_GRAPH_BYTES
+
+
+def test_compilation_config_sets_the_graphs_vllm_captures() -> None:
+    """``--compilation-config`` graph keys, read from the launch flags as vLLM spells them."""
+    from instinct_serve.fit.catalog_link import LaunchContext, fit_options
+    from instinct_serve.fit.overhead import FIRST_CAPTURE_BYTES, PER_GRAPH_BYTES
+    from instinct_serve.fit.vllm import cudagraph_capture_sizes
+
+    meta = shipped("Qwen/Qwen3-8B")
+
+    def graphs(config: str) -> tuple[int, tuple[int, int]]:
+        args = ["--max-num-seqs", "256", "--compilation-config", config]
+        opts, _ = fit_options(LaunchContext(vllm_version="0.22.0", launch_args=args))
+        o = estimate(meta, MI300X, opts).overhead
+        return o.graph_bytes, o.graph_captures
+
+    assert graphs("{}")[1] == (51, 35)
+    assert graphs('{"cudagraph_mode": "NONE"}') == (0, (0, 0))
+    assert graphs('{"cudagraph_mode": "piecewise"}')[1] == (51, 0)
+    assert graphs('{"cudagraph_mode": "FULL_DECODE_ONLY"}')[1] == (0, 35)
+    assert graphs('{"max_cudagraph_capture_size": 16}')[1] == (5, 5)
+    sized = graphs('{"cudagraph_capture_sizes": [4, 1, 2, 4, 300]}')  # FULL: up to 256 seqs
+    assert sized == (FIRST_CAPTURE_BYTES["single"] + (3 + 2) * PER_GRAPH_BYTES, (4, 3))
+    given = cudagraph_capture_sizes(256, 256, given_sizes=(4, 1, 2, 4, 300))
+    assert given == ((1, 2, 4), (1, 2, 4))  # sizes over max_num_batched_tokens are dropped
+    for bad in (
+        '{"cudagraph_mode": "SOMETIMES"}',
+        '{"cudagraph_capture_sizes": [0]}',
+        '{"max_cudagraph_capture_size": "big"}',
+    ):
+        with pytest.raises(UsageError) as err:
+            graphs(bad)
+        assert err.value.id == "bad_compilation_config"
+
+
 def test_the_launch_env_turns_the_graph_estimate_off() -> None:
     from instinct_serve.fit.catalog_link import LaunchContext, fit_options
 

@@ -20,6 +20,7 @@ from instinct_serve.fit.precision import precision_from_name
 if TYPE_CHECKING:
     from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport, HardwareSpec
     from instinct_serve.fit.estimated import EstimatedFit
+    from instinct_serve.fit.overhead import CudagraphConfig
 
 MAX_ALTERNATIVES = 8
 
@@ -159,6 +160,7 @@ def fit_options(
     engine: str | None = None,
     pipeline_parallel_size: int = 1,
     kv_cache_memory: int | None = None,
+    compilation_config: str | None = None,
 ) -> tuple[FitOptions, list[str]]:
     """``FitOptions`` for a launch: explicit values win, then the flags in
     ``ctx.launch_args`` (the catalog's AMD args, or a plan's whole ``vllm serve`` argv),
@@ -210,6 +212,7 @@ def fit_options(
             notes.append(
                 f"MTP speculative decoding ({speculative_mtp} tokens) from the launch flags"
             )
+    cudagraph = _cudagraph_config(compilation_config or ctx.flag("--compilation-config"), notes)
     use_v1 = ctx.env.get("VLLM_USE_V1")
     v2_runner = ctx.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip() == "1"
     # "To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" (the v0.21+ startup log)
@@ -235,8 +238,58 @@ def fit_options(
         language_model_only=language_model_only,
         speculative_mtp=speculative_mtp,
         enable_prefix_caching=enable_prefix_caching,
+        cudagraph=cudagraph,
     )
     return options, notes
+
+
+def _cudagraph_config(text: str | None, notes: list[str]) -> CudagraphConfig | None:
+    """The graph keys of ``--compilation-config`` JSON (``cudagraph_capture_sizes``,
+    ``max_cudagraph_capture_size``, ``cudagraph_mode``); None when it sets none of them.
+    JSON that does not parse is left to vLLM (it refuses it at startup)."""
+    from instinct_serve.errors import UsageError
+    from instinct_serve.fit.overhead import CudagraphConfig
+    from instinct_serve.fit.vllm import CUDAGRAPH_MODES
+
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    sizes, top, mode = (
+        doc.get("cudagraph_capture_sizes"),
+        doc.get("max_cudagraph_capture_size"),
+        doc.get("cudagraph_mode"),
+    )
+
+    def bad(key: str, value: Any, want: str) -> UsageError:
+        return UsageError(
+            f"--compilation-config {key} {str(value)[:40]!r} is not {want}",
+            fix=f"give {key} as {want}, or drop it to take vLLM's default",
+            id="bad_compilation_config",
+        )
+
+    if sizes is not None and not (
+        isinstance(sizes, list)
+        and sizes
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes)
+    ):
+        raise bad("cudagraph_capture_sizes", sizes, "a list of positive whole numbers")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise bad("max_cudagraph_capture_size", top, "a positive whole number")
+    if mode is not None and (not isinstance(mode, str) or mode.upper() not in CUDAGRAPH_MODES):
+        raise bad("cudagraph_mode", mode, "one of " + ", ".join(CUDAGRAPH_MODES))
+    if sizes is None and top is None and mode is None:
+        return None
+    notes.append("CUDA graph settings from --compilation-config")
+    return CudagraphConfig(
+        capture_sizes=tuple(sizes) if sizes is not None else None,
+        max_capture_size=top,
+        mode=mode.upper() if mode is not None else None,
+    )
 
 
 def find_alternatives(

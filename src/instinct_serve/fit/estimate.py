@@ -26,7 +26,7 @@ from instinct_serve.fit.config import MAX_POSITIONS, ModelConfig
 from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
 from instinct_serve.fit.kv import KvLayout, LayerKind, ModelLayers, describe_layers, kv_layout
 from instinct_serve.fit.meta import ModelMeta
-from instinct_serve.fit.overhead import Overhead, estimate_overhead
+from instinct_serve.fit.overhead import CudagraphConfig, Overhead, estimate_overhead
 from instinct_serve.fit.vllm import ENGINES, VllmBehaviour, behaviour, v0_chunks_by_default
 from instinct_serve.fit.weights import MOE_ALIGNMENT, WeightEstimate, estimate_weights
 
@@ -135,6 +135,7 @@ class FitOptions:
     enable_prefix_caching: bool = False  # hybrid models: two state blocks per request
     moe_alignment: tuple[int, int] | None = None  # default: the platform's
     sampler_bytes_per_logit: int | None = None
+    cudagraph: CudagraphConfig | None = None  # --compilation-config's graph keys
 
     def __post_init__(self) -> None:
         """The bounds of ``options.FitRequest`` hold here too: these values also come from
@@ -360,6 +361,7 @@ class FitReport:
                 "non_torch_gib": _gib(o.non_torch_bytes),
                 "graph_bytes": o.graph_bytes,
                 "graph_gib": _gib(o.graph_bytes),
+                "graph_captures": {"piecewise": o.graph_captures[0], "full": o.graph_captures[1]},
                 "total_bytes": o.total_bytes,
                 "total_gb": _gb(o.total_bytes),
                 "total_gib": _gib(o.total_bytes),
@@ -564,6 +566,8 @@ class _Estimator:
             platform=self.hw.platform,
             profile_sampler=not self.v2_unprofiled,
             graphs_estimated=opts.estimate_graphs and not self.v2_unprofiled,
+            num_speculative_tokens=opts.speculative_mtp,
+            cudagraph=opts.cudagraph,
             **(
                 {"sampler_bytes_per_logit": opts.sampler_bytes_per_logit}
                 if opts.sampler_bytes_per_logit

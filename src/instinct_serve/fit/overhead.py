@@ -20,6 +20,16 @@ models) the encoder on the largest item. The torch peak of those passes is the
 
 Non-torch memory (HIP/RCCL/BLAS workspaces) and, from v0.21, the graph-memory estimate
 complete the overhead. When the model's dimensions are unknown a flat figure is used.
+
+The graph estimate is computed as ``profile_cudagraph_memory`` (gpu_model_runner.py, v0.21+)
+does: per mode (PIECEWISE, FULL) it captures the largest size and the next one, then charges
+``max(first capture over modes) + sum over modes of per_graph x (graphs - 1)``, ``per_graph``
+at least 1 MiB ("driver overhead"). The capture sizes come from ``vllm.cudagraph_capture_sizes``
+(``max_num_seqs``, batched tokens, speculative tokens). The first capture (the pool of the
+largest batch plus workspaces) is not derivable from the config: published estimates put it at
+0.36 GiB with a single graph per mode and 0.55-0.65 GiB for 5-136 graphs on one GPU, 1.26 GiB
+on a TP4 rank; ``FIRST_CAPTURE_BYTES`` keeps 0.5 / 1.0 GiB and the per-graph term is vLLM's
+1 MiB floor, so the count dependence is a lower bound.
 """
 
 from __future__ import annotations
@@ -27,16 +37,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from instinct_serve.fit.config import ModelConfig
+from instinct_serve.fit.vllm import cudagraph_capture_sizes, cudagraph_counts
 
 GIB = 2**30
 SAMPLER_BYTES_PER_LOGIT = 36
 RESIDUAL_COPIES = {"rocm": 4, "cuda": 3}
 NON_TORCH_BYTES = {"rocm": int(0.66 * GIB), "cuda": int(0.35 * GIB)}  # MI300X / RTX 3090 logs
 NON_TORCH_TP_EXTRA_BYTES = int(0.4 * GIB)  # collective buffers per rank (estimate)
-GRAPH_BYTES_SINGLE = int(0.5 * GIB)  # published single-GPU estimates: 0.18-0.65 GiB
-GRAPH_BYTES_TP = int(1.0 * GIB)
+FIRST_CAPTURE_BYTES = {"single": int(0.5 * GIB), "tp": int(1.0 * GIB)}  # see the module doc
+PER_GRAPH_BYTES = 1 << 20  # profile_cudagraph_memory's floor per graph
 FLAT_OVERHEAD_BYTES = 4 * 10**9
 ENCODER_PROFILE_TOKENS = 16384  # the largest image item's LM tokens (Qwen-VL processors)
+
+
+@dataclass(frozen=True)
+class CudagraphConfig:
+    """``--compilation-config``'s graph keys; None: vLLM's default."""
+
+    capture_sizes: tuple[int, ...] | None = None
+    max_capture_size: int | None = None
+    mode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +71,7 @@ class Overhead:
     max_num_batched_tokens: int
     max_num_seqs: int
     notes: tuple[str, ...] = ()
+    graph_captures: tuple[int, int] = (0, 0)  # (PIECEWISE, FULL) graphs the estimate counts
 
     @property
     def total_bytes(self) -> int:
@@ -73,6 +94,31 @@ def _forward_bytes_per_token(cfg: ModelConfig, tp: int, copies: int = 4) -> int:
     heads, kv, d = cfg.num_attention_heads, cfg.num_kv_heads, cfg.head_dim
     widest = max(widest, (heads + 2 * kv) * d // tp)
     return dtype * (copies * h + widest)
+
+
+def graph_estimate(
+    *,
+    tp: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    num_speculative_tokens: int = 0,
+    cudagraph: CudagraphConfig | None = None,
+) -> tuple[int, tuple[int, int]]:
+    """(bytes, (PIECEWISE, FULL) graph counts) of vLLM's graph-memory estimate (module doc)."""
+    cg = cudagraph or CudagraphConfig()
+    piecewise, full = cudagraph_capture_sizes(
+        max_num_seqs,
+        max_num_batched_tokens,
+        num_speculative_tokens,
+        given_sizes=cg.capture_sizes,
+        max_capture_size=cg.max_capture_size,
+    )
+    counts = cudagraph_counts(cg.mode, piecewise, full)
+    if not any(counts):
+        return 0, counts
+    first = FIRST_CAPTURE_BYTES["tp" if tp > 1 else "single"]
+    extra = sum(max(0, n - 1) for n in counts) * PER_GRAPH_BYTES
+    return first + extra, counts
 
 
 def _encoder_bytes(cfg: ModelConfig) -> int:
@@ -98,6 +144,8 @@ def estimate_overhead(
     sampler_bytes_per_logit: int = SAMPLER_BYTES_PER_LOGIT,
     profile_sampler: bool = True,
     graphs_estimated: bool = True,
+    num_speculative_tokens: int = 0,
+    cudagraph: CudagraphConfig | None = None,
 ) -> Overhead:
     """The per-rank overhead vLLM subtracts from ``utilization x total`` before KV.
 
@@ -107,9 +155,15 @@ def estimate_overhead(
     non_torch = NON_TORCH_BYTES.get(platform, NON_TORCH_BYTES["rocm"])
     if tp > 1:
         non_torch += NON_TORCH_TP_EXTRA_BYTES
-    graphs = 0
+    graphs, captures = 0, (0, 0)
     if graphs_in_budget and graphs_estimated and not enforce_eager:
-        graphs = GRAPH_BYTES_TP if tp > 1 else GRAPH_BYTES_SINGLE
+        graphs, captures = graph_estimate(
+            tp=tp,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            num_speculative_tokens=num_speculative_tokens,
+            cudagraph=cudagraph,
+        )
     vocab = cfg.vocab_size
     try:
         per_token = _forward_bytes_per_token(cfg, tp, RESIDUAL_COPIES.get(platform, 4))
@@ -127,6 +181,7 @@ def estimate_overhead(
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             notes=("model dimensions unknown: flat 4 GB activation estimate",),
+            graph_captures=captures,
         )
     forward = max_num_batched_tokens * per_token
     rows = min(max_num_seqs, max_num_batched_tokens)
@@ -136,6 +191,11 @@ def estimate_overhead(
     encoder = _encoder_bytes(cfg) if include_vision else 0
     activation = max(forward, hidden_kept + sampler, encoder)
     notes = []
+    if graphs:
+        notes.append(
+            f"graph estimate: first capture + 1 MiB x further graphs "
+            f"({captures[0]} PIECEWISE, {captures[1]} FULL for {max_num_seqs} seqs)"
+        )
     if encoder:
         notes.append("vision encoder profiling approximated for a 16,384-token image")
     return Overhead(
@@ -149,4 +209,5 @@ def estimate_overhead(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         notes=tuple(notes),
+        graph_captures=captures,
     )

@@ -24,6 +24,17 @@ Each threshold is a release where the behaviour is documented or visible in a pu
   chunked prefill is on; V0 turns it on by itself only on CUDA for a context over 32K with no
   sliding window, MLA, multimodal or speculative model (``_set_default_args_v0``, which
   excludes ROCm), and then batches 2048 tokens (512 before v0.6.4).
+- CUDA graph capture sizes (``_set_cudagraph_sizes``, v0.11+): ``[1, 2, 4] + range(8, 256, 8)
+  + range(256, top + 1, 16)`` up to ``top = min(max_num_seqs x q x 2, 512,
+  max_num_batched_tokens)`` with ``q = 1 + num_speculative_tokens``; with speculation each size
+  is rounded up to a multiple of ``q`` (``adjust_cudagraph_sizes_for_spec_decode``). PIECEWISE
+  graphs take every size, FULL (uniform decode) graphs those up to ``max_num_seqs x q``. Logs
+  agree: 256 seqs print "PIECEWISE=51 (largest=512), FULL=35 (largest=256)" (vllm#39559), 8
+  seqs "PIECEWISE=5 (largest=16), FULL=4 (largest=8)", 4 seqs with 2 MTP tokens
+  "PIECEWISE=5 (largest=24), FULL=3 (largest=9)". Releases of 2026-07 on capture more sizes
+  (one logs PIECEWISE=76 at largest 512); the count is then a lower bound.
+  ``--compilation-config`` keys ``cudagraph_capture_sizes``, ``max_cudagraph_capture_size`` and
+  ``cudagraph_mode`` change the sizes and which modes are captured.
 """
 
 from __future__ import annotations
@@ -91,6 +102,63 @@ class VllmBehaviour:
         if self.kv_tokens_formula == "blocks":
             return "num_blocks // kv_cache_groups * block_size (vLLM <= 0.19)"
         return "int(max_concurrency * max_model_len) (vLLM >= 0.20)"
+
+
+CUDAGRAPH_MAX_CAPTURE_SIZE = 512
+
+
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+
+
+def cudagraph_capture_sizes(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    num_speculative_tokens: int = 0,
+    *,
+    given_sizes: tuple[int, ...] | None = None,
+    max_capture_size: int | None = None,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(PIECEWISE sizes, FULL decode sizes) vLLM captures (see the module doc).
+
+    ``given_sizes`` / ``max_capture_size``: ``--compilation-config``'s
+    ``cudagraph_capture_sizes`` (deduplicated, those up to ``max_num_batched_tokens``) and
+    ``max_cudagraph_capture_size`` (replaces ``min(max_num_seqs x q x 2, 512)``)."""
+    q = 1 + max(0, num_speculative_tokens)
+    if given_sizes is not None:
+        sizes = sorted({s for s in given_sizes if 0 < s <= max_num_batched_tokens})
+    else:
+        default_top = min(max_num_seqs * q * 2, CUDAGRAPH_MAX_CAPTURE_SIZE)
+        top = min(max_capture_size or default_top, max_num_batched_tokens)
+        if top < 1:
+            return (), ()
+        sizes = [s for s in (1, 2, 4) if s <= top]
+        if top >= 8:
+            sizes += range(8, min(top + 1, 256), 8)
+        if top >= 256:
+            sizes += range(256, top + 1, 16)
+    if q > 1:
+        sizes = sorted({-(-s // q) * q for s in sizes})
+    piecewise = tuple(sizes)
+    full = tuple(s for s in piecewise if s <= max_num_seqs * q)
+    return piecewise, full
+
+
+def cudagraph_counts(
+    mode: str | None, piecewise: tuple[int, ...], full: tuple[int, ...]
+) -> tuple[int, int]:
+    """(PIECEWISE, FULL) graphs captured under ``cudagraph_mode`` (default
+    FULL_AND_PIECEWISE): FULL captures every size as full graphs, FULL_DECODE_ONLY only the
+    uniform-decode sizes, PIECEWISE no full graphs, NONE nothing."""
+    mode = (mode or "FULL_AND_PIECEWISE").upper()
+    if mode == "NONE":
+        return 0, 0
+    if mode == "PIECEWISE":
+        return len(piecewise), 0
+    if mode == "FULL":
+        return 0, len(piecewise)
+    if mode == "FULL_DECODE_ONLY":
+        return 0, len(full)
+    return len(piecewise), len(full)
 
 
 def v0_chunks_by_default(
