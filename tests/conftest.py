@@ -6,9 +6,17 @@ failure, so nothing passes silently where the real boundary could have been exer
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 pytest_plugins = ["tests.infra.ssh", "tests.infra.docker", "tests.infra.fakebin"]
+
+# A suite started in the background by a non-interactive shell (`pytest &`, `nohup ... &`)
+# inherits SIGINT ignored, and so would every CLI it spawns: a Ctrl-C test would then test
+# nothing. Python's own handler here means SIGINT's default disposition in the children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ test image: Debian's haproxy, non-root like the official image) on the real dock
 One endpoint for the client; requests spread over every replica; a replica killed (its
 process SIGKILLed from the host, as an OOM kill or a crash would) is dropped by HAProxy's
 health check while requests keep succeeding, restarted by dockerd's restart policy
-(``--restart unless-stopped``, given by ``runtime.group`` once the replicas were proven),
+(``--restart on-failure:3``, given by ``runtime.group`` once the replicas were proven),
 and taken back. ``ps`` shows the group as one row, ``stop`` stops all of it. The measured
 times are printed (``-s``) for the report.
 """
@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from instinct_serve.plan.model import RESTART_POLICY
 from tests.infra.docker import TestImage, free_port
 from tests.serve.conftest import MODEL, Serve, docker, inspect, run_cli
 
@@ -89,7 +90,8 @@ def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImag
     for index, member in enumerate(members):
         info = inspect(member)
         assert info is not None and info["State"]["Running"]
-        assert info["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+        policy = info["HostConfig"]["RestartPolicy"]  # the endpoints' own, once proven
+        assert f"{policy['Name']}:{policy['MaximumRetryCount']}" == RESTART_POLICY
         mlabels = info["Config"]["Labels"]
         assert (mlabels["instinct-serve.group"], mlabels["instinct-serve.role"]) == (
             name,

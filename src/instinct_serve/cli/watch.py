@@ -165,8 +165,11 @@ def watch(
         serve=serve,
     )
     watcher = Watcher(host, name, backend_for(host, name, root), settings, sink=_printer(as_json))
-    signal.signal(signal.SIGTERM, _terminated)  # `systemctl stop`: journalled, exit 130
-    return watcher.run()
+    previous = signal.signal(signal.SIGTERM, _terminated)  # `systemctl stop`: exit 130
+    try:
+        return watcher.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
