@@ -16,10 +16,9 @@ anything) is ever run or interpolated; and environment names are checked
 
 from __future__ import annotations
 
+import functools
 import shlex
 from typing import Any
-
-import yaml
 
 from instinct_serve import vllm_args
 from instinct_serve.options import KubernetesOptions
@@ -176,28 +175,33 @@ def _compose_escape(value: Any) -> Any:
     return value
 
 
-class _Dumper(yaml.SafeDumper):
+@functools.cache
+def _dumper() -> type[Any]:
     """Safe YAML without anchors: objects that share a dict would otherwise come out as
-    ``&id001`` / ``*id001``, which kubectl reads but people (and many tools) do not."""
+    ``&id001`` / ``*id001``, which kubectl reads but people (and many tools) do not; and
+    multi-line text (the readiness probe's script) as a ``|`` block, readable in review.
+    Built on first use: PyYAML costs ~15 ms to import, which ``plan --json`` never needs."""
+    import yaml
 
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
 
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
-def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    """Multi-line text (the readiness probe's script) as a ``|`` block, readable in review."""
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _text)
+    Dumper.add_representer(str, text)
+    return Dumper
 
 
 def to_yaml(docs: list[dict[str, Any]] | dict[str, Any]) -> str:
     """One YAML document, or a ``---``-separated stream of them; keys in insertion order."""
+    import yaml
+
     if isinstance(docs, dict):
-        return yaml.dump(docs, Dumper=_Dumper, sort_keys=False, width=1000)
-    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=1000)
+        return yaml.dump(docs, Dumper=_dumper(), sort_keys=False, width=1000)
+    return yaml.dump_all(docs, Dumper=_dumper(), sort_keys=False, width=1000)
 
 
 def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> str:
