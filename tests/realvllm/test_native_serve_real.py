@@ -121,7 +121,9 @@ def test_it_was_planned_for_the_cpu_backend(served: Served) -> None:
         warnings
     )
     state = served.state()
-    assert sorted(state["env_names"]) == ["INSTINCT_NATIVE_NAME", "VLLM_CPU_KVCACHE_SPACE"]
+    # the plan's own: its name, the compile cache kept across restarts (issue 15), the KV space
+    expected = ["INSTINCT_NATIVE_NAME", "VLLM_CACHE_ROOT", "VLLM_CPU_KVCACHE_SPACE"]
+    assert sorted(state["env_names"]) == expected
     assert state["meta"]["gpu_indices"] is None
     assert "--gpu-memory-utilization" not in state["argv"]
     assert served.run.result["figures"]["kv_cache_tokens"] == 46592
