@@ -22,7 +22,7 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -314,15 +314,7 @@ def read_file(path: Path) -> BenchRun:
 
 def stored(root: Path | None = None) -> list[BenchRun]:
     """Every stored run, oldest first."""
-    base = root or store_root()
-    runs = []
-    for path in sorted(base.glob("*/*.json")):
-        try:
-            runs.append(read_file(path))
-        except UsageError:
-            continue
-    runs.sort(key=lambda r: (r.started_at, r.path or ""))
-    return runs
+    return _readable((root or store_root()).glob("*/*.json"))
 
 
 def load(ref: str, root: Path | None = None) -> BenchRun:
@@ -352,8 +344,14 @@ def load(ref: str, root: Path | None = None) -> BenchRun:
 
 
 def stored_in(folder: Path) -> list[BenchRun]:
+    """The runs of one plan hash, oldest first."""
+    return _readable(folder.glob("*.json"))
+
+
+def _readable(paths: Iterable[Path]) -> list[BenchRun]:
+    """The runs these files hold, oldest first; a damaged file is skipped."""
     runs = []
-    for path in sorted(folder.glob("*.json")):
+    for path in sorted(paths):
         try:
             runs.append(read_file(path))
         except UsageError:
