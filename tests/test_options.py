@@ -326,3 +326,42 @@ def test_the_manifest_options_are_not_offered_where_they_mean_nothing(
     assert not names & {n for n, _s, _d in declared(ServeOptions)}
     _code, out, _ = cli(["serve", "--help"], capsys)
     assert "--replicas" in out and "--nodes" not in out
+
+
+# instinct watch / rollback (command line only): name, flag, good values, bad value -> id
+WATCH_MATRIX = [
+    ("interval_s", "--interval", ("0.5", "30"), {"0": "bad_interval_s", "nan": "bad_interval_s"}),
+    ("backoff_s", "--backoff", ("0", "12.5"), {"-1": "bad_backoff_s", "301": "bad_backoff_s"}),
+    ("unhealthy_after", "--unhealthy-after", ("1",), {"0": "bad_unhealthy_after"}),
+    ("max_restarts", "--max-restarts", ("2",), {"1.5": "bad_max_restarts"}),
+    ("max_checks", "--checks", ("4",), {"0": "bad_max_checks"}),
+    ("duration_s", "--for", ("60",), {"0": "bad_duration_s", "-5": "bad_duration_s"}),
+    ("timeout_s", "--timeout", ("600",), {"inf": "bad_timeout_s", "0.5": "bad_timeout_s"}),
+]
+
+
+def test_every_watch_option_is_in_its_matrix() -> None:
+    from instinct_serve.options import WatchOptions
+
+    assert {n for n, _s, _d in declared(WatchOptions)} == {n for n, *_ in WATCH_MATRIX}
+
+
+@pytest.mark.parametrize(("name", "flag", "good", "bad"), WATCH_MATRIX)
+def test_watch_takes_or_refuses_each_value(
+    name: str,
+    flag: str,
+    good: tuple[str, ...],
+    bad: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for value in good:  # a unit that runs the watch with it again
+        code, out, err = cli(["watch", "ep", "--systemd", flag, value], capsys)
+        assert code == 0, err
+        exec_line = next(x for x in out.splitlines() if x.startswith("ExecStart="))
+        assert exec_line.endswith(f"watch ep {flag} {float(value):g}"), exec_line
+    for value, error_id in bad.items():
+        code, out, _ = cli(["watch", "ep", f"{flag}={value}", "--json"], capsys)
+        assert code == 2 and last_json(out)["error"]["id"] == error_id, (value, out)
+        if name == "timeout_s":  # rollback's relaunch is bounded the same way
+            code, out, _ = cli(["rollback", "ep", f"{flag}={value}", "--json"], capsys)
+            assert code == 2 and last_json(out)["error"]["id"] == error_id, (value, out)

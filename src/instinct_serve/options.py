@@ -375,6 +375,24 @@ class JobOptions:
     def check(self) -> None:
         """Rules across fields (subclasses extend)."""
 
+    def argv(self) -> list[str]:
+        """The command-line flags that give these options again (the ones set away from
+        their default), for a command the tool writes for later (a systemd unit)."""
+        out: list[str] = []
+        for name, spec, default in declared(type(self)):
+            value = getattr(self, name)
+            if not spec.cli or spec.positional or value == default:
+                continue
+            if spec.kind not in ("int", "float", "text", "tokens", "choice", "bool"):
+                raise NotImplementedError(f"{name}: {spec.kind} options are not re-rendered")
+            flag = spec.spelling(name).split("/")[0]
+            out += (
+                [flag]
+                if spec.kind == "bool"
+                else [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+            )
+        return out
+
     @classmethod
     def error_for(cls, name: str, value: Any, problem: str) -> UsageError:
         """The error of option ``name`` (for callers that convert values themselves, such
@@ -1092,3 +1110,87 @@ class KubernetesOptions(JobOptions):
     def shared_cache(self) -> bool:
         """More than one pod mounts the cache (a ReadWriteMany volume)."""
         return self.replicas > 1 or self.autoscale or self.nodes > 1
+
+
+def _relaunch_timeout() -> Any:
+    """Serve's own ``--timeout`` (same bounds), for the relaunches watch and rollback make."""
+    spec = option_of(ServeOptions, "timeout_s")._replace(
+        help="Seconds a relaunch may take to /health (default: scaled to the weights).",
+        mcp=False,
+    )
+    return field(default=None, metadata={"opt": spec})
+
+
+@dataclass
+class WatchOptions(JobOptions):
+    """``instinct watch``: how often to look and how patiently to restart. Command line
+    only (supervision runs beside the endpoint, not through an agent's MCP call)."""
+
+    job: ClassVar[str] = "watch"
+
+    interval_s: float = opt(
+        10.0,
+        kind="float",
+        flag="--interval",
+        metavar="SECONDS",
+        help="Seconds between checks.",
+        low=0.1,
+        high=3600.0,
+        mcp=False,
+    )
+    backoff_s: float = opt(
+        5.0,
+        kind="float",
+        flag="--backoff",
+        metavar="SECONDS",
+        help="Seconds before the first restart of a series; doubles each time (at most 300).",
+        low=0.0,
+        high=300.0,
+        mcp=False,
+    )
+    unhealthy_after: int = opt(
+        3,
+        kind="int",
+        metavar="N",
+        help="Failed /health checks in a row of a loaded server that count as a hang.",
+        low=1,
+        high=100,
+        mcp=False,
+    )
+    max_restarts: int = opt(
+        5,
+        kind="int",
+        metavar="N",
+        help="Restarts in a row that did not bring it back before giving up (exit 1).",
+        low=1,
+        high=1000,
+        mcp=False,
+    )
+    max_checks: int | None = opt(
+        kind="int",
+        flag="--checks",
+        metavar="N",
+        help="Stop after this many checks.",
+        low=1,
+        high=10**9,
+        mcp=False,
+    )
+    duration_s: float | None = opt(
+        kind="float",
+        flag="--for",
+        metavar="SECONDS",
+        help="Stop after this many seconds.",
+        low=0.0,
+        low_open=True,
+        mcp=False,
+    )
+    timeout_s: float | None = _relaunch_timeout()
+
+
+@dataclass
+class RollbackOptions(JobOptions):
+    """``instinct rollback``: how long the relaunch of the last good plan may take."""
+
+    job: ClassVar[str] = "rollback"
+
+    timeout_s: float | None = _relaunch_timeout()

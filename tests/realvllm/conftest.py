@@ -12,12 +12,22 @@ Tier tests share one server per module (module-scoped fixtures) and run eager
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.infra.realvllm import KV_CACHE_GIB, Setup, load_setup, required, why_unavailable
+from tests.infra.docker import DockerDaemon
+from tests.infra.realvllm import (
+    KV_CACHE_GIB,
+    Setup,
+    build_image,
+    load_setup,
+    required,
+    why_unavailable,
+)
 from tests.serve.conftest import Run, run_cli
 
 SERVE_TIMEOUT_S = 300  # the CLI's own --timeout for /health; eager starts take 35-70 s
@@ -91,8 +101,30 @@ def serve_args(
     return [*argv, "--", *vllm_args]
 
 
+def docker_serve_args(
+    setup: Setup, image: str, model: str | None = None, **kwargs: Any
+) -> list[str]:
+    """``serve_args`` through docker with the tier's image, the model served by its Hub id
+    from the tier's mounted HF cache, offline (the container has no way to the Hub)."""
+    args = serve_args(model or setup.model_id, engine="docker", **kwargs)
+    at = args.index("--yes") + 1
+    args[at:at] = ["--image", image, "--hf-cache", str(setup.hf_home), "--env", "HF_HUB_OFFLINE=1"]
+    return args
+
+
 def cli(args: list[str], env: Mapping[str, str], timeout: float = CLI_TIMEOUT_S) -> Run:
     return run_cli(args, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def real_image(real_vllm: Setup, docker_daemon: DockerDaemon) -> str:
+    """The registry-free image of the real vLLM (built by the setup script; else here,
+    about 75 s)."""
+    try:
+        tag, _seconds, _reused = build_image(real_vllm)
+    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+        pytest.fail(f"could not build the real vLLM image: {exc}")
+    return tag
 
 
 @pytest.fixture(scope="session")

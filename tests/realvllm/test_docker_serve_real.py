@@ -8,7 +8,6 @@ planner's real ``docker run`` argv (AMD device flags satisfied by the stand-ins)
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,22 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.docker import DockerDaemon, free_port
-from tests.infra.realvllm import Setup, build_image
-from tests.realvllm.conftest import cli, serve_args, tier_env
+from tests.infra.docker import free_port
+from tests.infra.realvllm import Setup
+from tests.realvllm.conftest import cli, docker_serve_args, serve_args, tier_env
 from tests.serve.conftest import Run, docker, inspect
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.docker]
-
-
-@pytest.fixture(scope="module")
-def real_image(real_vllm: Setup, docker_daemon: DockerDaemon) -> str:
-    """The registry-free image (built by the setup script; else here, about 75 s)."""
-    try:
-        tag, _seconds, _reused = build_image(real_vllm)
-    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
-        pytest.fail(f"could not build the real vLLM image: {exc}")
-    return tag
 
 
 @dataclass
@@ -54,10 +43,7 @@ def docker_served(
     env = tier_env(real_vllm, tmp_path_factory.mktemp("rv-docker"))
     port = free_port()
     name = f"rv-docker-{port}"
-    extra = ("--image", real_image, "--hf-cache", str(real_vllm.hf_home))
-    extra += ("--env", "HF_HUB_OFFLINE=1")  # the container has no way to the Hub
-    args = serve_args(real_vllm.model_id, port=port, name=name, root=gpu_root, engine="docker")
-    args[args.index("--yes") + 1 : args.index("--yes") + 1] = list(extra)
+    args = docker_serve_args(real_vllm, real_image, port=port, name=name, root=gpu_root)
     start = time.monotonic()
     run = cli(args, env)
     try:

@@ -7,7 +7,6 @@ the endpoint's own image (``docker run --rm --network host --volumes-from ENDPOI
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.infra.docker import DockerDaemon, free_port
-from tests.infra.realvllm import IMAGE_VENV, Setup, build_image
-from tests.realvllm.conftest import cli, serve_args, tier_env
+from tests.infra.docker import free_port
+from tests.infra.realvllm import IMAGE_VENV, Setup
+from tests.realvllm.conftest import cli, docker_serve_args, tier_env
 from tests.serve.conftest import docker
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.docker]
@@ -26,20 +25,14 @@ pytestmark = [pytest.mark.realvllm, pytest.mark.docker]
 @pytest.fixture(scope="module")
 def served(
     real_vllm: Setup,
-    docker_daemon: DockerDaemon,
+    real_image: str,
     gpu_root: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[str, int, dict[str, str]]]:
-    try:
-        image, _seconds, _reused = build_image(real_vllm)
-    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
-        pytest.fail(f"could not build the real vLLM image: {exc}")
     env = tier_env(real_vllm, tmp_path_factory.mktemp("rv-observe"))
     port = free_port()
     name = f"rv-observe-{port}"
-    extra = ["--image", image, "--hf-cache", str(real_vllm.hf_home), "--env", "HF_HUB_OFFLINE=1"]
-    args = serve_args(real_vllm.model_id, port=port, name=name, root=gpu_root, engine="docker")
-    args[args.index("--yes") + 1 : args.index("--yes") + 1] = extra
+    args = docker_serve_args(real_vllm, real_image, port=port, name=name, root=gpu_root)
     run = cli(args, env)
     try:
         assert run.returncode == 0, run.explain()

@@ -63,6 +63,16 @@ class Run:
     def phases(self) -> list[str]:
         return [str(e["phase"]) for e in self.of("phase")]
 
+    def phase_s(self, phase: str) -> float | None:
+        """Seconds from the first ``phase`` event to the next phase, by the events' own
+        timestamps (what a user of --json sees); None when it never began or never ended."""
+        events = self.of("phase")
+        start = next((i for i, e in enumerate(events) if e["phase"] == phase), None)
+        if start is None:
+            return None
+        after = next((e for e in events[start:] if e["phase"] != phase), None)
+        return None if after is None else float(after["ts"]) - float(events[start]["ts"])
+
     def explain(self) -> str:
         return (
             f"rc={self.returncode}\nstdout:\n{self.stdout[-4000:]}\nstderr:\n{self.stderr[-3000:]}"

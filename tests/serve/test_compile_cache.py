@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.infra.docker import derived_test_image, free_port
-from tests.serve.conftest import Run, Serve, inspect, run_cli
+from tests.serve.conftest import Serve, inspect, run_cli
 
 pytestmark = pytest.mark.docker
 
@@ -35,15 +35,6 @@ def _image(serve: Serve) -> str:
         "PYTHONPATH": "/opt/fake-aiter",
     }
     return derived_test_image(serve.image, env, FAKE_AITER)
-
-
-def _compile_s(run: Run) -> float:
-    """Seconds between the first compiling phase event and the next phase, from the
-    events' own timestamps (what a user of --json sees)."""
-    events = run.of("phase")
-    start = next(i for i, e in enumerate(events) if e["phase"] == "compiling")
-    after = next(e for e in events[start:] if e["phase"] != "compiling")
-    return float(after["ts"]) - float(events[start]["ts"])
 
 
 def _cache_doc(root: Path) -> dict[str, Any]:
@@ -97,7 +88,8 @@ def test_second_start_finds_the_first_starts_compile_cache(serve: Serve, tmp_pat
     logs = run_cli(["logs", name, "--tail", "200"])
     assert "Directly load the compiled graph(s)" in logs.stdout, logs.explain()
     assert not any("seeding the AITER" in json.dumps(e) for e in warm.events)  # once per key
-    cold_s, warm_s = _compile_s(cold), _compile_s(warm)
+    cold_s, warm_s = cold.phase_s("compiling"), warm.phase_s("compiling")
+    assert cold_s is not None and warm_s is not None, (cold.phases, warm.phases)
     print(f"compile phase: cold {cold_s:.2f} s, warm {warm_s:.2f} s (simulated by the double)")
     assert cold_s >= COLD_S * 0.9 and warm_s < cold_s / 2, (cold_s, warm_s)
 

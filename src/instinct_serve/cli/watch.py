@@ -16,7 +16,9 @@ from typing import Any
 import click
 
 from instinct_serve.cli.common import console, get_host, host_option
+from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.errors import UsageError
+from instinct_serve.options import RollbackOptions, WatchOptions
 
 UNIT_DIR = Path("~/.config/systemd/user")
 
@@ -67,33 +69,7 @@ def _printer(as_json: bool) -> Any:
 
 @click.command("watch")
 @click.argument("name", required=False)
-@click.option(
-    "--interval", type=float, default=10.0, show_default=True, help="Seconds between checks."
-)
-@click.option(
-    "--backoff",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds before the first restart of a series; doubles each time (at most 300).",
-)
-@click.option(
-    "--unhealthy-after",
-    type=click.IntRange(1, 100),
-    default=3,
-    show_default=True,
-    help="Failed /health checks in a row of a loaded server that count as a hang.",
-)
-@click.option(
-    "--max-restarts",
-    type=click.IntRange(1, 1000),
-    default=5,
-    show_default=True,
-    help="Restarts in a row that did not bring it back before giving up (exit 1).",
-)
-@click.option("--checks", type=click.IntRange(1), default=None, help="Stop after this many checks.")
-@click.option("--for", "duration", type=float, default=None, help="Stop after this many seconds.")
-@click.option("--timeout", type=float, default=None, help="Seconds a relaunch may take to /health.")
+@options_for(WatchOptions)
 @click.option("--systemd", is_flag=True, help="Print a systemd user unit that runs this watch.")
 @click.option("--write", is_flag=True, help="With --systemd: write it to ~/.config/systemd/user.")
 @click.option("--root", default="", hidden=True, help="Stand-in device tree (tests), as serve's.")
@@ -101,18 +77,12 @@ def _printer(as_json: bool) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: one event per line.")
 def watch(
     name: str | None,
-    interval: float,
-    backoff: float,
-    unhealthy_after: int,
-    max_restarts: int,
-    checks: int | None,
-    duration: float | None,
-    timeout: float | None,
     systemd: bool,
     write: bool,
     root: str,
     host_spec: str | None,
     as_json: bool,
+    **kwargs: Any,
 ) -> int:
     """Supervise endpoint NAME: health-check it, restart it with backoff when it dies or
     hangs (once with the known fix of its diagnosis), warm it up and probe it again after
@@ -131,12 +101,13 @@ def watch(
     from instinct_serve.runtime.settings import ServeSettings
     from instinct_serve.runtime.watch import Watcher, WatchSettings, backend_for, only_endpoint
 
+    opts = parse_cli(WatchOptions, kwargs)
     host = get_host(host_spec)
     if write and not systemd:
         raise UsageError("--write goes with --systemd", fix="add --systemd", id="bad_usage")
     name = name or only_endpoint(host)
     if systemd:
-        argv = [*_instinct_argv(), "watch", name]
+        argv = [*_instinct_argv(), "watch", name, *opts.argv()]
         if host_spec:
             argv += ["--host", host_spec]
         text = systemd_unit(name, argv)
@@ -154,15 +125,14 @@ def watch(
             markup=False,
         )
         return 0
-    serve = ServeSettings(timeout_s=timeout) if timeout else ServeSettings()
     settings = WatchSettings(
-        interval_s=interval,
-        backoff_s=backoff,
-        unhealthy_after=unhealthy_after,
-        max_restarts=max_restarts,
-        max_checks=checks,
-        duration_s=duration,
-        serve=serve,
+        interval_s=opts.interval_s,
+        backoff_s=opts.backoff_s,
+        unhealthy_after=opts.unhealthy_after,
+        max_restarts=opts.max_restarts,
+        max_checks=opts.max_checks,
+        duration_s=opts.duration_s,
+        serve=ServeSettings(timeout_s=opts.timeout_s),
     )
     watcher = Watcher(host, name, backend_for(host, name, root), settings, sink=_printer(as_json))
     previous = signal.signal(signal.SIGTERM, _terminated)  # `systemctl stop`: exit 130
@@ -178,15 +148,11 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 
 @click.command("rollback")
 @click.argument("name")
-@click.option(
-    "--timeout", type=float, default=None, help="Seconds the relaunch may take to /health."
-)
+@options_for(RollbackOptions)
 @click.option("--root", default="", hidden=True, help="Stand-in device tree (tests), as serve's.")
 @host_option
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: events, then the result.")
-def rollback(
-    name: str, timeout: float | None, root: str, host_spec: str | None, as_json: bool
-) -> int:
+def rollback(name: str, root: str, host_spec: str | None, as_json: bool, **kwargs: Any) -> int:
     """Serve NAME's last good plan again (the one `serve --upgrade` replaced): it is
     launched on the real port in place of the current one, warmed up and probed; the
     current plan becomes the last good one (a second rollback undoes the first)."""
@@ -194,9 +160,10 @@ def rollback(
     from instinct_serve.runtime.settings import ServeSettings
     from instinct_serve.runtime.upgrade import rollback as run_rollback
 
+    opts = parse_cli(RollbackOptions, kwargs)
     host = get_host(host_spec)
     view = ServeView(as_json)
-    settings = ServeSettings(timeout_s=timeout) if timeout else ServeSettings()
+    settings = ServeSettings(timeout_s=opts.timeout_s)
     outcome = run_rollback(host, name, settings, view.event, device_root=root)
     view.result(outcome)
     return outcome.exit_code
