@@ -18,6 +18,8 @@ EXPECTED_PRIMARY: dict[str, str | None] = {
     "09_healthy_startup_MI300X_Llama-3.1-8B-Instruct_fp16_gmu0.9_vllm0.9.2dev_V0.log": None,
     # 09c is four excerpts; block (D) is a failed start (checked separately below).
     "09c_healthy_startup_V1_excerpts.log": "engine_core_init_failed",
+    # 09d: memory-figure excerpts only (fit accuracy corpus); block B's later failure is cut.
+    "09d_startup_figures_excerpts.log": None,
 }
 
 
