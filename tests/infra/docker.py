@@ -25,7 +25,7 @@ Fixtures
     imported with ``docker import`` as ``instinct-serve-test/haproxy:HASH``, laid out like
     the official ``haproxy`` image: the binary on PATH, ``/usr/local/etc/haproxy``, running
     as the unprivileged ``haproxy`` user (uid 99), so the planner's router argv
-    (``--entrypoint haproxy IMAGE -db -f /usr/local/etc/haproxy/haproxy.cfg``) runs
+    (``--entrypoint haproxy IMAGE -W -db -f /usr/local/etc/haproxy/haproxy.cfg``) runs
     unchanged. Skips (fails under INSTINCT_TEST_REQUIRE=docker) without HAProxy installed.
 ``device_root`` (session)
     A temp tree with stand-in ``/dev/kfd`` and ``/dev/dri/renderD*`` character devices (1:3,

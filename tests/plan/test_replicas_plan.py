@@ -109,7 +109,7 @@ def test_shell_render_is_every_replica_then_the_router() -> None:
     ]
     router = lines[4]
     assert "--network host" in router and "--restart unless-stopped" in router
-    assert "--entrypoint haproxy haproxy:3.0 -db -f /usr/local/etc/haproxy/haproxy.cfg" in router
+    assert "--entrypoint haproxy haproxy:3.0 -W -db -f /usr/local/etc/haproxy/haproxy.cfg" in router
     assert '"$PWD"/q-haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro' in router
     assert "instinct-serve.role=router" in router
     # the configuration between them, as a here-document
@@ -134,7 +134,7 @@ def test_json_carries_the_group_and_its_commands() -> None:
     assert group["restart_argv"][-2:] == ["g-r0", "g-r1"]
     router = group["router"]
     assert router["image"] == "mirror/h:3" and router["listen"] == "127.0.0.1:9000"
-    assert router["docker_argv"][-3:] == ["-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
+    assert router["docker_argv"][-4:] == ["-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
     assert "g-haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in router["docker_argv"]
     assert "mirror/h:3" in router["docker_argv"] and "server r1 127.0.0.1:9002" in router["config"]
     one = json.loads(render(plan(gpu="mi355x", model=DENSE), "json"))
