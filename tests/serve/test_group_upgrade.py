@@ -98,14 +98,17 @@ def ids(names: list[str]) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.parametrize("replicas", [REPLICAS, 1])
 def test_upgrade_behind_the_router_fails_no_request_and_rollback_swaps_back(
-    serve: Serve, router_test_image: TestImage
+    serve: Serve, router_test_image: TestImage, replicas: int
 ) -> None:
     port, name = free_port(), serve.name("gup")
-    old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
-    new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
+    old_names = [f"{name}-r{i}" for i in range(replicas)]
+    new_names = [f"{name}-next-r{i}" for i in range(replicas)]
     serve.names.extend(old_names + new_names)
-    group = ["--gpu-count", str(REPLICAS), "--replicas", str(REPLICAS)]
+    # one replica: `--router` puts HAProxy in front of it all the same
+    group = ["--gpu-count", str(replicas)]
+    group += ["--replicas", str(replicas)] if replicas > 1 else ["--router"]
     group += ["--router-image", router_test_image.tag]
     old_image = serve.double(load_s=1.0, VLLM_DOUBLE_BIND="late")
     new_image = serve.double(load_s=1.0, VLLM_DOUBLE_BIND="late", VLLM_DOUBLE_SALAD="repeat")
@@ -127,10 +130,10 @@ def test_upgrade_behind_the_router_fails_no_request_and_rollback_swaps_back(
     during = [o for t, o in clients.results if began <= t <= ended]
     figures = result["figures"]
     print(
-        f"\nupgrade behind the router: {len(clients.results)} requests in all, {len(during)} "
-        f"during the upgrade, failed: {clients.failures()}; switch (config written → new "
-        f"worker) {figures['switch_s']} s, drain {figures['drain_s']} s, whole upgrade "
-        f"{ended - began:.1f} s"
+        f"\nupgrade behind the router, {replicas} replica(s): {len(clients.results)} "
+        f"requests in all, {len(during)} during the upgrade, failed: {clients.failures()}; "
+        f"switch (config written → new worker) {figures['switch_s']} s, "
+        f"drain {figures['drain_s']} s, whole upgrade {ended - began:.1f} s"
     )
     assert clients.failures() == [] and len(during) > 0
     assert figures["drained"] is True and 0 < figures["switch_s"] < 30

@@ -267,6 +267,8 @@ def decide_group(plan: LaunchPlan, inputs: GroupInputs) -> None:
         return
     sets = gpu_sets(inputs, tp)
     throughput = opts.objective == "throughput"
+    if wanted is None and getattr(opts, "router", False) and not throughput:
+        wanted = 1
     if wanted is None:
         if not throughput:
             if len(sets) > 1:
@@ -294,6 +296,9 @@ def decide_group(plan: LaunchPlan, inputs: GroupInputs) -> None:
             id="too_many_replicas",
             details={"replicas": count, "tp": tp, "fit": len(sets)},
         )
+    if count <= 1 and getattr(opts, "router", False) and sets:
+        _replicas(plan, 1, sets[:1], "--router")
+        return
     if count <= 1:
         plan.reasons.append(
             Reason(
@@ -404,7 +409,11 @@ def _replicas(plan: LaunchPlan, count: int, used: list[list[int]], asked: str) -
             )
         members.append(Replica(index, member_name, port, tuple(gpus)))
     why = (
-        f"{asked}: {count} copies of TP {tp} on disjoint GPUs, each its own vllm serve "
+        f"{asked}: one vllm serve of TP {tp} (port {members[0].port} on {LOOPBACK}) behind "
+        f"HAProxy on port {plan.port}, which holds the port while `serve --upgrade` swaps "
+        "the replica behind it (no downtime)"
+        if count == 1
+        else f"{asked}: {count} copies of TP {tp} on disjoint GPUs, each its own vllm serve "
         f"(ports {members[0].port}-{members[-1].port} on {LOOPBACK}), behind HAProxy on port "
         f"{plan.port}: a dense model, so independent instances with no coordination between "
         "them (AMD: N single-GPU instances usually beat one across N GPUs); HAProxy drops a "

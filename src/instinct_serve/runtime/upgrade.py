@@ -1,13 +1,32 @@
 """``serve --upgrade`` and ``rollback``: a new plan proven beside the old one, then swapped.
 
-What "switch the port over" can honestly mean with docker port publishing: a running
-container's published ports cannot be changed, and two containers cannot publish the same
-host port. So the switch is a *relaunch of the proven plan on the real port*:
+**Behind a router (a replica group, ``upgrade_group``): zero downtime.** The router holds
+the public port and never lets go of it:
+
+1. the new replicas start beside the old ones on spare loopback ports, as ``NAME-next-rI``
+   (or back as ``NAME-rI`` when the old ones are the ``-next`` ones; ``plan.replicas.
+   moved``), and each goes through everything serve does (``GroupDeployer``: start-up,
+   /health, warm-up, coherence, a known failure relaunched once with its fix). A failed
+   one is kept stopped for its log, the other new ones are removed, and the old group is
+   never touched: same containers, same router configuration;
+2. once all are proven, the router's configuration is rewritten to them and HAProxy
+   reloads gracefully (master-worker mode, SIGUSR2: ``runtime.group.reload_router``): its
+   new worker takes the listening socket over from the old one, which finishes the
+   requests it holds and exits; then the old replicas are removed
+   (``figures.switch_s``, ``drain_s``);
+3. the old plan is kept as ``last_good``; ``rollback`` swaps back the same way.
+
+Old and new replicas run together for a while, on the same GPUs unless ``--gpus`` says
+otherwise: when a GPU cannot hold both (the sum of their ``--gpu-memory-utilization``
+shares passes 1), the upgrade is refused before anything starts (``check_fits_beside``).
+Rolling one replica at a time through the router would lift that; not done.
+
+**One endpoint (no router): a relaunch on the real port.** A running container's
+published ports cannot be changed, and two containers cannot publish the same host port:
 
 1. the new plan is launched beside the old one as ``NAME-next`` on a spare port and goes
-   through everything serve does (pull, start-up, /health, warm-up, coherence probe; a
-   known failure relaunched once with its fix). If it fails, it is stopped (kept for its
-   log) and the old endpoint is never touched: same container, still answering;
+   through everything serve does. If it fails, it is stopped (kept for its log) and the
+   old endpoint is never touched: same container, still answering;
 2. once proven, the candidate is stopped (its GPU memory freed), and the plan is served
    on the real port in place of the old endpoint (serve's ``--replace`` path). The image
    is pulled and the weights are on disk and in the page cache by then, so the outage is
@@ -16,10 +35,8 @@ host port. So the switch is a *relaunch of the proven plan on the real port*:
    the same way. Should the real-port launch itself fail, the old plan is served again at
    once (an automatic rollback).
 
-Not zero-downtime: that needs something in front of the port that can move (a proxy, a
-client-side switch to the spare port). Keeping the new server on the spare port behind a
-forwarder would leave a forwarder in every request's path for the endpoint's life; a
-start from warm caches is the smaller, honest step.
+This path is not zero-downtime: that needs the router (``--replicas N``); a single
+endpoint served without one keeps no proxy in every request's path.
 """
 
 from __future__ import annotations
