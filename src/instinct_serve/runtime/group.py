@@ -19,6 +19,12 @@
    (``ROUTER_RESTART_POLICY``) on the group's name and port; the group is ready once
    ``/health`` answers through it and a warm-up completion comes back through it.
 
+5. ``serve --upgrade`` keeps the router and swaps the replicas behind it
+   (``runtime.upgrade.upgrade_group``): the configuration rewritten in place
+   (``write_config``), a graceful reload (``reload_router``), the old worker drained
+   (``wait_drained``). The group's plan is recorded under the router's name
+   (``runtime.plans``), with where its replicas run after such a swap.
+
 All containers carry ``LABEL_GROUP`` (the router's name) and ``LABEL_ROLE``; ``ps`` folds a
 group into one row (``fold_rows``) and ``stop NAME`` of a router stops the whole group
 (``stop_group``). A replica may still be stopped alone (HAProxy drops it).
