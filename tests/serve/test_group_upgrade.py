@@ -233,6 +233,9 @@ def test_a_bad_candidate_leaves_the_group_untouched(
     assert crowded.returncode == 2, crowded.explain()
     assert crowded.result["error"]["id"] == "upgrade_does_not_fit", crowded.explain()
     assert all(inspect(n) is None for n in new_names)  # refused before starting anything
+    elsewhere = serve("--upgrade", *common, "--gpus", "2,3", name=name, port=free_port())
+    assert elsewhere.returncode == 2, elsewhere.explain()
+    assert "keeps the router and its address" in elsewhere.result["error"]["message"]
 
     # other GPUs: the candidates start, one is incoherent: nothing changes for clients
     with Clients(port) as clients:

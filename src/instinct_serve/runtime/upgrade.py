@@ -285,6 +285,21 @@ def upgrade_group(
             "its current plan; later upgrades swap the replicas without one",
             id="router_not_reloadable",
         )
+    old_router, new_router = old_plan.group.router, plan.group.router if plan.group else None
+    if (
+        old_router is None
+        or new_router is None
+        or (old_router.bind, old_router.port) != (new_router.bind, new_router.port)
+    ):
+        raise UsageError(
+            f"the new plan listens elsewhere than {name}'s router ("
+            + (f"{new_router.bind}:{new_router.port}" if new_router else "no router")
+            + (f" instead of {old_router.bind}:{old_router.port}" if old_router else "")
+            + "): an upgrade keeps the router and its address",
+            fix="upgrade with the same --port and --public, or replace the group with an "
+            f"outage: `instinct stop {name}`, then serve",
+            id="bad_usage",
+        )
     wanted = plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)
     if wanted == old_plan.labels.get(LABEL_PLAN_HASH):
         sink(Note(message=f"{name} already runs this plan: nothing to upgrade"))
@@ -404,11 +419,11 @@ def _swap(
         journal.record(host, name, "upgrade_failed", why=exc.message, candidate=new_names)
         raise
     switch_s = round(time.monotonic() - started, 3)
+    plans.save(host, cand, last_good=old_plan)  # the router serves it from now on
     sink(Note(message=f"{name} routes to the new replicas ({switch_s} s); draining the old"))
     drained = wait_drained(docker, name, old_workers)
     drain_s = round(time.monotonic() - started - switch_s, 3)
     _remove(docker, [n for n in old_names if n not in new_names])
-    plans.save(host, cand, last_good=old_plan)
     final = GroupDeployer(host, cand, settings, sink=sink, gfx=gfx, device_root=device_root)
     try:
         outcome = final.reuse()
