@@ -174,6 +174,12 @@ def test_upgrade_behind_the_router_fails_no_request_and_rollback_swaps_back(
     again = serve(*group, *HALF, image=new_image, name=name, port=port)
     assert again.returncode == 0, again.explain()
     assert again.result["status"] == "reused" and not again.of("launched"), again.explain()
+    # another plan without --upgrade: the moved replicas are not left running beside it
+    other = serve(*group, *HALF, image=old_image, name=name, port=port)
+    assert other.returncode == 3, other.explain()
+    assert other.result["error"]["id"] == "container_name_conflict", other.explain()
+    assert "--upgrade" in other.result["error"]["fix"]
+    assert all(inspect(n) is None for n in old_names)
 
     # rollback: the old plan's replicas beside the new ones, then the same swap
     with Clients(port) as clients:

@@ -186,11 +186,24 @@ class GroupDeployer:
         router = self._router()
         if router is not None and not self._ours(router):
             raise self._conflict(f"container {router.name} (not this group's router)")
+        strays = self._strays()
+        if strays and not self.settings.replace:
+            names = ", ".join(s.name for s in strays)
+            raise NotReadyError(
+                f"the group {self.router.name} runs other replicas ({names}, where `serve "
+                "--upgrade` put them) than this plan's",
+                fix="change its plan with `serve ... --upgrade` (no downtime), or add "
+                "--replace to stop them first",
+                id="container_name_conflict",
+                details={"replicas": [s.name for s in strays]},
+            )
         for holder in self.docker.port_holders(self.router.port):
             if holder.container_name != self.router.name:
                 raise self._conflict(holder.describe())
 
     def deploy(self) -> ServeOutcome:
+        for stray in self._strays():  # --replace: the group's replicas of another plan
+            self.docker.stop(stray.id)
         failed = self.launch_members()
         if failed is not None:
             return failed
@@ -344,6 +357,16 @@ class GroupDeployer:
             info.labels.get(LABEL_PLAN_HASH) == wanted
             or recorded_hash(self.host, self.router.name) == wanted
         )
+
+    def _strays(self) -> list[ContainerInfo]:
+        """This group's running replicas that are not this plan's (where an upgrade put
+        them): they hold GPUs the plan's replicas need."""
+        wanted = {m.name for m in self.group.members}
+        return [
+            info
+            for info in group_members(self.docker, self.router.name)
+            if role(info) == ROLE_REPLICA and info.name not in wanted and info.state.running
+        ]
 
     def _adopt_placement(self) -> None:
         """After ``serve --upgrade``, the group's replicas run where the upgrade put them
