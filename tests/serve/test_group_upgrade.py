@@ -226,12 +226,13 @@ def test_a_bad_candidate_leaves_the_group_untouched(
     config = Path(os.environ["INSTINCT_DATA_DIR"]) / "groups" / f"{name}.haproxy.cfg"
     config_before = config.read_text()
 
-    # the same GPUs at vLLM's default share (0.9): old and new cannot run together
+    # a GPU shared at vLLM's default share (0.9): old and new cannot run together there,
+    # and the replicas' GPU sets differ, so they cannot be replaced one by one either
     crowded = serve(
         "--upgrade",
         *common,
         "--gpus",
-        "0,1",
+        "1,2",
         image=serve.double("incoherent"),
         name=name,
         port=port,
@@ -265,3 +266,51 @@ def test_a_bad_candidate_leaves_the_group_untouched(
     assert len(kept) == 1 and not kept[0]["State"]["Running"]  # the failed one, for its log
     assert [e["kind"] for e in journal(name)][-1] == "upgrade_failed"
     print(f"\nbad candidate: {len(clients.results)} requests meanwhile, failed: 0")
+
+
+def test_replicas_replaced_one_at_a_time_when_the_gpus_hold_one_plan(
+    serve: Serve, router_test_image: TestImage
+) -> None:
+    """At vLLM's default share old and new cannot share a GPU: the replicas are replaced
+    one at a time behind the router. A bad new replica puts the old plan back; a good plan
+    goes through. No request fails either way."""
+    port, name = free_port(), serve.name("groll")
+    old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
+    new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
+    serve.names.extend(old_names + new_names)
+    group = ["--gpu-count", str(REPLICAS), "--replicas", str(REPLICAS)]
+    group += ["--router-image", router_test_image.tag]
+    old_image = serve.double(load_s=0.5, VLLM_DOUBLE_BIND="late")
+    first = serve(*group, image=old_image, name=name, port=port)
+    assert first.returncode == 0, first.explain()
+    config = Path(os.environ["INSTINCT_DATA_DIR"]) / "groups" / f"{name}.haproxy.cfg"
+    config_before = config.read_text()
+
+    bad_image = serve.double("incoherent", load_s=0.5, VLLM_DOUBLE_BIND="late")
+    with Clients(port) as clients:
+        bad = serve("--upgrade", *group, image=bad_image, name=name, port=port)
+    assert bad.returncode == 1, bad.explain()
+    assert any("serves the old plan again" in n for n in bad.result["notes"]), bad.explain()
+    assert clients.failures() == [] and len(clients.results) > 0
+    assert config.read_text() == config_before
+    for member in old_names:
+        info = inspect(member)
+        assert info is not None and info["State"]["Running"]
+        assert info["Config"]["Image"] == old_image
+    print(f"\nrolling, bad replica: {len(clients.results)} requests meanwhile, failed: 0")
+
+    new_image = serve.double(load_s=0.5, VLLM_DOUBLE_BIND="late", VLLM_DOUBLE_SALAD="repeat")
+    with Clients(port) as clients:
+        run = serve("--upgrade", *group, image=new_image, name=name, port=port)
+    assert run.returncode == 0, run.explain()
+    assert run.result["figures"]["rolled"] is True
+    assert [m["name"] for m in members(run)] == new_names
+    assert all(inspect(n) is None for n in old_names)
+    for member in new_names:
+        info = inspect(member)
+        assert info is not None and info["Config"]["Image"] == new_image
+    print(
+        f"rolling upgrade: {len(clients.results)} requests, failed: {clients.failures()}; "
+        f"{run.result['figures']['roll_s']} s"
+    )
+    assert clients.failures() == [] and len(clients.results) > 0

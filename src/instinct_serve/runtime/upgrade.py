@@ -17,9 +17,11 @@ the public port and never lets go of it:
 3. the old plan is kept as ``last_good``; ``rollback`` swaps back the same way.
 
 Old and new replicas run together for a while, on the same GPUs unless ``--gpus`` says
-otherwise: when a GPU cannot hold both (the sum of their ``--gpu-memory-utilization``
-shares passes 1), the upgrade is refused before anything starts (``check_fits_beside``).
-Rolling one replica at a time through the router would lift that; not done.
+otherwise. When a GPU cannot hold both (the sum of their ``--gpu-memory-utilization``
+shares passes 1: ``check_fits_beside``), two or more replicas on the same GPU sets are
+replaced one at a time (``_roll``: replica I out of rotation by a reload, drained, removed,
+the new one started on its GPUs, proven, put in rotation; a failed one puts the old plan
+back the same way); anything else is refused before anything starts.
 
 **One endpoint (no router): a relaunch on the real port.** A running container's
 published ports cannot be changed, and two containers cannot publish the same host port:
@@ -53,7 +55,7 @@ from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH, LABEL_PORT
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.plan.replicas import haproxy_config
+from instinct_serve.plan.replicas import Replica, haproxy_config
 from instinct_serve.runtime import journal, plans
 from instinct_serve.runtime.backend import Backend
 from instinct_serve.runtime.documents import ServeOutcome
@@ -344,8 +346,9 @@ def check_fits_beside(old: LaunchPlan, new: LaunchPlan) -> None:
         f"reserve {max(old_load[g] for g in over):.0%} of their memory; together they would "
         f"need {max(old_load[g] + new_load[g] for g in over):.0%}: the switch needs old and "
         "new running at once",
-        fix="upgrade onto other GPUs (--gpus), or serve both plans with a smaller share "
-        "(`-- --gpu-memory-utilization 0.45`), or replace the group with an outage "
+        fix="upgrade onto other GPUs (--gpus), or onto the same GPU sets with two or more "
+        "replicas (they are then replaced one at a time), or serve both plans with a smaller "
+        "share (`-- --gpu-memory-utilization 0.45`), or replace the group with an outage "
         f"(`instinct stop {old.container_name}`, then serve)",
         id="upgrade_does_not_fit",
         details={"gpus": over, "old": old_load, "new": new_load},
@@ -377,7 +380,6 @@ def _swap(
     name = plan.container_name
     old_group, group = old_plan.group, plan.group
     assert old_group is not None and group is not None and group.router is not None
-    check_fits_beside(old_plan, plan)
     docker = Docker(host)
     old_names = [m.name for m in old_group.members]
     prefix = name + CANDIDATE_SUFFIX + "-r"
@@ -387,6 +389,12 @@ def _swap(
         ports.append(spare_port(host, group.router.port, ports))
     cand = moved(plan, ports, suffix)
     assert cand.group is not None
+    try:
+        check_fits_beside(old_plan, plan)
+    except UsageError:
+        if not _can_roll(old_plan, plan):
+            raise
+        return _roll(host, old_plan, cand, settings, sink, gfx, device_root, kind)
     new_names = [m.name for m in cand.group.members]
     sink(
         Note(
@@ -453,6 +461,178 @@ def _swap(
         f"switched over behind the router: {name} kept listening; the old replicas "
         + ("finished their requests" if drained else "were stopped after the drain limit")
         + f" and were removed; `instinct rollback {name}` returns to the old plan"
+    )
+    return outcome
+
+
+def _can_roll(old: LaunchPlan, new: LaunchPlan) -> bool:
+    """Replica by replica on the same GPUs: two or more of them, on the same GPU sets."""
+    if old.group is None or new.group is None or len(old.group.members) < 2:
+        return False
+    return [m.gpus for m in old.group.members] == [m.gpus for m in new.group.members]
+
+
+class _Roller:
+    """One replica at a time behind the router, when the GPUs cannot hold old and new
+    together: replica I is taken out of rotation (a reload, its requests drained), removed,
+    and the new replica I started on its GPUs, proven and put in rotation; the others
+    serve meanwhile (one replica less of capacity, both plans answering for a while)."""
+
+    def __init__(
+        self,
+        host: Host,
+        base: LaunchPlan,
+        settings: ServeSettings,
+        sink: EventSink,
+        gfx: str | None,
+        device_root: str,
+    ) -> None:
+        from instinct_serve.runtime.docker import Docker
+
+        assert base.group is not None
+        self.host, self.base, self.settings, self.sink = host, base, settings, sink
+        self.gfx, self.device_root = gfx, device_root
+        self.docker = Docker(host)
+        # what the router routes to, by index (None: a slot out of rotation, empty)
+        self.slots: list[Replica | None] = list(base.group.members)
+
+    def route(self, plan: LaunchPlan | None = None) -> None:
+        """Point the router at ``plan``'s replicas (else the slots' that are filled) and
+        wait until the old worker has finished its requests."""
+        from instinct_serve.runtime.group import reload_router, wait_drained, write_config
+
+        if plan is None:
+            plan = copy.deepcopy(self.base)
+            assert plan.group is not None
+            plan.group.members = [m for m in self.slots if m is not None]
+        write_config(self.host, self.base.container_name, haproxy_config(plan))
+        old = reload_router(self.docker, self.base.container_name)
+        wait_drained(self.docker, self.base.container_name, old)
+
+    def replace(self, index: int, to: LaunchPlan) -> ServeOutcome | None:
+        """Slot ``index`` to ``to``'s replica; None when done, else the failed outcome
+        (the slot is then empty and out of rotation)."""
+        from instinct_serve.runtime.group import GroupDeployer
+
+        assert to.group is not None
+        current = self.slots[index]
+        if current is not None:
+            self.slots[index] = None
+            self.route()
+            _remove(self.docker, [current.name])
+        one = copy.deepcopy(to)
+        assert one.group is not None
+        member = one.group.members[index]
+        one.group.members = [member]
+        self.sink(Note(message=f"replica {index}: {member.name} in place of the old one"))
+        deployer = GroupDeployer(
+            self.host,
+            one,
+            replace(self.settings, replace=True),
+            sink=self.sink,
+            gfx=self.gfx,
+            device_root=self.device_root,
+        )
+        try:
+            failed = deployer.launch_members()
+            proven = failed if failed is not None else deployer.prove_members()
+        except BaseException:
+            deployer.abandon()
+            raise
+        finally:
+            deployer.close()
+        if not isinstance(proven, list):
+            return proven
+        self.slots[index] = member
+        self.route()
+        return None
+
+
+def _roll(
+    host: Host,
+    old_plan: LaunchPlan,
+    cand: LaunchPlan,
+    settings: ServeSettings,
+    sink: EventSink,
+    gfx: str | None,
+    device_root: str,
+    kind: str,
+) -> ServeOutcome:
+    """``_swap`` one replica at a time (``_Roller``); a failed new replica puts the old
+    plan back the same way (each replica relaunched as it was)."""
+    from instinct_serve.runtime.group import GroupDeployer
+
+    name = cand.container_name
+    assert old_plan.group is not None and cand.group is not None
+    sink(
+        Note(
+            message=f"the GPUs cannot hold the old and new replicas of {name} together: "
+            "replacing them one at a time behind the router"
+        )
+    )
+    roller = _Roller(host, old_plan, settings, sink, gfx, device_root)
+    started = time.monotonic()
+    for index in range(len(cand.group.members)):
+        failed = roller.replace(index, cand)
+        if failed is None:
+            continue
+        culprit = failed.plan.container_name
+        left = roller.docker.get(culprit)
+        if left is not None and left.managed and left.state.running:
+            with contextlib.suppress(InstinctError):
+                roller.docker.stop(left.id, remove=False)
+        restored = roller.replace(index, old_plan)  # the empty slot: the old replica again
+        for back in reversed(range(index)):
+            restored = restored or roller.replace(back, old_plan)
+        if restored is None:
+            roller.route(old_plan)
+            note = f"{name} serves the old plan again (each replaced replica relaunched)"
+        else:
+            note = (
+                f"{name} could not be put back on the old plan: "
+                f"{restored.plan.container_name} failed too; `instinct ps` shows what serves"
+            )
+        failed.notes.append(note)
+        sink(Note(message=note))
+        journal.record(
+            host,
+            name,
+            "upgrade_failed",
+            why=failed.failure.cause if failed.failure else failed.status,
+            candidate=culprit,
+            rolled=True,
+        )
+        return failed
+    roller.route(cand)
+    plans.save(host, cand, last_good=old_plan)
+    roll_s = round(time.monotonic() - started, 3)
+    final = GroupDeployer(host, cand, settings, sink=sink, gfx=gfx, device_root=device_root)
+    try:
+        outcome = final.reuse()
+    finally:
+        final.close()
+    if outcome is None:
+        raise InstinctError(
+            f"{name} was moved to the new replicas, but the group does not answer now",
+            fix=f"`instinct ps` and `instinct logs {name}`; `instinct rollback {name}` "
+            "returns to the old plan",
+            id="router_unhealthy",
+        )
+    outcome.status = "ready"
+    figures = {"roll_s": roll_s, "rolled": True}
+    journal.record(
+        host,
+        name,
+        kind,
+        **figures,
+        replicas=[m.name for m in cand.group.members],
+        image=cand.image,
+        previous_image=old_plan.image,
+    )
+    outcome.figures = {**outcome.figures, **figures}
+    outcome.notes.append(
+        f"replaced one replica at a time behind the router ({roll_s} s): {name} kept "
+        f"listening; `instinct rollback {name}` returns to the old plan"
     )
     return outcome
 
