@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.infra.docker import TestImage, free_port
+from tests.infra.docker import TestImage, free_port, free_port_run
 from tests.serve.conftest import MODEL, Run, Serve, inspect, parse_lines, run_cli
 
 pytestmark = pytest.mark.docker
@@ -102,7 +102,7 @@ def ids(names: list[str]) -> list[tuple[str, str]]:
 def test_upgrade_behind_the_router_fails_no_request_and_rollback_swaps_back(
     serve: Serve, router_test_image: TestImage, replicas: int
 ) -> None:
-    port, name = free_port(), serve.name("gup")
+    port, name = free_port_run(replicas + 1), serve.name("gup")
     old_names = [f"{name}-r{i}" for i in range(replicas)]
     new_names = [f"{name}-next-r{i}" for i in range(replicas)]
     serve.names.extend(old_names + new_names)
@@ -212,7 +212,7 @@ def test_upgrade_behind_the_router_fails_no_request_and_rollback_swaps_back(
 def test_a_bad_candidate_leaves_the_group_untouched(
     serve: Serve, router_test_image: TestImage
 ) -> None:
-    port, name = free_port(), serve.name("gbad")
+    port, name = free_port_run(REPLICAS + 1), serve.name("gbad")
     old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
     new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
     serve.names.extend(old_names + new_names)
@@ -274,7 +274,7 @@ def test_replicas_replaced_one_at_a_time_when_the_gpus_hold_one_plan(
     """At vLLM's default share old and new cannot share a GPU: the replicas are replaced
     one at a time behind the router. A bad new replica puts the old plan back; a good plan
     goes through. No request fails either way."""
-    port, name = free_port(), serve.name("groll")
+    port, name = free_port_run(REPLICAS + 1), serve.name("groll")
     old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
     new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
     serve.names.extend(old_names + new_names)
