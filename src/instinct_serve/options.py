@@ -739,6 +739,12 @@ class PlanOptions(SizingOptions):
         low=1,
         high=1024,
     )
+    router: bool = opt(
+        False,
+        kind="bool",
+        help="Put the router (HAProxy) in front even of a single replica (--replicas 1), so "
+        "that `serve --upgrade` swaps it behind the router without downtime.",
+    )
     router_image: str | None = opt(
         kind="text",
         metavar="IMAGE",

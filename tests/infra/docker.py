@@ -25,7 +25,7 @@ Fixtures
     imported with ``docker import`` as ``instinct-serve-test/haproxy:HASH``, laid out like
     the official ``haproxy`` image: the binary on PATH, ``/usr/local/etc/haproxy``, running
     as the unprivileged ``haproxy`` user (uid 99), so the planner's router argv
-    (``--entrypoint haproxy IMAGE -db -f /usr/local/etc/haproxy/haproxy.cfg``) runs
+    (``--entrypoint haproxy IMAGE -W -db -f /usr/local/etc/haproxy/haproxy.cfg``) runs
     unchanged. Skips (fails under INSTINCT_TEST_REQUIRE=docker) without HAProxy installed.
 ``device_root`` (session)
     A temp tree with stand-in ``/dev/kfd`` and ``/dev/dri/renderD*`` character devices (1:3,
@@ -132,6 +132,27 @@ def free_port() -> int:
             _handed_out.add(port)
             return port
     raise RuntimeError("no free port found")
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1 now and not handed out
+    before (a replica group takes the ports after its router's)."""
+    for _ in range(50):
+        first = free_port()
+        run = range(first, first + count)
+        if run[-1] < 65536 and not _handed_out & set(run[1:]) and all(map(_bindable, run[1:])):
+            _handed_out.update(run)
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports found")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- daemon

@@ -109,7 +109,7 @@ def test_shell_render_is_every_replica_then_the_router() -> None:
     ]
     router = lines[4]
     assert "--network host" in router and "--restart unless-stopped" in router
-    assert "--entrypoint haproxy haproxy:3.0 -db -f /usr/local/etc/haproxy/haproxy.cfg" in router
+    assert "--entrypoint haproxy haproxy:3.0 -W -db -f /usr/local/etc/haproxy/haproxy.cfg" in router
     assert '"$PWD"/q-haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro' in router
     assert "instinct-serve.role=router" in router
     # the configuration between them, as a here-document
@@ -134,7 +134,7 @@ def test_json_carries_the_group_and_its_commands() -> None:
     assert group["restart_argv"][-2:] == ["g-r0", "g-r1"]
     router = group["router"]
     assert router["image"] == "mirror/h:3" and router["listen"] == "127.0.0.1:9000"
-    assert router["docker_argv"][-3:] == ["-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
+    assert router["docker_argv"][-4:] == ["-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
     assert "g-haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in router["docker_argv"]
     assert "mirror/h:3" in router["docker_argv"] and "server r1 127.0.0.1:9002" in router["config"]
     one = json.loads(render(plan(gpu="mi355x", model=DENSE), "json"))
@@ -212,3 +212,44 @@ def test_mi308x_cpx_capture_holds_one_copy(tools: FakeBin, root: Path) -> None:
     with pytest.raises(InstinctError) as err:
         plan(inv, model=DENSE, replicas=2)
     assert err.value.id == "too_many_replicas"
+
+
+def test_a_group_moved_for_an_upgrade_keeps_its_gpus_router_and_hash() -> None:
+    """``serve --upgrade`` starts the new replicas on other ports and names (``moved``);
+    the record keeps the whole group (``record``/``group_from_record``) to roll back to."""
+    from instinct_serve.plan.labels import LABEL_PLAN_HASH
+    from instinct_serve.plan.replicas import group_from_record, moved
+
+    group_plan = plan(model=DENSE, gpu="mi300x", gpu_count=4, replicas=3)
+    group = group_plan.group
+    assert group is not None and group.router is not None
+    out = moved(group_plan, [9101, 9102, 9103], "-next")
+    assert out.group is not None and out.group.router == group.router
+    assert [(m.name, m.port, m.gpus) for m in out.group.members] == [
+        (f"{group.name}-next-r{m.index}", 9101 + m.index, m.gpus) for m in group.members
+    ]
+    assert out.labels[LABEL_PLAN_HASH] == group_plan.labels.get(
+        LABEL_PLAN_HASH, group_plan.plan_hash
+    )
+    assert group_plan.group is group and group.members[0].port == group_plan.port + 1  # a copy
+    config = haproxy_config(out)
+    assert (
+        "server r2 127.0.0.1:9103 check" in config
+        and f"127.0.0.1:{group.members[0].port}" not in config
+    )
+    assert group_from_record(json.loads(json.dumps(out.group.record()))) == out.group
+    for bad in (None, [], {"mode": "replicas"}, {"mode": "x", "count": 1, "tp": 1}):
+        assert group_from_record(bad) is None
+
+
+def test_router_puts_haproxy_in_front_of_one_replica() -> None:
+    """``--router``: one endpoint, still behind HAProxy, so an upgrade can swap it there."""
+    one = plan(model=DENSE, gpu="mi300x", gpu_count=2, router=True, port=9000)
+    group = one.group
+    assert group is not None and group.mode == "replicas" and group.count == 1
+    assert [(m.port, m.gpus) for m in group.members] == [(9001, (0,))]
+    assert group.router is not None and group.router.port == 9000
+    assert "--router" in group.why and "serve --upgrade" in group.why
+    assert plan(model=DENSE, gpu="mi300x", gpu_count=2, port=9000).group is None
+    two = plan(model=DENSE, gpu="mi300x", gpu_count=2, router=True, replicas=2)
+    assert two.group is not None and two.group.count == 2

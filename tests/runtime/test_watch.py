@@ -159,3 +159,44 @@ def test_systemd_unit_runs_the_watch_and_holds_no_secret() -> None:
     assert "hf_" not in text and "HF_TOKEN=" not in text.replace("# HF_TOKEN=", "")
     assert unit_name("vllm-m") == "instinct-watch-vllm-m.service"
     assert json.dumps(text)  # plain text
+
+
+def test_a_group_plan_is_recorded_with_its_replicas() -> None:
+    """A replica group is recorded under its router's name with its placement: what
+    ``serve --upgrade`` compares with the router's configuration, and ``rollback`` relaunches."""
+    from instinct_serve.plan.replicas import GroupPlan, Replica, Router
+
+    host = LocalHost()
+    group = GroupPlan(
+        mode="replicas",
+        count=2,
+        tp=1,
+        why="two",
+        members=[Replica(0, "g-r0", 8001, (0,)), Replica(1, "g-r1", 8002, (1,))],
+        router=Router("g", 8000, "127.0.0.1", "haproxy:3.0"),
+        gpus=(0, 1),
+    )
+    plans.save(host, _plan(container_name="g", group=group))
+    current = plans.load(host, "g").current
+    assert current is not None and current.group == group
+
+
+def test_an_upgrade_that_cannot_run_beside_the_old_group_is_refused_first() -> None:
+    """Old and new replicas share the GPUs during the switch: vLLM's default share (0.9)
+    twice does not fit; halves do, and so do other GPUs."""
+    from instinct_serve.errors import UsageError
+    from instinct_serve.plan.replicas import GroupPlan, Replica, Router
+    from instinct_serve.runtime.upgrade import check_fits_beside
+
+    def group_plan(gpus: list[int], *args: str) -> LaunchPlan:
+        members = [Replica(i, f"g-r{i}", 8001 + i, (g,)) for i, g in enumerate(gpus)]
+        group = GroupPlan("replicas", len(gpus), 1, "", members, Router("g", 8000, "127.0.0.1"))
+        return _plan(container_name="g", group=group, vllm_args=["--port", "8000", *args])
+
+    with pytest.raises(UsageError) as crowded:
+        check_fits_beside(group_plan([0, 1]), group_plan([1, 2]))
+    assert crowded.value.id == "upgrade_does_not_fit" and crowded.value.details["gpus"] == [1]
+    assert "--gpu-memory-utilization" in crowded.value.fix and "--gpus" in crowded.value.fix
+    half = ["--gpu-memory-utilization", "0.45"]
+    check_fits_beside(group_plan([0, 1], *half), group_plan([0, 1], *half))
+    check_fits_beside(group_plan([0, 1]), group_plan([2, 3]))

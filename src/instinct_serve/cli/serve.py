@@ -468,7 +468,20 @@ def _serve(view: ServeView, opts: ServeOptions, host_spec: str | None) -> int:
             )
         if not yes:
             view.confirm_plan(prepared.result)
-        outcome = upgrade(host, prepared.result.plan, prepared.backend, settings, view.event)
+        plan = prepared.result.plan
+        if plan.group is not None and plan.group.mode == "replicas":
+            from instinct_serve.runtime.upgrade import upgrade_group
+
+            outcome = upgrade_group(
+                host,
+                plan,
+                settings,
+                view.event,
+                gfx=prepared.gfx,
+                device_root=getattr(prepared.backend, "device_root", ""),
+            )
+        else:
+            outcome = upgrade(host, plan, prepared.backend, settings, view.event)
         view.result(outcome)
         return outcome.exit_code
     deployer = prepared.deployer(settings, view.event, view.confirm_fn())

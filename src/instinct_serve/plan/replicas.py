@@ -78,6 +78,13 @@ CHECK = "inter 2s fastinter 500ms downinter 2s fall 2 rise 2"
 # fails at startup is diagnosed, not looped. The router holds no weights and no GPU: it is
 # restarted whatever ends it, after a daemon restart too.
 ROUTER_RESTART_POLICY = "unless-stopped"
+# HAProxy's master-worker mode in the foreground (as the official image runs it): the master
+# re-reads the configuration on SIGUSR2 and starts a new worker, which takes over the
+# listening socket from the old one (2.6+: over the master's socketpair, ``-x sockpair@``),
+# while the old worker finishes its connections and exits. ``serve --upgrade`` swaps a
+# group's replicas that way without refusing a connection (``runtime.group.reload_router``).
+ROUTER_MODE = ("-W", "-db")
+ROUTER_RELOAD_SIGNAL = "USR2"
 
 Mode = Literal["replicas", "data_parallel"]
 
@@ -166,10 +173,53 @@ class GroupPlan:
             "router": self.router.to_dict() if self.router is not None else None,
         }
 
+    def record(self) -> dict[str, Any]:
+        """What ``runtime.plans`` keeps of the group (``group_from_record`` reads it)."""
+        return {
+            "mode": self.mode,
+            "count": self.count,
+            "tp": self.tp,
+            "why": self.why,
+            "gpus": list(self.gpus),
+            "expert_parallel": self.expert_parallel,
+            "members": [[m.index, m.name, m.port, list(m.gpus)] for m in self.members],
+            "router": None
+            if self.router is None
+            else [self.router.name, self.router.port, self.router.bind, self.router.image],
+        }
+
     def document(self, plan: LaunchPlan) -> dict[str, Any] | None:
         """``plan --json``'s ``replicas`` (``group_document``); a method, so that the plan
         model reaches it without importing this module (which imports the model)."""
         return group_document(plan)
+
+
+def group_from_record(doc: Any) -> GroupPlan | None:
+    """The group of a plan record (``GroupPlan.record``), or None for anything else."""
+    if not isinstance(doc, dict) or doc.get("mode") not in ("replicas", "data_parallel"):
+        return None
+    try:
+        members = [
+            Replica(int(i), str(n), int(p), tuple(int(g) for g in gpus))
+            for i, n, p, gpus in doc.get("members") or []
+        ]
+        router_doc = doc.get("router")
+        router = None
+        if router_doc is not None:
+            name, port, bind, image = router_doc
+            router = Router(str(name), int(port), str(bind), str(image))
+        return GroupPlan(
+            mode=doc["mode"],
+            count=int(doc["count"]),
+            tp=int(doc["tp"]),
+            why=str(doc.get("why") or ""),
+            members=members,
+            router=router,
+            gpus=tuple(int(g) for g in doc.get("gpus") or ()),
+            expert_parallel=bool(doc.get("expert_parallel")),
+        )
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 # ----------------------------------------------------------------------------- deciding
@@ -217,6 +267,8 @@ def decide_group(plan: LaunchPlan, inputs: GroupInputs) -> None:
         return
     sets = gpu_sets(inputs, tp)
     throughput = opts.objective == "throughput"
+    if wanted is None and getattr(opts, "router", False) and not throughput:
+        wanted = 1
     if wanted is None:
         if not throughput:
             if len(sets) > 1:
@@ -244,6 +296,9 @@ def decide_group(plan: LaunchPlan, inputs: GroupInputs) -> None:
             id="too_many_replicas",
             details={"replicas": count, "tp": tp, "fit": len(sets)},
         )
+    if count <= 1 and getattr(opts, "router", False) and sets:
+        _replicas(plan, 1, sets[:1], "--router")
+        return
     if count <= 1:
         plan.reasons.append(
             Reason(
@@ -354,7 +409,11 @@ def _replicas(plan: LaunchPlan, count: int, used: list[list[int]], asked: str) -
             )
         members.append(Replica(index, member_name, port, tuple(gpus)))
     why = (
-        f"{asked}: {count} copies of TP {tp} on disjoint GPUs, each its own vllm serve "
+        f"{asked}: one vllm serve of TP {tp} (port {members[0].port} on {LOOPBACK}) behind "
+        f"HAProxy on port {plan.port}, which holds the port while `serve --upgrade` swaps "
+        "the replica behind it (no downtime)"
+        if count == 1
+        else f"{asked}: {count} copies of TP {tp} on disjoint GPUs, each its own vllm serve "
         f"(ports {members[0].port}-{members[-1].port} on {LOOPBACK}), behind HAProxy on port "
         f"{plan.port}: a dense model, so independent instances with no coordination between "
         "them (AMD: N single-GPU instances usually beat one across N GPUs); HAProxy drops a "
@@ -370,6 +429,23 @@ def _replicas(plan: LaunchPlan, count: int, used: list[list[int]], asked: str) -
         gpus=tuple(i for s in used for i in s),
     )
     plan.reasons.append(Reason(f"{count} replicas", "replicas", why))
+
+
+def moved(plan: LaunchPlan, ports: list[int], suffix: str) -> LaunchPlan:
+    """``plan``'s group with its replicas on other ports and names (``NAME{suffix}-ri``),
+    the same GPUs and router: where ``serve --upgrade`` starts the new replicas beside the
+    old ones. The plan hash in its labels stays the one of the plan as asked (``serve`` of
+    the same plan later finds the group where the upgrade put it: ``runtime.plans``)."""
+    group = plan.group
+    assert group is not None and group.router is not None and len(ports) == group.count
+    out = copy.deepcopy(plan)
+    out.labels = {**plan.labels, LABEL_PLAN_HASH: plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)}
+    assert out.group is not None
+    out.group.members = [
+        Replica(m.index, f"{group.name}{suffix}-r{m.index}", port, m.gpus)
+        for m, port in zip(group.members, ports, strict=True)
+    ]
+    return out
 
 
 def with_router_image(plan: LaunchPlan, image: str | None) -> None:
@@ -496,7 +572,7 @@ def router_argv(plan: LaunchPlan, config_path: str) -> list[str]:
     for key, value in router_labels(plan).items():
         argv += ["--label", f"{key}={value}"]
     argv += ["--network", "host", "-v", f"{config_path}:{ROUTER_CONFIG}:ro"]
-    argv += ["--entrypoint", "haproxy", router.image, "-db", "-f", ROUTER_CONFIG]
+    argv += ["--entrypoint", "haproxy", router.image, *ROUTER_MODE, "-f", ROUTER_CONFIG]
     return argv
 
 

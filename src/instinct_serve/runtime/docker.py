@@ -851,6 +851,23 @@ class Docker:
         info = self.require_managed(name, "change the restart policy of")
         self._check(self._run(["update", "--restart", policy, info.id]), "update")
 
+    def signal(self, name: str, signal: str) -> ContainerInfo:
+        """``docker kill --signal SIGNAL`` to a container this tool started (a reload)."""
+        info = self.require_managed(name, "signal")
+        self._check(self._run(["kill", "--signal", signal, info.id], timeout=60), "kill")
+        return info
+
+    def children(self, name: str, pid: int) -> set[int]:
+        """The host PIDs of ``pid``'s children in container ``name`` (``docker top``)."""
+        result = self._run(["top", name, "-o", "pid,ppid"], timeout=30)
+        self._check(result, "top")
+        found = set()
+        for line in result.stdout.splitlines()[1:]:
+            words = line.split()
+            if len(words) == 2 and words[0].isdigit() and words[1] == str(pid):
+                found.add(int(words[0]))
+        return found
+
     def start(self, name: str) -> ContainerInfo:
         """Start again a stopped container this tool started (same id, same writable layer)."""
         info = self.require_managed(name, "start")

@@ -19,6 +19,12 @@
    (``ROUTER_RESTART_POLICY``) on the group's name and port; the group is ready once
    ``/health`` answers through it and a warm-up completion comes back through it.
 
+5. ``serve --upgrade`` keeps the router and swaps the replicas behind it
+   (``runtime.upgrade.upgrade_group``): the configuration rewritten in place
+   (``write_config``), a graceful reload (``reload_router``), the old worker drained
+   (``wait_drained``). The group's plan is recorded under the router's name
+   (``runtime.plans``), with where its replicas run after such a swap.
+
 All containers carry ``LABEL_GROUP`` (the router's name) and ``LABEL_ROLE``; ``ps`` folds a
 group into one row (``fold_rows``) and ``stop NAME`` of a router stops the whole group
 (``stop_group``). A replica may still be stopped alone (HAProxy drops it).
@@ -47,12 +53,14 @@ from instinct_serve.plan.labels import (
 )
 from instinct_serve.plan.model import LOOPBACK, RESTART_POLICY, LaunchPlan
 from instinct_serve.plan.replicas import (
+    ROUTER_MODE,
+    ROUTER_RELOAD_SIGNAL,
     haproxy_config,
     member_plan,
     restart_argv,
     router_argv,
 )
-from instinct_serve.runtime import health, keys
+from instinct_serve.runtime import health, keys, plans
 from instinct_serve.runtime.docker import ContainerInfo, Docker
 from instinct_serve.runtime.docker_backend import DockerBackend, rooted_devices
 from instinct_serve.runtime.documents import Endpoint, ServeOutcome, Status
@@ -161,6 +169,7 @@ class GroupDeployer:
 
     def reuse(self) -> ServeOutcome | None:
         """The whole group already runs this plan: wait for its replicas, then report."""
+        self._adopt_placement()
         router = self._router()
         if router is None or not self._same_router(router) or not router.state.running:
             return None
@@ -177,11 +186,32 @@ class GroupDeployer:
         router = self._router()
         if router is not None and not self._ours(router):
             raise self._conflict(f"container {router.name} (not this group's router)")
+        strays = self._strays()
+        if strays and not self.settings.replace:
+            names = ", ".join(s.name for s in strays)
+            raise NotReadyError(
+                f"the group {self.router.name} runs other replicas ({names}, where `serve "
+                "--upgrade` put them) than this plan's",
+                fix="change its plan with `serve ... --upgrade` (no downtime), or add "
+                "--replace to stop them first",
+                id="container_name_conflict",
+                details={"replicas": [s.name for s in strays]},
+            )
         for holder in self.docker.port_holders(self.router.port):
             if holder.container_name != self.router.name:
                 raise self._conflict(holder.describe())
 
     def deploy(self) -> ServeOutcome:
+        for stray in self._strays():  # --replace: the group's replicas of another plan
+            self.docker.stop(stray.id)
+        failed = self.launch_members()
+        if failed is not None:
+            return failed
+        return self._finish(reused=False)
+
+    def launch_members(self) -> ServeOutcome | None:
+        """Launch (or reuse) every replica, detached once loading so they load together;
+        the outcome of the first that fails, else None."""
         self._shared_key()
         launch = replace(self.settings, detach=True)
         for plan in self.members:  # all of them loading at once
@@ -192,7 +222,26 @@ class GroupDeployer:
                 self.fresh.add(plan.container_name)
             if not outcome.ok:
                 return self._member_failed(outcome)
-        return self._finish(reused=False)
+        return None
+
+    def prove_members(self) -> list[ServeOutcome] | ServeOutcome:
+        """Wait for every replica, warm it up and probe it (one by one), then give them
+        docker's restart policy: their outcomes, or the first failed one."""
+        outcomes = []
+        for plan in self.members:
+            deployer = self._deployer(plan, replace(self.settings, detach=False))
+            outcome = deployer.reuse()
+            if outcome is None:  # gone meanwhile
+                outcome = deployer._outcome("failed")
+            if not outcome.ok:
+                return self._member_failed(outcome)
+            outcomes.append(outcome)
+            self.api_key = self.api_key or deployer.api_key
+        ids = [o.endpoint.container for o in outcomes if o.endpoint is not None]
+        result = self.host.run(restart_argv(ids), timeout=60)
+        if not result.ok:
+            self.note(f"docker update --restart {RESTART_POLICY} failed: {result.stderr.strip()}")
+        return outcomes
 
     def abandon(self) -> str | None:
         """After an unexpected error: remove what this run launched (by container id)."""
@@ -233,20 +282,9 @@ class GroupDeployer:
         """Wait for every replica (proven one by one), give them docker's restart policy,
         start the router if needed, and prove the group through it."""
         states: list[dict[str, Any]] = []
-        outcomes = []
-        for plan in self.members:
-            deployer = self._deployer(plan, replace(self.settings, detach=False))
-            outcome = deployer.reuse()
-            if outcome is None:  # gone meanwhile
-                outcome = deployer._outcome("failed")
-            if not outcome.ok:
-                return self._member_failed(outcome)
-            outcomes.append(outcome)
-            self.api_key = self.api_key or deployer.api_key
-        ids = [o.endpoint.container for o in outcomes if o.endpoint is not None]
-        result = self.host.run(restart_argv(ids), timeout=60)
-        if not result.ok:
-            self.note(f"docker update --restart {RESTART_POLICY} failed: {result.stderr.strip()}")
+        outcomes = self.prove_members()
+        if not isinstance(outcomes, list):
+            return outcomes
         router_reused = self._start_router()
         self.sink(
             PhaseUpdate(phase="ready", message=f"checking /health through {self.router.name}")
@@ -300,6 +338,7 @@ class GroupDeployer:
             "member_states": states,
         }
         outcome.phase = "ready"
+        plans.save(self.host, self.plan)  # what `serve --upgrade` and `rollback` start from
         return outcome
 
     def _router(self) -> ContainerInfo | None:
@@ -309,8 +348,41 @@ class GroupDeployer:
         return info.managed and group_name(info) == self.router.name and role(info) == ROLE_ROUTER
 
     def _same_router(self, info: ContainerInfo) -> bool:
+        """This group's router, routing this plan: by its label, or (after ``serve
+        --upgrade``, which keeps the router and reloads it) by the group's record."""
         wanted = self.plan.labels.get(LABEL_PLAN_HASH, self.plan.plan_hash)
-        return self._ours(info) and info.labels.get(LABEL_PLAN_HASH) == wanted
+        if not self._ours(info):
+            return False
+        return (
+            info.labels.get(LABEL_PLAN_HASH) == wanted
+            or recorded_hash(self.host, self.router.name) == wanted
+        )
+
+    def _strays(self) -> list[ContainerInfo]:
+        """This group's running replicas that are not this plan's (where an upgrade put
+        them): they hold GPUs the plan's replicas need."""
+        wanted = {m.name for m in self.group.members}
+        return [
+            info
+            for info in group_members(self.docker, self.router.name)
+            if role(info) == ROLE_REPLICA and info.name not in wanted and info.state.running
+        ]
+
+    def _adopt_placement(self) -> None:
+        """After ``serve --upgrade``, the group's replicas run where the upgrade put them
+        (other names and ports: ``plan.replicas.moved``): a serve of the same plan finds
+        them there (the record says where), instead of launching a second copy."""
+        wanted = self.plan.labels.get(LABEL_PLAN_HASH, self.plan.plan_hash)
+        current = plans.load(self.host, self.router.name).current
+        if (
+            current is None
+            or current.group is None
+            or current.labels.get(LABEL_PLAN_HASH) != wanted
+            or [m.gpus for m in current.group.members] != [m.gpus for m in self.group.members]
+        ):
+            return
+        self.plan.group = self.group = replace(self.group, members=current.group.members)
+        self.members = [member_plan(self.plan, m) for m in self.group.members]
 
     def _router_running(self) -> bool:
         """Running and never restarted: a router that exits at once (a bad configuration)
@@ -404,6 +476,78 @@ class GroupDeployer:
             notes=list(self.notes),
             elapsed_s=time.monotonic() - self.started,
         )
+
+
+# ----------------------------------------------------------------------------- reload
+
+RELOAD_S = 30.0  # the new worker is up within a second; a master that fails to re-read waits
+DRAIN_S = 300.0  # the old worker finishes its requests (a long generation) at most this long
+
+
+def recorded_hash(host: Host, name: str) -> str | None:
+    """The plan hash of group ``name``'s recorded plan (``runtime.plans``)."""
+    current = plans.load(host, name).current
+    return None if current is None else current.labels.get(LABEL_PLAN_HASH)
+
+
+def reloadable(info: ContainerInfo) -> bool:
+    """A router that reloads gracefully: HAProxy in master-worker mode (``ROUTER_MODE``;
+    one started by an earlier version runs without it)."""
+    return all(flag in info.cmd for flag in ROUTER_MODE)
+
+
+def write_config(host: Host, name: str, text: str) -> None:
+    """Rewrite the running router's configuration *in place*: the file is bind-mounted
+    alone, so a new file renamed over it would stay unseen by the container (the mount
+    holds the old inode). HAProxy reads it only when told to reload, after this returns."""
+    path = config_path(host, name)
+    result = host.run(["sh", "-c", 'cat > "$1"', "sh", path], timeout=30, input=text)
+    if not result.ok:
+        raise InstinctError(
+            f"cannot rewrite {path} on {host.name}: {result.stderr.strip()}",
+            fix="check the permissions of the tool's data directory",
+            id="write_failed",
+        )
+
+
+def reload_router(docker: Docker, name: str, *, timeout: float = RELOAD_S) -> set[int]:
+    """Tell group ``name``'s HAProxy to re-read its configuration (``ROUTER_RELOAD_SIGNAL``
+    to the master) and wait for the new worker: the old workers' PIDs, which finish their
+    connections and exit (``wait_drained``). The listening socket passes from the old
+    worker to the new one: no connection is refused meanwhile."""
+    info = docker.get(name)
+    if info is None or info.state.pid is None:
+        raise InstinctError(f"the router {name} is not running", id="router_unhealthy")
+    master = info.state.pid
+    old = docker.children(name, master)
+    docker.signal(name, ROUTER_RELOAD_SIGNAL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if docker.children(name, master) - old:
+            return old
+        time.sleep(0.1)
+    tail = docker.logs(name, tail=20).strip().splitlines()
+    said = next((ln for ln in reversed(tail) if "ALERT" in ln), "")
+    raise NotReadyError(
+        f"the router {name} did not start a worker on the new configuration within "
+        f"{timeout:g} s" + (f": {said.strip()}" if said else ""),
+        fix=f"read its log: `instinct logs {name}`",
+        id="router_unhealthy",
+        details={"router": name, "log_tail": tail},
+    )
+
+
+def wait_drained(docker: Docker, name: str, old: set[int], *, timeout: float = DRAIN_S) -> bool:
+    """Wait until the old workers ``old`` have exited (their last response sent)."""
+    info = docker.get(name)
+    if info is None or info.state.pid is None:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not docker.children(name, info.state.pid) & old:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 # ----------------------------------------------------------------------------- ps and stop

@@ -4,7 +4,8 @@
 returns to the plan an upgrade replaced; both need the plan itself, not only the labels a
 container carries. ``<data dir>/plans/<endpoint name>.json`` on the endpoint's host (next
 to ``verified``, through the ``Host``) holds ``{"current": PLAN, "last_good": PLAN|null}``,
-each the launch fields of a ``LaunchPlan`` (no secret: variables passed by name are names).
+each the launch fields of a ``LaunchPlan`` (no secret: variables passed by name are names),
+with its replica group where it has one (a group is recorded under its router's name).
 
 Records are data, not trust: a loaded plan is rendered like any other (names checked,
 every word quoted, argv never a shell line), and one that does not parse reads as absent.
@@ -19,6 +20,7 @@ from typing import Any
 
 from instinct_serve.hosts import Host
 from instinct_serve.plan.model import LaunchPlan, Mount
+from instinct_serve.plan.replicas import group_from_record
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 MAX_RECORD_BYTES = 262_144
@@ -57,6 +59,7 @@ class PlanRecord:
 def to_doc(plan: LaunchPlan) -> dict[str, Any]:
     doc = {key: getattr(plan, key) for key in _FIELDS}
     doc["mounts"] = [list(m) for m in plan.mounts]
+    doc["group"] = plan.group.record() if plan.group is not None else None
     copied: dict[str, Any] = json.loads(json.dumps(doc))  # plain JSON values (copies)
     return copied
 
@@ -71,6 +74,10 @@ def from_doc(doc: Any) -> LaunchPlan | None:
         plan = LaunchPlan(mounts=mounts, **fields)
     except (TypeError, ValueError, KeyError):
         return None
+    if doc.get("group") is not None:
+        plan.group = group_from_record(doc["group"])
+        if plan.group is None:
+            return None
     text_lists = (plan.docker_flags, plan.secret_env, plan.vllm_args)
     if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in text_lists):
         return None

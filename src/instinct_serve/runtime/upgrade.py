@@ -1,13 +1,34 @@
 """``serve --upgrade`` and ``rollback``: a new plan proven beside the old one, then swapped.
 
-What "switch the port over" can honestly mean with docker port publishing: a running
-container's published ports cannot be changed, and two containers cannot publish the same
-host port. So the switch is a *relaunch of the proven plan on the real port*:
+**Behind a router (a replica group, ``upgrade_group``): zero downtime.** The router holds
+the public port and never lets go of it:
+
+1. the new replicas start beside the old ones on spare loopback ports, as ``NAME-next-rI``
+   (or back as ``NAME-rI`` when the old ones are the ``-next`` ones; ``plan.replicas.
+   moved``), and each goes through everything serve does (``GroupDeployer``: start-up,
+   /health, warm-up, coherence, a known failure relaunched once with its fix). A failed
+   one is kept stopped for its log, the other new ones are removed, and the old group is
+   never touched: same containers, same router configuration;
+2. once all are proven, the router's configuration is rewritten to them and HAProxy
+   reloads gracefully (master-worker mode, SIGUSR2: ``runtime.group.reload_router``): its
+   new worker takes the listening socket over from the old one, which finishes the
+   requests it holds and exits; then the old replicas are removed
+   (``figures.switch_s``, ``drain_s``);
+3. the old plan is kept as ``last_good``; ``rollback`` swaps back the same way.
+
+Old and new replicas run together for a while, on the same GPUs unless ``--gpus`` says
+otherwise. When a GPU cannot hold both (the sum of their ``--gpu-memory-utilization``
+shares passes 1: ``check_fits_beside``), two or more replicas on the same GPU sets are
+replaced one at a time (``_roll``: replica I out of rotation by a reload, drained, removed,
+the new one started on its GPUs, proven, put in rotation; a failed one puts the old plan
+back the same way); anything else is refused before anything starts.
+
+**One endpoint (no router): a relaunch on the real port.** A running container's
+published ports cannot be changed, and two containers cannot publish the same host port:
 
 1. the new plan is launched beside the old one as ``NAME-next`` on a spare port and goes
-   through everything serve does (pull, start-up, /health, warm-up, coherence probe; a
-   known failure relaunched once with its fix). If it fails, it is stopped (kept for its
-   log) and the old endpoint is never touched: same container, still answering;
+   through everything serve does. If it fails, it is stopped (kept for its log) and the
+   old endpoint is never touched: same container, still answering;
 2. once proven, the candidate is stopped (its GPU memory freed), and the plan is served
    on the real port in place of the old endpoint (serve's ``--replace`` path). The image
    is pulled and the weights are on disk and in the page cache by then, so the outage is
@@ -16,16 +37,16 @@ host port. So the switch is a *relaunch of the proven plan on the real port*:
    the same way. Should the real-port launch itself fail, the old plan is served again at
    once (an automatic rollback).
 
-Not zero-downtime: that needs something in front of the port that can move (a proxy, a
-client-side switch to the spare port). Keeping the new server on the spare port behind a
-forwarder would leave a forwarder in every request's path for the endpoint's life; a
-start from warm caches is the smaller, honest step.
+This path is not zero-downtime: that needs the router (``--replicas N``); a single
+endpoint served without one keeps no proxy in every request's path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -34,6 +55,7 @@ from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH, LABEL_PORT
 from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.plan.replicas import Replica, haproxy_config
 from instinct_serve.runtime import journal, plans
 from instinct_serve.runtime.backend import Backend
 from instinct_serve.runtime.documents import ServeOutcome
@@ -41,6 +63,7 @@ from instinct_serve.runtime.events import EventSink, Healthy, Note, ServeEvent
 from instinct_serve.runtime.settings import ServeSettings
 
 if TYPE_CHECKING:
+    from instinct_serve.runtime.docker import Docker
     from instinct_serve.runtime.serve import Deployer
 
 CANDIDATE_SUFFIX = "-next"
@@ -68,14 +91,15 @@ class Clock:
         return round(self.healthy_at - self.stopped_at, 3)
 
 
-def spare_port(host: Host, port: int) -> int:
-    """A port near ``port`` that nothing listens on, on the endpoint's host."""
+def spare_port(host: Host, port: int, taken: Collection[int] = ()) -> int:
+    """A port near ``port`` that nothing listens on, on the endpoint's host (and not one
+    of ``taken``, already given to another new replica)."""
     from instinct_serve.runtime.docker import Docker
 
     docker = Docker(host)
     for offset in SPARE_PORTS:
         candidate = port + offset
-        if candidate < 65536 and not docker.listeners(candidate):
+        if candidate < 65536 and candidate not in taken and not docker.listeners(candidate):
             return candidate
     raise InstinctError(
         f"no free port near {port} on {host.name} for the new plan to start beside the old",
@@ -137,6 +161,14 @@ def upgrade(
         )
     record = plans.load(host, name)
     old_plan = record.current
+    if old_plan is not None and old_plan.group is not None and old_plan.group.mode == "replicas":
+        raise UsageError(
+            f"{name} is a replica group behind a router, and the new plan is one endpoint: "
+            "an upgrade keeps the endpoint's shape",
+            fix=f"upgrade with --replicas {old_plan.group.count} (the router swaps the "
+            f"replicas), or replace the group with an outage: `instinct stop {name}`, then serve",
+            id="bad_usage",
+        )
     if old_plan is None or old_plan.labels.get(LABEL_PLAN_HASH) != old.plan_hash:
         raise UsageError(
             f"{name} runs a plan this tool has no record of (served by an earlier version, "
@@ -207,6 +239,441 @@ def upgrade(
     return final
 
 
+# ----------------------------------------------------------------------------- groups
+
+
+def upgrade_group(
+    host: Host,
+    plan: LaunchPlan,
+    settings: ServeSettings,
+    sink: EventSink,
+    *,
+    gfx: str | None = None,
+    device_root: str = "",
+) -> ServeOutcome:
+    """Serve the replica group ``plan`` in place of the running group of the same name,
+    behind the same router, without refusing a request (module docstring)."""
+    from instinct_serve.runtime.docker import Docker
+    from instinct_serve.runtime.group import GroupDeployer, config_path, is_router, reloadable
+
+    name = plan.container_name
+    router = Docker(host).get(name)
+    if router is None or not is_router(router) or not router.state.running:
+        raise UsageError(
+            f"nothing to upgrade: no running instinct-serve replica group named {name} on "
+            f"{host.name}",
+            fix="serve it without --upgrade (or name the running group with --name); a "
+            "single endpoint is upgraded as a single endpoint (without --replicas)",
+            id="not_found",
+        )
+    old_plan = plans.load(host, name).current
+    if (
+        old_plan is None
+        or old_plan.group is None
+        or (host.read_text(config_path(host, name)) or "") != haproxy_config(old_plan)
+    ):
+        raise UsageError(
+            f"the group {name} runs a plan this tool has no record of (served by an earlier "
+            "version, or changed by hand): there would be nothing to roll back to",
+            fix=f"serve its current plan once more (it is reused and recorded), or replace "
+            f"it without a way back: `instinct stop {name}`, then serve",
+            id="plan_not_recorded",
+        )
+    if not reloadable(router):
+        raise UsageError(
+            f"the router of {name} was started by an earlier version, without HAProxy's "
+            "master-worker mode: it cannot reload its configuration in place",
+            fix=f"restart the group once (a short outage): `instinct stop {name}` and serve "
+            "its current plan; later upgrades swap the replicas without one",
+            id="router_not_reloadable",
+        )
+    old_router, new_router = old_plan.group.router, plan.group.router if plan.group else None
+    if (
+        old_router is None
+        or new_router is None
+        or (old_router.bind, old_router.port) != (new_router.bind, new_router.port)
+    ):
+        raise UsageError(
+            f"the new plan listens elsewhere than {name}'s router ("
+            + (f"{new_router.bind}:{new_router.port}" if new_router else "no router")
+            + (f" instead of {old_router.bind}:{old_router.port}" if old_router else "")
+            + "): an upgrade keeps the router and its address",
+            fix="upgrade with the same --port and --public, or replace the group with an "
+            f"outage: `instinct stop {name}`, then serve",
+            id="bad_usage",
+        )
+    wanted = plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)
+    if wanted == old_plan.labels.get(LABEL_PLAN_HASH):
+        sink(Note(message=f"{name} already runs this plan: nothing to upgrade"))
+        deployer = GroupDeployer(host, plan, settings, sink=sink, gfx=gfx, device_root=device_root)
+        try:
+            reused = deployer.reuse()
+        finally:
+            deployer.close()
+        if reused is not None:
+            return reused
+    return _swap(host, old_plan, plan, settings, sink, gfx=gfx, device_root=device_root)
+
+
+def gpu_load(plan: LaunchPlan) -> dict[int, float]:
+    """The share of each GPU's memory a group's replicas take (``--gpu-memory-
+    utilization``, vLLM's default where the plan does not set it)."""
+    from instinct_serve.engine.gpus import VLLM_DEFAULT_UTILIZATION
+
+    text = vllm_args.value(plan.vllm_args, "--gpu-memory-utilization")
+    try:
+        share = float(text) if text else VLLM_DEFAULT_UTILIZATION
+    except ValueError:
+        share = VLLM_DEFAULT_UTILIZATION
+    load: dict[int, float] = {}
+    members = plan.group.members if plan.group is not None else []
+    for member in members:
+        for gpu in member.gpus:
+            load[gpu] = load.get(gpu, 0.0) + share
+    return load
+
+
+def check_fits_beside(old: LaunchPlan, new: LaunchPlan) -> None:
+    """Old and new replicas run together during the switch: refuse, before starting
+    anything, when a GPU both use cannot hold both (vLLM reserves its share at start)."""
+    old_load, new_load = gpu_load(old), gpu_load(new)
+    over = sorted(g for g in old_load.keys() & new_load.keys() if old_load[g] + new_load[g] > 1.0)
+    if not over:
+        return
+    gpus = ",".join(map(str, over))
+    raise UsageError(
+        f"the new replicas would start on GPU(s) {gpus} beside the old ones, which already "
+        f"reserve {max(old_load[g] for g in over):.0%} of their memory; together they would "
+        f"need {max(old_load[g] + new_load[g] for g in over):.0%}: the switch needs old and "
+        "new running at once",
+        fix="upgrade onto other GPUs (--gpus), or onto the same GPU sets with two or more "
+        "replicas (they are then replaced one at a time), or serve both plans with a smaller "
+        "share (`-- --gpu-memory-utilization 0.45`), or replace the group with an outage "
+        f"(`instinct stop {old.container_name}`, then serve)",
+        id="upgrade_does_not_fit",
+        details={"gpus": over, "old": old_load, "new": new_load},
+    )
+
+
+def _swap(
+    host: Host,
+    old_plan: LaunchPlan,
+    plan: LaunchPlan,
+    settings: ServeSettings,
+    sink: EventSink,
+    *,
+    gfx: str | None = None,
+    device_root: str = "",
+    kind: str = "upgraded",
+) -> ServeOutcome:
+    """Start ``plan``'s replicas beside ``old_plan``'s, prove them, point the router at
+    them (a graceful reload), stop the old ones once drained; record and journal it."""
+    from instinct_serve.plan.replicas import moved
+    from instinct_serve.runtime.docker import Docker
+    from instinct_serve.runtime.group import (
+        GroupDeployer,
+        reload_router,
+        wait_drained,
+        write_config,
+    )
+
+    name = plan.container_name
+    old_group, group = old_plan.group, plan.group
+    assert old_group is not None and group is not None and group.router is not None
+    docker = Docker(host)
+    old_names = [m.name for m in old_group.members]
+    prefix = name + CANDIDATE_SUFFIX + "-r"
+    suffix = "" if all(n.startswith(prefix) for n in old_names) else CANDIDATE_SUFFIX
+    ports: list[int] = []
+    for _ in group.members:
+        ports.append(spare_port(host, group.router.port, ports))
+    cand = moved(plan, ports, suffix)
+    assert cand.group is not None
+    try:
+        check_fits_beside(old_plan, plan)
+    except UsageError:
+        if not _can_roll(old_plan, plan):
+            raise
+        return _roll(host, old_plan, cand, settings, sink, gfx, device_root, kind)
+    new_names = [m.name for m in cand.group.members]
+    sink(
+        Note(
+            message=f"starting the new plan beside {name}'s replicas as "
+            f"{', '.join(new_names)} on ports {', '.join(map(str, ports))}"
+        )
+    )
+    deployer = GroupDeployer(
+        host, cand, replace(settings, replace=True), sink=sink, gfx=gfx, device_root=device_root
+    )
+    try:
+        failed = deployer.launch_members()
+        proven = failed if failed is not None else deployer.prove_members()
+    except BaseException:
+        deployer.abandon()
+        raise
+    finally:
+        deployer.close()
+    if not isinstance(proven, list):
+        return _candidate_failed(host, name, proven, new_names)
+    started = time.monotonic()
+    write_config(host, name, haproxy_config(cand))
+    try:
+        old_workers = reload_router(docker, name)
+    except InstinctError as exc:
+        write_config(host, name, haproxy_config(old_plan))
+        with contextlib.suppress(InstinctError):
+            reload_router(docker, name)
+        _remove(docker, new_names)
+        journal.record(host, name, "upgrade_failed", why=exc.message, candidate=new_names)
+        raise
+    switch_s = round(time.monotonic() - started, 3)
+    plans.save(host, cand, last_good=old_plan)  # the router serves it from now on
+    sink(Note(message=f"{name} routes to the new replicas ({switch_s} s); draining the old"))
+    drained = wait_drained(docker, name, old_workers)
+    drain_s = round(time.monotonic() - started - switch_s, 3)
+    _remove(docker, [n for n in old_names if n not in new_names])
+    final = GroupDeployer(host, cand, settings, sink=sink, gfx=gfx, device_root=device_root)
+    try:
+        outcome = final.reuse()
+    finally:
+        final.close()
+    if outcome is None:  # the router or a replica went away meanwhile
+        raise InstinctError(
+            f"{name} was switched to the new replicas, but the group does not answer now",
+            fix=f"`instinct ps` and `instinct logs {name}`; `instinct rollback {name}` "
+            "returns to the old plan",
+            id="router_unhealthy",
+        )
+    if outcome.status == "reused":
+        outcome.status = "ready"
+    figures = {"switch_s": switch_s, "drain_s": drain_s, "drained": drained}
+    journal.record(
+        host,
+        name,
+        kind,
+        **figures,
+        replicas=new_names,
+        image=plan.image,
+        previous_image=old_plan.image,
+    )
+    outcome.figures = {**outcome.figures, **figures}
+    outcome.notes.append(
+        f"switched over behind the router: {name} kept listening; the old replicas "
+        + ("finished their requests" if drained else "were stopped after the drain limit")
+        + f" and were removed; `instinct rollback {name}` returns to the old plan"
+    )
+    return outcome
+
+
+def _can_roll(old: LaunchPlan, new: LaunchPlan) -> bool:
+    """Replica by replica on the same GPUs: two or more of them, on the same GPU sets."""
+    if old.group is None or new.group is None or len(old.group.members) < 2:
+        return False
+    return [m.gpus for m in old.group.members] == [m.gpus for m in new.group.members]
+
+
+class _Roller:
+    """One replica at a time behind the router, when the GPUs cannot hold old and new
+    together: replica I is taken out of rotation (a reload, its requests drained), removed,
+    and the new replica I started on its GPUs, proven and put in rotation; the others
+    serve meanwhile (one replica less of capacity, both plans answering for a while)."""
+
+    def __init__(
+        self,
+        host: Host,
+        base: LaunchPlan,
+        settings: ServeSettings,
+        sink: EventSink,
+        gfx: str | None,
+        device_root: str,
+    ) -> None:
+        from instinct_serve.runtime.docker import Docker
+
+        assert base.group is not None
+        self.host, self.base, self.settings, self.sink = host, base, settings, sink
+        self.gfx, self.device_root = gfx, device_root
+        self.docker = Docker(host)
+        # what the router routes to, by index (None: a slot out of rotation, empty)
+        self.slots: list[Replica | None] = list(base.group.members)
+
+    def route(self, plan: LaunchPlan | None = None) -> None:
+        """Point the router at ``plan``'s replicas (else the slots' that are filled) and
+        wait until the old worker has finished its requests."""
+        from instinct_serve.runtime.group import reload_router, wait_drained, write_config
+
+        if plan is None:
+            plan = copy.deepcopy(self.base)
+            assert plan.group is not None
+            plan.group.members = [m for m in self.slots if m is not None]
+        write_config(self.host, self.base.container_name, haproxy_config(plan))
+        old = reload_router(self.docker, self.base.container_name)
+        wait_drained(self.docker, self.base.container_name, old)
+
+    def replace(self, index: int, to: LaunchPlan) -> ServeOutcome | None:
+        """Slot ``index`` to ``to``'s replica; None when done, else the failed outcome
+        (the slot is then empty and out of rotation)."""
+        from instinct_serve.runtime.group import GroupDeployer
+
+        assert to.group is not None
+        current = self.slots[index]
+        if current is not None:
+            self.slots[index] = None
+            self.route()
+            _remove(self.docker, [current.name])
+        one = copy.deepcopy(to)
+        assert one.group is not None
+        member = one.group.members[index]
+        one.group.members = [member]
+        self.sink(Note(message=f"replica {index}: {member.name} in place of the old one"))
+        deployer = GroupDeployer(
+            self.host,
+            one,
+            replace(self.settings, replace=True),
+            sink=self.sink,
+            gfx=self.gfx,
+            device_root=self.device_root,
+        )
+        try:
+            failed = deployer.launch_members()
+            proven = failed if failed is not None else deployer.prove_members()
+        except BaseException:
+            deployer.abandon()
+            raise
+        finally:
+            deployer.close()
+        if not isinstance(proven, list):
+            return proven
+        self.slots[index] = member
+        self.route()
+        return None
+
+
+def _roll(
+    host: Host,
+    old_plan: LaunchPlan,
+    cand: LaunchPlan,
+    settings: ServeSettings,
+    sink: EventSink,
+    gfx: str | None,
+    device_root: str,
+    kind: str,
+) -> ServeOutcome:
+    """``_swap`` one replica at a time (``_Roller``); a failed new replica puts the old
+    plan back the same way (each replica relaunched as it was)."""
+    from instinct_serve.runtime.group import GroupDeployer
+
+    name = cand.container_name
+    assert old_plan.group is not None and cand.group is not None
+    sink(
+        Note(
+            message=f"the GPUs cannot hold the old and new replicas of {name} together: "
+            "replacing them one at a time behind the router"
+        )
+    )
+    roller = _Roller(host, old_plan, settings, sink, gfx, device_root)
+    started = time.monotonic()
+    for index in range(len(cand.group.members)):
+        failed = roller.replace(index, cand)
+        if failed is None:
+            continue
+        culprit = failed.plan.container_name
+        left = roller.docker.get(culprit)
+        if left is not None and left.managed and left.state.running:
+            with contextlib.suppress(InstinctError):
+                roller.docker.stop(left.id, remove=False)
+        restored = roller.replace(index, old_plan)  # the empty slot: the old replica again
+        for back in reversed(range(index)):
+            restored = restored or roller.replace(back, old_plan)
+        if restored is None:
+            roller.route(old_plan)
+            note = f"{name} serves the old plan again (each replaced replica relaunched)"
+        else:
+            note = (
+                f"{name} could not be put back on the old plan: "
+                f"{restored.plan.container_name} failed too; `instinct ps` shows what serves"
+            )
+        failed.notes.append(note)
+        sink(Note(message=note))
+        journal.record(
+            host,
+            name,
+            "upgrade_failed",
+            why=failed.failure.cause if failed.failure else failed.status,
+            candidate=culprit,
+            rolled=True,
+        )
+        return failed
+    roller.route(cand)
+    plans.save(host, cand, last_good=old_plan)
+    roll_s = round(time.monotonic() - started, 3)
+    final = GroupDeployer(host, cand, settings, sink=sink, gfx=gfx, device_root=device_root)
+    try:
+        outcome = final.reuse()
+    finally:
+        final.close()
+    if outcome is None:
+        raise InstinctError(
+            f"{name} was moved to the new replicas, but the group does not answer now",
+            fix=f"`instinct ps` and `instinct logs {name}`; `instinct rollback {name}` "
+            "returns to the old plan",
+            id="router_unhealthy",
+        )
+    outcome.status = "ready"
+    figures = {"roll_s": roll_s, "rolled": True}
+    journal.record(
+        host,
+        name,
+        kind,
+        **figures,
+        replicas=[m.name for m in cand.group.members],
+        image=cand.image,
+        previous_image=old_plan.image,
+    )
+    outcome.figures = {**outcome.figures, **figures}
+    outcome.notes.append(
+        f"replaced one replica at a time behind the router ({roll_s} s): {name} kept "
+        f"listening; `instinct rollback {name}` returns to the old plan"
+    )
+    return outcome
+
+
+def _candidate_failed(
+    host: Host, name: str, failed: ServeOutcome, new_names: list[str]
+) -> ServeOutcome:
+    """A new replica failed: the failed one is kept (stopped) for its log, the other new
+    ones are removed; the old group was never touched."""
+    from instinct_serve.runtime.docker import Docker
+
+    docker = Docker(host)
+    culprit = failed.plan.container_name
+    _remove(docker, [n for n in new_names if n != culprit])
+    left = docker.get(culprit)
+    if left is not None and left.managed and left.state.running:  # a timeout leaves it running
+        with contextlib.suppress(InstinctError):
+            docker.stop(left.id, remove=False)
+    note = f"{name} still serves the old plan, untouched"
+    failed.notes.append(note)
+    failed.status = "failed" if failed.status in ("ready", "reused") else failed.status
+    journal.record(
+        host,
+        name,
+        "upgrade_failed",
+        why=failed.failure.cause if failed.failure else failed.status,
+        candidate=culprit,
+    )
+    return failed
+
+
+def _remove(docker: Docker, names: list[str]) -> None:
+    """Stop and remove these replicas (ours only), and forget their keys and proofs."""
+    for member in names:
+        info = docker.get(member)
+        if info is not None and info.managed:
+            with contextlib.suppress(InstinctError):
+                docker.stop(info.id)
+        _forget_candidate(docker.host, member)
+
+
 def _forget_candidate(host: Host, name: str) -> None:
     """The candidate's records (key, proof) are of no use once it is gone."""
     from instinct_serve.runtime.endpoints import _forget_key, _forget_record
@@ -226,6 +693,23 @@ def rollback(
             f"no plan to roll back to for {name} on {host.name}",
             fix="a last-good plan is kept by `instinct serve ... --upgrade`",
             id="no_last_good",
+        )
+    if record.last_good.group is not None and record.current is not None:
+        if record.current.group is None:
+            raise UsageError(
+                f"{name} is one endpoint now and was a replica group: rollback swaps "
+                "replicas behind a router, or relaunches one endpoint, not one for the other",
+                fix=f"`instinct stop {name}`, then serve the plan you want",
+                id="no_last_good",
+            )
+        return _swap(
+            host,
+            record.current,
+            record.last_good,
+            settings,
+            sink,
+            device_root=device_root,
+            kind="rolled_back",
         )
     backend = backend_for_plan(host, record.last_good, device_root)
     clock = Clock(sink)
