@@ -339,3 +339,30 @@ def test_the_native_script_prints_the_bind_serve_launches() -> None:
     opened = sample_plan(vllm_args=["--port", "8000", "--host", "0.0.0.0"])
     argv = shlex.split(native_script(opened).strip().splitlines()[-1])
     assert argv[3:] == ["--port", "8000", "--host", "0.0.0.0"]
+
+
+@pytest.mark.parametrize(
+    ("change", "error_id"),
+    [
+        ({"image": "--privileged"}, "bad_image"),
+        ({"image": "img --privileged"}, "bad_image"),
+        ({"container_name": "-x"}, "bad_name"),
+        ({"container_name": "a b"}, "bad_name"),
+    ],
+)
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "json"])
+def test_a_name_or_image_that_would_read_as_an_option_is_refused(
+    change: dict[str, str], error_id: str, fmt: str
+) -> None:
+    """A plan read back from a record (``runtime.plans``) is data: an image or container
+    name that docker would take as an option never reaches a command line."""
+    plan = sample_plan()
+    for key, value in change.items():
+        setattr(plan, key, value)
+    if fmt == "native" and "image" in change:
+        return  # the native rendering runs no image
+    with pytest.raises(UsageError) as refused:
+        render(plan, fmt)
+    assert refused.value.id == error_id
+    with pytest.raises(UsageError):
+        docker_argv(plan)

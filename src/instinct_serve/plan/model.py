@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instinct_serve.errors import UsageError
-from instinct_serve.options import DEFAULT_PORT, ENV_NAME
+from instinct_serve.options import CONTAINER_NAME, DEFAULT_PORT, ENV_NAME
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
 from instinct_serve.plan import caches
 from instinct_serve.plan.caches import CacheLayout
@@ -320,8 +320,28 @@ class PlanResult:
 
 
 def check_names(plan: LaunchPlan) -> None:
-    """Refuse to render a plan with an environment name that is not a variable name (every
-    rendering calls it: a recipe can say anything)."""
+    """Refuse to render a plan with an environment name that is not a variable name, a
+    container name docker would not take, or an image that would read as an option (every
+    rendering calls it: a recipe, or a plan record read back from disk, can say anything)."""
+    names = [plan.container_name]
+    if plan.group is not None:
+        names += [m.name for m in plan.group.members]
+        names += [plan.group.router.name] if plan.group.router is not None else []
+    for name in names:
+        if not CONTAINER_NAME.fullmatch(name):
+            raise UsageError(
+                f"the plan names a container {name!r}, which is not a container name",
+                fix="letters, digits, '_', '.', '-' (128 at most, not starting with '-')",
+                id="bad_name",
+                details={"name": name},
+            )
+    if plan.image.startswith("-") or any(c.isspace() for c in plan.image):  # "": native
+        raise UsageError(
+            f"the plan's image {plan.image!r} is not an image reference",
+            fix="name an image such as vllm/vllm-openai-rocm:v0.20.0 (--image)",
+            id="bad_image",
+            details={"image": plan.image},
+        )
     for name in [*plan.env, *plan.secret_env]:
         if not ENV_NAME.fullmatch(name):
             raise UsageError(

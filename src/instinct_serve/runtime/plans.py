@@ -14,15 +14,14 @@ every word quoted, argv never a shell line), and one that does not parse reads a
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from instinct_serve.hosts import Host
+from instinct_serve.options import CONTAINER_NAME
 from instinct_serve.plan.model import LaunchPlan, Mount
 from instinct_serve.plan.replicas import group_from_record
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 MAX_RECORD_BYTES = 262_144
 # What a relaunch needs of a plan (the rest is explanation, re-made by ``plan``).
 _FIELDS = (
@@ -91,7 +90,7 @@ def from_doc(doc: Any) -> LaunchPlan | None:
 def _path(host: Host, name: str) -> str | None:
     from instinct_serve.engine import hostfs
 
-    if not _NAME.fullmatch(name):
+    if not CONTAINER_NAME.fullmatch(name):
         return None
     return hostfs.join(hostfs.data_dir(host), "plans", f"{name}.json")
 
