@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from instinct_serve.plan.model import RESTART_POLICY
-from tests.infra.docker import TestImage, free_port
+from tests.infra.docker import TestImage, free_port_run
 from tests.serve.conftest import MODEL, Serve, docker, inspect, run_cli
 
 pytestmark = pytest.mark.docker
@@ -56,7 +56,7 @@ def router_log(name: str) -> str:
 
 
 def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImage) -> None:
-    port = free_port()
+    port = free_port_run(REPLICAS + 1)  # the replicas take the ports after the router's
     name = serve.name("group")
     members = [f"{name}-r{i}" for i in range(REPLICAS)]
     serve.names.extend(members)
@@ -178,7 +178,7 @@ def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImag
 def test_a_public_group_has_one_generated_key(serve: Serve, router_test_image: TestImage) -> None:
     """--public: only the router listens on every interface; the replicas stay on loopback
     and share the group's generated key, so the client's one key passes to any replica."""
-    port = free_port()
+    port = free_port_run(3)
     name = serve.name("pubgroup")
     members = [f"{name}-r0", f"{name}-r1"]
     serve.names.extend(members)

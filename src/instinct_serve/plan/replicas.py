@@ -547,6 +547,10 @@ defaults
     option redispatch 1
     option http-buffer-request
     http-reuse never
+    # a reload (upgrade, rollback): the old worker keeps its idle keep-alive connections
+    # and answers their next request with "Connection: close", instead of closing them
+    # under a client that is sending one (a keep-alive client saw a RemoteProtocolError)
+    option idle-close-on-response
 
 frontend openai
     bind {router.bind}:{router.port}
