@@ -68,6 +68,7 @@ import pytest
 
 from instinct_serve.hosts import LocalHost
 from instinct_serve.plan.labels import label_args
+from instinct_serve.runtime.tunnel import bindable
 from tests.infra.paths import LOGS
 
 DOUBLE = Path(__file__).resolve().parent / "vllm_double.py"
@@ -140,19 +141,10 @@ def free_port_run(count: int) -> int:
     for _ in range(50):
         first = free_port()
         run = range(first, first + count)
-        if run[-1] < 65536 and not _handed_out & set(run[1:]) and all(map(_bindable, run[1:])):
+        if run[-1] < 65536 and not _handed_out & set(run[1:]) and all(map(bindable, run[1:])):
             _handed_out.update(run)
             return first
     raise RuntimeError(f"no {count} consecutive free ports found")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 # --------------------------------------------------------------------------- daemon

@@ -32,7 +32,8 @@ def free_local_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """Whether a TCP socket can bind ``port`` on this machine's loopback right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -91,7 +92,7 @@ class Tunnel:
         if not isinstance(self.host, SshHost):
             raise HostError(f"cannot tunnel to {self.host.name}", id="tunnel_unsupported")
         if self.requested_local_port is not None:
-            if not _bindable(self.requested_local_port):
+            if not bindable(self.requested_local_port):
                 raise HostError(
                     f"local port {self.requested_local_port} is already in use",
                     fix="pick another local port, or leave it to the tool",

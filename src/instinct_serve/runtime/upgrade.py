@@ -242,6 +242,31 @@ def upgrade(
 # ----------------------------------------------------------------------------- groups
 
 
+def _launch_and_prove(
+    host: Host,
+    plan: LaunchPlan,
+    settings: ServeSettings,
+    sink: EventSink,
+    gfx: str | None,
+    device_root: str,
+) -> list[ServeOutcome] | ServeOutcome:
+    """Launch ``plan``'s replicas (replacing what holds their names or ports: ours only)
+    and prove each: their outcomes, or the first failed one; removed if interrupted."""
+    from instinct_serve.runtime.group import GroupDeployer
+
+    deployer = GroupDeployer(
+        host, plan, replace(settings, replace=True), sink=sink, gfx=gfx, device_root=device_root
+    )
+    try:
+        failed = deployer.launch_members()
+        return failed if failed is not None else deployer.prove_members()
+    except BaseException:
+        deployer.abandon()
+        raise
+    finally:
+        deployer.close()
+
+
 def upgrade_group(
     host: Host,
     plan: LaunchPlan,
@@ -402,17 +427,7 @@ def _swap(
             f"{', '.join(new_names)} on ports {', '.join(map(str, ports))}"
         )
     )
-    deployer = GroupDeployer(
-        host, cand, replace(settings, replace=True), sink=sink, gfx=gfx, device_root=device_root
-    )
-    try:
-        failed = deployer.launch_members()
-        proven = failed if failed is not None else deployer.prove_members()
-    except BaseException:
-        deployer.abandon()
-        raise
-    finally:
-        deployer.close()
+    proven = _launch_and_prove(host, cand, settings, sink, gfx, device_root)
     if not isinstance(proven, list):
         return _candidate_failed(host, name, proven, new_names)
     started = time.monotonic()
@@ -512,7 +527,6 @@ class _Roller:
     def replace(self, index: int, to: LaunchPlan) -> ServeOutcome | None:
         """Slot ``index`` to ``to``'s replica; None when done, else the failed outcome
         (the slot is then empty and out of rotation)."""
-        from instinct_serve.runtime.group import GroupDeployer
 
         assert to.group is not None
         current = self.slots[index]
@@ -525,22 +539,9 @@ class _Roller:
         member = one.group.members[index]
         one.group.members = [member]
         self.sink(Note(message=f"replica {index}: {member.name} in place of the old one"))
-        deployer = GroupDeployer(
-            self.host,
-            one,
-            replace(self.settings, replace=True),
-            sink=self.sink,
-            gfx=self.gfx,
-            device_root=self.device_root,
+        proven = _launch_and_prove(
+            self.host, one, self.settings, self.sink, self.gfx, self.device_root
         )
-        try:
-            failed = deployer.launch_members()
-            proven = failed if failed is not None else deployer.prove_members()
-        except BaseException:
-            deployer.abandon()
-            raise
-        finally:
-            deployer.close()
         if not isinstance(proven, list):
             return proven
         self.slots[index] = member
