@@ -5,7 +5,7 @@ Read from the source (``ast``), so an import inside a function counts as much as
 top; only imports under ``if TYPE_CHECKING:`` are left out (they never run). Importing
 ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` too, so those are edges as well.
 
-    pure core   hardware catalog fit plan diagnose observe + options units paths errors
+    pure core   hardware catalog fit plan diagnose observe + options names units paths errors
                 jsonio credentials vllm_args data     (data in, data out)
     gather      the I/O shell of the steps: detect on a host, sync recipes, assemble a plan
     adapters    hosts runtime engine checks     (hosts, processes, docker)
@@ -30,6 +30,7 @@ PURE = {
     "plan",
     "diagnose",
     "options",
+    "names",
     "units",
     "paths",
     "errors",

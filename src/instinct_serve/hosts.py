@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import IO, NamedTuple, Protocol, runtime_checkable
 
 from instinct_serve.errors import HostError, UsageError
+from instinct_serve.names import is_env_name
 
 DEFAULT_TIMEOUT_S = 60.0
 SSH_CONNECT_TIMEOUT_S = 10
@@ -177,12 +178,11 @@ _ENV_SCRIPT = (
     'for n in "$@"; do eval "[ -n \\"\\${$n+x}\\" ]" && '
     '{ eval "v=\\${$n}"; printf "%s=%s\\0" "$n" "$v"; }; done; exit 0'
 )
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _env_names(names: Iterable[str]) -> list[str]:
     wanted = list(dict.fromkeys(names))
-    bad = [n for n in wanted if not _ENV_NAME.fullmatch(n)]
+    bad = [n for n in wanted if not is_env_name(n)]
     if bad:
         raise ValueError(f"not environment variable names: {bad}")
     return wanted

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
 
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.profiles import gpu_choices
+from instinct_serve.names import CONTAINER_NAME, ENV_NAME_RULE, is_env_name
 from instinct_serve.units import KV_CACHE_DTYPE_BYTES, token_count
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
@@ -43,8 +44,6 @@ Kind = Literal[
     "args",  # arguments passed to `vllm serve` as they are
 ]
 
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 MAX_TEXT = 4096
 MAX_ITEMS = 64
 
@@ -209,7 +208,7 @@ def _items(name: str, spec: Opt, value: Any) -> list[Any]:
     return items
 
 
-_NOT_ENV_NAME = "is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+_NOT_ENV_NAME = f"is not an environment variable name ({ENV_NAME_RULE})"
 
 
 def _env_items(name: str, spec: Opt, value: Any) -> tuple[dict[str, str], list[str]]:
@@ -225,14 +224,14 @@ def _env_items(name: str, spec: Opt, value: Any) -> tuple[dict[str, str], list[s
             if sep:
                 pairs.append((key, val))
             elif spec.names_into:
-                if not ENV_NAME.fullmatch(key) or len(key) > 128:
+                if not is_env_name(key):
                     raise _fail(name, spec, key, _NOT_ENV_NAME)
                 bare.append(key)
             else:
                 raise _fail(name, spec, item, "use NAME=VALUE")
     env: dict[str, str] = {}
     for key, val in pairs:
-        if not isinstance(key, str) or not ENV_NAME.fullmatch(key) or len(key) > 128:
+        if not is_env_name(key):
             raise _fail(name, spec, key, _NOT_ENV_NAME)
         if not isinstance(val, str) or len(val) > MAX_TEXT or "\0" in val:
             raise _fail(name, spec, key, "has a value that is not text (or is too long)")
@@ -290,7 +289,7 @@ def _convert(name: str, spec: Opt, value: Any) -> Any:
     if kind == "names":
         names: list[str] = []
         for item in _items(name, spec, value):
-            if not isinstance(item, str) or not ENV_NAME.fullmatch(item) or len(item) > 128:
+            if not is_env_name(item):
                 raise _fail(name, spec, item, _NOT_ENV_NAME)
             if item not in names:
                 names.append(item)

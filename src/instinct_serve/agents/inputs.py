@@ -22,9 +22,8 @@ from pydantic import (
 )
 
 from instinct_serve.errors import UsageError
+from instinct_serve.names import CONTAINER_NAME, ENV_NAME, MAX_ENV_NAME
 from instinct_serve.options import (
-    CONTAINER_NAME,
-    ENV_NAME,
     FitRequest,
     JobOptions,
     Opt,
@@ -51,7 +50,7 @@ Text = Annotated[str, Field(min_length=1, max_length=512)]
 ContainerName = Annotated[
     str, Field(pattern=f"^{CONTAINER_NAME.pattern}$", description="Container name or id")
 ]
-EnvName = Annotated[str, Field(pattern=f"^{ENV_NAME.pattern}$", max_length=128)]
+EnvName = Annotated[str, Field(pattern=f"^{ENV_NAME.pattern}$", max_length=MAX_ENV_NAME)]
 
 
 class ToolInput(BaseModel):

@@ -15,16 +15,15 @@ generation/brand key (both ``amd`` for Instinct), which wins over ``default``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
+
+from instinct_serve.names import ENV_NAME_RULE, is_env_name
 
 AMD_KEYS = ("amd",)  # generation and brand of every Instinct profile in upstream's taxonomy
 
 # Environment variables that recipes and the GPU data set on a launch: a shell-safe name
-# (``options.ENV_NAME``: ``[A-Za-z_][A-Za-z0-9_]*``) and a one-line value.
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_ENV_NAME = 128
+# (``names.is_env_name``) and a one-line value.
 MAX_ENV_VALUE = 4096
 # Where recipe data holds environment maps: a key ending a path in these names.
 ENV_KEYS = ("env", "extra_env", "base_env")
@@ -33,11 +32,8 @@ ENV_KEYS = ("env", "extra_env", "base_env")
 def env_problem(name: Any, value: Any) -> str | None:
     """Why ``name=value`` cannot be set on a launch (None: it can). Values are text (YAML
     numbers and booleans were turned into text when the recipe was read) on one line."""
-    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name) or len(name) > MAX_ENV_NAME:
-        return (
-            f"environment variable name {str(name)[:60]!r} is not [A-Za-z_][A-Za-z0-9_]* "
-            f"(at most {MAX_ENV_NAME} characters)"
-        )
+    if not is_env_name(name):
+        return f"environment variable name {str(name)[:60]!r} is not {ENV_NAME_RULE}"
     if not isinstance(value, str):
         return f"environment variable {name} has a value that is not text"
     if len(value) > MAX_ENV_VALUE:

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from instinct_serve.credentials import HF_TOKEN_NAMES
 from instinct_serve.hosts import Host, Result
+from instinct_serve.names import is_env_name
 from instinct_serve.paths import HF_ENV_NAMES
 
 T = TypeVar("T")
@@ -34,8 +35,6 @@ ENV_NAMES: tuple[str, ...] = (
 )
 # Secrets: only their presence (non-empty) is ever reported.
 SECRET_NAMES: tuple[str, ...] = HF_TOKEN_NAMES
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # $@: secret names to test for presence (values never leave the shell: only the length
 # is read), then the user and groups of the session. `eval` only ever sees validated names.
@@ -258,7 +257,7 @@ class Probe:
 
         def compute() -> TargetEnv:
             values = self.host.env(ENV_NAMES)
-            secrets = [n for n in SECRET_NAMES if _NAME.fullmatch(n)]
+            secrets = [n for n in SECRET_NAMES if is_env_name(n)]
             result = self.run(["sh", "-c", _IDENTITY_SCRIPT, "sh", *secrets])
             return parse_env(result.stdout, values)
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instinct_serve.errors import UsageError
-from instinct_serve.options import CONTAINER_NAME, DEFAULT_PORT, ENV_NAME
+from instinct_serve.names import CONTAINER_NAME, is_env_name
+from instinct_serve.options import DEFAULT_PORT
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
 from instinct_serve.plan import caches
 from instinct_serve.plan.caches import CacheLayout
@@ -343,7 +344,7 @@ def check_names(plan: LaunchPlan) -> None:
             details={"image": plan.image},
         )
     for name in [*plan.env, *plan.secret_env]:
-        if not ENV_NAME.fullmatch(name):
+        if not is_env_name(name):
             raise UsageError(
                 f"the plan's environment has an invalid variable name {name!r}",
                 fix="variable names are letters, digits and '_' (not starting with a digit)",

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from instinct_serve import __version__
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hardware.partitions import Layout, endpoints, spanning_warning
-from instinct_serve.options import ENV_NAME, PlanOptions
+from instinct_serve.names import is_env_name
+from instinct_serve.options import PlanOptions
 from instinct_serve.plan.decisions import (
     FIT_OK,
     TpDecision,
@@ -556,7 +557,7 @@ def _check_env(env: dict[str, str]) -> None:
     from instinct_serve.credentials import is_secret_name, looks_like_token
 
     for key, value in env.items():
-        if not ENV_NAME.fullmatch(key):
+        if not is_env_name(key):
             raise UsageError(
                 f"the plan's environment has an invalid variable name {key!r}",
                 fix="variable names are letters, digits and '_' (not starting with a digit); "

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from instinct_serve import vllm_args
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.partitions import Layout, replicas
-from instinct_serve.options import CONTAINER_NAME
+from instinct_serve.names import CONTAINER_NAME
 from instinct_serve.plan.labels import (
     LABEL_GROUP,
     LABEL_PLAN_HASH,

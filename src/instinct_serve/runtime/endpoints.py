@@ -308,7 +308,7 @@ def log_redactor(host: Host, name: str, by_name: Sequence[str] = ()) -> Redactor
 def passed_by_name(found: Any) -> list[str]:
     """The names an endpoint (a ``ContainerInfo`` or a native process, as ``find`` returns
     them) got variables by: its label, or the launcher's record. Names only, checked."""
-    from instinct_serve.options import ENV_NAME
+    from instinct_serve.names import is_env_name
     from instinct_serve.runtime.backend import LABEL_BY_NAME
 
     labels = getattr(found, "labels", None)
@@ -318,7 +318,7 @@ def passed_by_name(found: Any) -> list[str]:
         names = str(labels.get(LABEL_BY_NAME, "")).split(",")
     elif isinstance(meta, Mapping) and isinstance(meta.get("secret_env"), list):
         names = [str(n) for n in meta["secret_env"]]
-    return [n for n in names if ENV_NAME.fullmatch(n)][:64]
+    return [n for n in names if is_env_name(n)][:64]
 
 
 def read_log(host: Host, name: str, tail: int, *, managed_only: bool = False) -> tuple[str, str]:

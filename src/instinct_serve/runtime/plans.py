@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from instinct_serve.hosts import Host
-from instinct_serve.options import CONTAINER_NAME
+from instinct_serve.names import CONTAINER_NAME
 from instinct_serve.plan.model import LaunchPlan, Mount
 from instinct_serve.plan.replicas import group_from_record
 
