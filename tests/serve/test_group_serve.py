@@ -162,15 +162,29 @@ def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImag
     assert again.returncode == 0, again.explain()
     assert again.result["status"] == "reused" and not again.of("launched")
 
-    # stop: the group, router first; its configuration goes with it
     config = Path(os.environ["INSTINCT_DATA_DIR"]) / "groups" / f"{name}.haproxy.cfg"
     assert f"server r2 127.0.0.1:{ports[2]} check" in config.read_text()
     assert config.stat().st_mode & 0o777 == 0o644  # HAProxy's user reads it; no secret
+
+    # fewer replicas: the third is not left running (holding its GPU) beside the new plan
+    fewer = ["--gpu-count", "2", "--replicas", "2", "--router-image", router_test_image.tag]
+    refused = serve(*fewer, image=image, name=name, port=port)
+    assert refused.returncode == 3, refused.explain()
+    assert refused.result["error"]["id"] == "container_name_conflict", refused.explain()
+    assert all(inspect(m) is not None for m in members)  # refused before touching anything
+    smaller = serve(*fewer, "--replace", image=image, name=name, port=port)
+    assert smaller.returncode == 0, smaller.explain()
+    assert [m["name"] for m in smaller.result["replicas"]["members"]] == members[:2]
+    assert inspect(members[2]) is None, "the extra replica was left behind"
+    assert "server r2 " not in config.read_text()
+    assert chat(base, 10) == [200] * 10
+
+    # stop: the group, router first; its configuration goes with it
     stop = run_cli(["stop", name, "--json"])
     assert stop.returncode == 0, stop.explain()
     stopped = json.loads(stop.stdout)["stopped"][0]
-    assert [m["name"] for m in stopped["members"]] == [name, *members]
-    for container in (name, *members):
+    assert [m["name"] for m in stopped["members"]] == [name, *members[:2]]
+    for container in (name, *members[:2]):
         assert inspect(container) is None
     assert not config.exists()
 
