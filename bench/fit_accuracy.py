@@ -102,6 +102,7 @@ class Case:
     logged: dict[str, float]
     derives: str = ""
     notes: list[str] = field(default_factory=list)
+    engine: str | None = None  # "v0" | "v1" as logged (``instinct fit --engine``)
 
 
 def load_cases() -> tuple[list[Case], dict[str, str]]:
@@ -148,6 +149,7 @@ def load_cases() -> tuple[list[Case], dict[str, str]]:
                 dict(c.get("env", {})),
                 logged,
                 c.get("derives", ""),
+                engine=c.get("engine"),
             )
         )
     return out, dict(doc.get("not_sized", {}))
@@ -156,7 +158,7 @@ def load_cases() -> tuple[list[Case], dict[str, str]]:
 def run_case(case: Case) -> FitReport:
     """Size the case as ``instinct fit`` does: the log's flags through ``fit_options``."""
     ctx = LaunchContext(launch_args=case.args, vllm_version=case.version, env=case.env)
-    opts, _notes = fit_options(ctx)
+    opts, _notes = fit_options(ctx, engine=case.engine)
     return estimate(case.meta, case.hw, opts)
 
 
