@@ -121,10 +121,6 @@ DIAGNOSIS_GAPS: dict[str, str] = {
 
 # Where today's phase tracker reports another furthest phase than the log shows.
 PHASE_GAPS: dict[str, str] = {
-    "28_startup_t4_llama3.2-3b_fp16_V0_v0.8.2_figures.log": "every line carries Unsloth's "
-    "'vLLM STDOUT: ' echo prefix before vLLM's own 'INFO mm-dd' prefix; the log-line parser does "
-    "not strip it, so only the tracker's unanchored patterns (the V0 budget and KV lines) match: "
-    "the API server line is not read ('profiling')",
     "14_hsa_memory_aperture_violation_mi300x_v1_runtime.log": "the excerpt is cut right after "
     "the benchmark's run_vllm frame, which builds the engine as well as runs it: no line left "
     "shows the engine was up (the thread says llm.generate ran): 'starting'",
@@ -132,9 +128,6 @@ PHASE_GAPS: dict[str, str] = {
 
 # Where today's tracker does not read a figure the log prints (or reads another value).
 FIGURE_GAPS: dict[str, str] = {
-    "28_startup_t4_llama3.2-3b_fp16_V0_v0.8.2_figures.log": "the 'vLLM STDOUT: ' echo prefix "
-    "hides 'Model loading took', '# cuda blocks', 'Maximum concurrency' and 'Graph capturing "
-    "finished' from the tracker's anchored patterns (see PHASE_GAPS)",
     "12_max_model_len_exceeds_kv_rtx3090_llama3.1-8b_29k_V0.log": "the block count is on the "
     "pasted '# GPU blocks: 1478' line, which starts with '#' and is dropped as a note by the "
     "corpus convention (tests/diagnose/logs.py), so diagnose never sees it",

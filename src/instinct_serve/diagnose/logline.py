@@ -4,7 +4,8 @@ vLLM output reaches us wrapped in several layers of prefixes: the process tag of
 multiprocessing (``(EngineCore_DP0 pid=494)``, nested for Ray workers), ``[rank0]:`` from
 torch, the vLLM logger header (``ERROR 08-19 13:12:57 [core.py:708]``, older
 ``INFO 01-30 03:18:12 gpu_model_runner.py:848]``), uvicorn's ``INFO:     ``, c10's
-``[W807 17:02:45.247 ProcessGroupNCCL.cpp:1476]``, docker-compose and CRI timestamps. The
+``[W807 17:02:45.247 ProcessGroupNCCL.cpp:1476]``, docker-compose and CRI timestamps, a
+wrapper's echo label (``vLLM STDOUT: ``). The
 rules in this package match the *message* and look at the *level*: an error anchored at
 the start of an ERROR (or unlevelled) message is real, the same words inside a WARNING or an
 INFO line are not. Pure functions, shared by ``diagnose`` and the startup phase tracker.
@@ -24,6 +25,9 @@ _PROC = re.compile(r"^\((?:[^()\n]{0,120}?\b)?pid=\d+[^()\n]{0,80}\)\s?")
 _RANK = re.compile(r"^\[rank\d+\]:\s?")
 # docker compose: "vllm-1  | "
 _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.\-]{0,63}\s+\|\s")
+# a wrapper that echoes vLLM's output under a label of its own ("vLLM STDOUT: INFO 05-05 ..."
+# from Unsloth): taken off only where a vLLM logger header follows (after a process tag)
+_ECHO = re.compile(r"^[A-Za-z][\w .\-]{0,40}:\s+")
 # CRI / buildkite / kubectl --timestamps: "2024-06-28T06:11:52.685Z ", "[2025-03-10T15:07:20Z] "
 _STAMP = re.compile(
     r"^\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?\s+"
@@ -84,6 +88,10 @@ def split_message(line: str) -> tuple[str, str | None]:
     level: str | None = None
     for _ in range(8):  # prefixes nest (engine core > ray worker > logger header)
         m = _PROC.match(text) or _RANK.match(text) or _COMPOSE.match(text) or _STAMP.match(text)
+        if m is None and (echo := _ECHO.match(text)):
+            rest = text[echo.end() :]
+            tag = _PROC.match(rest)
+            m = echo if _VLLM.match(rest[tag.end() :] if tag else rest) else None
         if m:
             text = text[m.end() :]
             continue
