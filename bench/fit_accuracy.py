@@ -40,6 +40,9 @@ CONFIGS = REPO / "tests" / "fixtures" / "configs"
 CASES = LOGS / "fit_cases.json"
 TARGETS = {"kv_tokens": (3.0, 10.0), "weights": (None, 2.0)}  # (median, p90) in %
 METRICS = ("weights", "weights_rocm_device", "kv_gib", "kv_tokens", "concurrency")
+# Overhead parts V0 logs print ("non_torch_memory takes X", "PyTorch activation peak memory
+# takes Y"): compared in GiB, per case, to show which part of a KV error is which; no target.
+COMPONENTS = {"non_torch_gib": "non_torch", "activation_peak_gib": "activation"}
 # cases.json figures that are vLLM flags, with their spelling
 FLAG_OF = {
     "tp": "--tensor-parallel-size",
@@ -103,6 +106,7 @@ class Case:
     derives: str = ""
     notes: list[str] = field(default_factory=list)
     engine: str | None = None  # "v0" | "v1" as logged (``instinct fit --engine``)
+    parts: dict[str, float] = field(default_factory=dict)  # logged COMPONENTS, GiB
 
 
 def load_cases() -> tuple[list[Case], dict[str, str]]:
@@ -129,6 +133,10 @@ def load_cases() -> tuple[list[Case], dict[str, str]]:
                 logged["kv_blocks"] = float(fig["kv_cache_blocks"])
         args += c.get("args", [])
         logged.update(c.get("logged", {}))
+        parts = {key: logged.pop(key) for key in list(logged) if key in COMPONENTS}
+        if c["log"].startswith("public/"):
+            fig = public[c["log"].removeprefix("public/")]["figures"] or {}
+            parts = {k: float(fig[k]) for k in COMPONENTS if fig.get(k) is not None} | parts
         dev = c["device"]
         gpus = 1
         for flag in ("--tensor-parallel-size", "--pipeline-parallel-size"):
@@ -150,6 +158,7 @@ def load_cases() -> tuple[list[Case], dict[str, str]]:
                 logged,
                 c.get("derives", ""),
                 engine=c.get("engine"),
+                parts=parts,
             )
         )
     return out, dict(doc.get("not_sized", {}))
@@ -215,6 +224,16 @@ def measure(case: Case, r: FitReport) -> dict[str, dict[str, float]]:
     return out
 
 
+def components(case: Case, r: FitReport) -> dict[str, dict[str, float]]:
+    """The logged overhead parts against the model's, in GiB (``COMPONENTS``)."""
+    o = r.overhead
+    model = {"non_torch": o.non_torch_bytes / GIB, "activation": o.activation_bytes / GIB}
+    return {
+        COMPONENTS[key]: {"logged": value, "estimate": model[COMPONENTS[key]]}
+        for key, value in case.parts.items()
+    }
+
+
 def distribution(errors: list[float]) -> dict[str, float] | None:
     if not errors:
         return None
@@ -244,6 +263,7 @@ def evaluate() -> dict[str, Any]:
                     "graphs": o.graph_bytes / GIB,
                 },
                 "metrics": measure(case, r),
+                "components": components(case, r),
             }
         )
     summary: dict[str, dict[str, Any]] = {}
@@ -294,6 +314,16 @@ def main(argv: list[str]) -> int:
             " " * 56 + f" overhead: activation {oh['activation']:.2f} + non-torch "
             f"{oh['non_torch']:.2f} + graphs {oh['graphs']:.2f} GiB (vLLM {row['vllm']})"
         )
+        if row["components"]:
+            print(
+                " " * 56
+                + " logged: "
+                + ", ".join(
+                    f"{part} {c['logged']:.2f} (model {c['estimate'] - c['logged']:+.2f})"
+                    for part, c in row["components"].items()
+                )
+                + " GiB"
+            )
     print("* tokens the logged available memory holds (the log prints no token count)")
     print()
     print("|error| in %                n   median      p90      max")
