@@ -911,7 +911,6 @@ class ServeOptions(PlanOptions):
         help="Replace the running endpoint of this name only once the new plan is proven "
         "beside it on a spare port (health, warm-up, coherence); a bad one leaves the old "
         "untouched; `instinct rollback NAME` returns to the old plan.",
-        mcp=False,
     )
     prefetch: bool = opt(
         False,
@@ -1121,7 +1120,6 @@ def _relaunch_timeout() -> Any:
     """Serve's own ``--timeout`` (same bounds), for the relaunches watch and rollback make."""
     spec = option_of(ServeOptions, "timeout_s")._replace(
         help="Seconds a relaunch may take to /health (default: scaled to the weights).",
-        mcp=False,
     )
     return field(default=None, metadata={"opt": spec})
 

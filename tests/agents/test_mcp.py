@@ -27,6 +27,7 @@ TOOLS = {
     "fit",
     "plan",
     "serve",
+    "rollback",
     "status",
     "logs",
     "metrics",
@@ -120,8 +121,13 @@ def test_lists_the_tools_with_flat_validated_schemas() -> None:
     plan_props = set(tools["plan"].input_schema["properties"])
     assert plan_props <= set(serve)  # serve takes every plan option
     assert tools["logs"].input_schema["properties"]["tail"]["maximum"] == 500
-    assert tools["stop"].annotations is not None
-    assert tools["stop"].annotations.destructive_hint is True
+    for acting in ("stop", "rollback"):
+        annotations = tools[acting].annotations
+        assert annotations is not None and annotations.destructive_hint is True
+    assert serve["upgrade"]["default"] is False
+    rollback = tools["rollback"].input_schema
+    assert rollback["required"] == ["name"]
+    assert rollback["properties"]["timeout_s"]["minimum"] >= 1
     assert tools["plan"].annotations is not None
     assert tools["plan"].annotations.read_only_hint is True
 

@@ -142,3 +142,50 @@ def test_an_agent_walks_a_large_model_to_a_coherent_answer(serve: Serve) -> None
     rows = {row["name"]: row for row in status.doc["endpoints"]}
     assert rows[name]["verified"]["coherence"] == "coherent"
     assert inspect(name) is None
+
+
+def test_an_agent_upgrades_an_endpoint_and_rolls_it_back(serve: Serve) -> None:
+    """serve with upgrade=true, as the CLI's ``serve --upgrade``: the summary says what an
+    upgrade does; a bad new plan leaves the running endpoint untouched (same container);
+    a good one is swapped in; the rollback tool returns to the old plan."""
+    name, port = serve.name("mcp-up"), free_port()
+    serve.names.append(f"{name}-next")
+    old_image, new_image = serve.double(), serve.double(VLLM_DOUBLE_SALAD="repeat")
+    bad_image = serve.double("incoherent")
+    args = serve_args(serve, name, port, old_image)
+    ids: dict[str, str | None] = {}
+
+    def container_id() -> str | None:
+        info = inspect(name)
+        return None if info is None else str(info["Id"])
+
+    async def scenario(client: Client) -> list[Call]:
+        first = await client.call("serve", args)
+        ids["first"] = container_id()
+        upgrade = {**args, "upgrade": True}
+        summary = await client.call("serve", {**upgrade, "image": new_image, "confirm": False})
+        bad = await client.call("serve", {**upgrade, "image": bad_image})
+        ids["after_bad"] = container_id()
+        good = await client.call("serve", {**upgrade, "image": new_image})
+        ids["after_good"] = container_id()
+        back = await client.call("rollback", {"name": name, "root": str(serve.root)})
+        again = await client.call("rollback", {"name": f"{name}-none", "root": str(serve.root)})
+        return [first, summary, bad, good, back, again]
+
+    first, summary, bad, good, back, none = run_session(scenario, timeout=300)
+    assert first.doc["status"] == "ready", first.text[-3000:]
+    assert any("beside it on a spare port" in step for step in summary.doc["confirm_would"])
+    assert summary.doc["launched"] is False and ids["first"] is not None
+
+    assert bad.is_error and bad.doc["status"] == "failed", bad.text[-3000:]
+    assert any("still serves the old plan, untouched" in n for n in bad.doc["notes"])
+    assert ids["after_bad"] == ids["first"]
+
+    assert not good.is_error and good.doc["status"] == "ready", good.text[-3000:]
+    assert good.doc["endpoint"]["base_url"] == f"http://127.0.0.1:{port}/v1"
+    assert ids["after_good"] not in (None, ids["first"])
+
+    assert not back.is_error and back.doc["status"] == "ready", back.text[-3000:]
+    info = inspect(name)
+    assert info is not None and info["Config"]["Image"] == old_image
+    assert none.is_error and none.error["id"] == "no_last_good", none.text

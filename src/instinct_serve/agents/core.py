@@ -5,7 +5,8 @@ exit code the CLI would give, and whether the action asked for failed). They are
 and thread-safe, and the server runs them in worker threads. Nothing here prints to stdout
 (the MCP stream): warnings from the shared CLI helpers go to stderr.
 
-Safety rules the server relies on: ``serve`` launches nothing without ``confirm``;
+Safety rules the server relies on: ``serve`` (an upgrade too) launches nothing without
+``confirm``;
 ``stop``, ``logs`` and ``diagnose --container`` act only on containers carrying the
 managed label (``runtime.endpoints``), so a foreign container is a structured error; logs and
 lists are bounded here, and ``agents.safety`` redacts secrets from every document.
@@ -26,6 +27,7 @@ from instinct_serve.agents.inputs import (
     MetricsInput,
     RecipesSearchInput,
     RecipesShowInput,
+    RollbackExtras,
     ServeExtras,
     StatusInput,
     StopInput,
@@ -238,7 +240,20 @@ WOULD = (
 )
 
 
-def serve_summary(result: PlanResult, host: Host) -> dict[str, Any]:
+UPGRADE_WOULD = (
+    "run `instinct check` on {host} ({checks}) and stop if it is not ready",
+    "refuse unless an instinct-serve endpoint named {name} runs a plan this tool recorded",
+    "start the new plan beside it on a spare port ({name}-next; for a replica group, new "
+    "replicas behind the same router) and prove it: /health, warm-up, coherence",
+    "if the new plan fails: stop it, keep its log, and leave the running endpoint untouched",
+    "if it is proven: behind a router, point the router at it (no request refused); for one "
+    "endpoint, stop the old one and serve the new plan on port {port} (a warm restart, a "
+    "few seconds without an endpoint)",
+    "keep the old plan as last-good: the rollback tool returns to it",
+)
+
+
+def serve_summary(result: PlanResult, host: Host, *, upgrade: bool = False) -> dict[str, Any]:
     """The confirmation document: what the user approves, and what approval does."""
     from instinct_serve.plan.summary import summary_rows
 
@@ -263,7 +278,7 @@ def serve_summary(result: PlanResult, host: Host) -> dict[str, Any]:
         "summary": [{"item": k, "value": v} for k, v in summary_rows(result)],
         "warnings": list(plan.warnings),
         "plan": _doc(result),
-        "confirm_would": [step.format(**fields) for step in WOULD],
+        "confirm_would": [step.format(**fields) for step in (UPGRADE_WOULD if upgrade else WOULD)],
         "next": "show this summary to the user; once they agree, call serve again with the "
         "same arguments, confirm=true and plan_hash=" + plan.plan_hash,
     }
@@ -283,7 +298,7 @@ def serve(inp: ServeExtras, sink: EventSink, cancelled: Callable[[], bool]) -> O
     host = _host(inp.host)
     if not inp.confirm:  # the plan prepare will make (a CPU-only engine's: its CPU's)
         result = serve_plan(host, opts.plan_options(), engine=opts.engine)
-        return Outcome(serve_summary(result, host))
+        return Outcome(serve_summary(result, host, upgrade=opts.upgrade))
     return deploy(inp, opts, host, sink, cancelled)
 
 
@@ -335,6 +350,17 @@ def deploy(
             id="cancelled",
         ) from None
     settings = serve_settings(opts)
+    if opts.upgrade:
+        try:
+            upgraded = prepared.upgrade(settings, emit)
+        except KeyboardInterrupt:  # Cancelled: what this run launched is removed
+            raise InstinctError(
+                "the upgrade was cancelled; the new plan's endpoint was removed",
+                fix="see the endpoint with the status tool; call serve again with upgrade=true "
+                "and confirm=true when the user wants it",
+                id="cancelled",
+            ) from None
+        return Outcome(_doc(upgraded), upgraded.exit_code, failed=not upgraded.ok)
     # Nobody to ask: a running endpoint is replaced only with replace=true.
     deployer = prepared.deployer(settings, emit, confirm=None)
     try:
@@ -349,4 +375,32 @@ def deploy(
             deployer.close()
     except Interrupted as stop:
         outcome = stop.outcome
+    return Outcome(_doc(outcome), outcome.exit_code, failed=not outcome.ok)
+
+
+def rollback(inp: RollbackExtras, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
+    """``instinct rollback NAME --json``: the last good plan (the one an upgrade replaced)
+    served again in place of the current one, which becomes the last good."""
+    from instinct_serve.runtime.events import ServeEvent
+    from instinct_serve.runtime.settings import ServeSettings
+    from instinct_serve.runtime.upgrade import rollback as run_rollback
+
+    opts = inp.options()
+    host = _host(inp.host)
+
+    def emit(event: ServeEvent) -> None:
+        if cancelled():
+            raise Cancelled()
+        sink(event.to_dict())
+
+    try:
+        outcome = run_rollback(
+            host, inp.name, ServeSettings(timeout_s=opts.timeout_s), emit, device_root=inp.root
+        )
+    except KeyboardInterrupt:
+        raise InstinctError(
+            "the rollback was cancelled; what it launched was removed",
+            fix="see what runs with the status tool",
+            id="cancelled",
+        ) from None
     return Outcome(_doc(outcome), outcome.exit_code, failed=not outcome.ok)

@@ -28,6 +28,7 @@ from instinct_serve.options import (
     JobOptions,
     Opt,
     PlanOptions,
+    RollbackOptions,
     ServeOptions,
     declared,
 )
@@ -223,6 +224,18 @@ def job_input(
 FitInput = job_input("FitInput", FitRequest)
 PlanInput = job_input("PlanInput", PlanOptions)
 ServeInput = job_input("ServeInput", ServeOptions, base=ServeExtras)
+
+
+class RollbackExtras(JobInput):
+    """What the MCP ``rollback`` takes besides its options: the endpoint."""
+
+    mcp_only: ClassVar[frozenset[str]] = frozenset({"host", "name", "root"})
+
+    name: ContainerName = Field(description="The endpoint whose last good plan to serve again.")
+    root: str = Field(default="", max_length=4096, description=ROOT_HELP)
+
+
+RollbackInput = job_input("RollbackInput", RollbackOptions, base=RollbackExtras)
 
 
 class StatusInput(ToolInput):

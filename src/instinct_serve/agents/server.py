@@ -142,10 +142,25 @@ TOOLS: dict[str, Tool] = {
             "Without confirm: the confirmation summary only (nothing is run on the host). "
             "With confirm=true (after the user approved the summary): check, launch, follow "
             "startup (progress notifications), health, warm-up, coherence; the result has "
-            "the endpoint's base_url or the diagnosed failure (`instinct serve --json`).",
+            "the endpoint's base_url or the diagnosed failure (`instinct serve --json`). "
+            "upgrade=true replaces the running endpoint of that name only once the new plan "
+            "is proven beside it (a bad one leaves it untouched); rollback returns to it.",
             inputs.ServeInput,
             core.serve,
             read_only=False,
+            streams_events=True,
+        ),
+        Tool(
+            "rollback",
+            "Roll back an upgrade",
+            "Serve an endpoint's last good plan (the one serve with upgrade=true replaced) in "
+            "its place, proven as serve proves it; behind a router without a refused request, "
+            "else with a warm restart. A second rollback undoes the first (`instinct rollback "
+            "NAME --json`). Ask the user first.",
+            inputs.RollbackInput,
+            core.rollback,
+            read_only=False,
+            destructive=True,
             streams_events=True,
         ),
         Tool(

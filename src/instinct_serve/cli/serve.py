@@ -458,30 +458,9 @@ def _serve(view: ServeView, opts: ServeOptions, host_spec: str | None) -> int:
     yes = opts.yes
     prepared = prepare(host, opts.plan_options(), engine=engine, sink=view.event, root=opts.root)
     if opts.upgrade:
-        from instinct_serve.runtime.upgrade import upgrade
-
-        if opts.replace:
-            raise UsageError(
-                "--upgrade and --replace are two ways to replace an endpoint",
-                fix="--upgrade proves the new plan first; --replace stops the old one at once",
-                id="bad_usage",
-            )
-        if not yes:
+        if not yes and not settings.replace:  # with --replace it is refused: no question
             view.confirm_plan(prepared.result)
-        plan = prepared.result.plan
-        if plan.group is not None and plan.group.mode == "replicas":
-            from instinct_serve.runtime.upgrade import upgrade_group
-
-            outcome = upgrade_group(
-                host,
-                plan,
-                settings,
-                view.event,
-                gfx=prepared.gfx,
-                device_root=getattr(prepared.backend, "device_root", ""),
-            )
-        else:
-            outcome = upgrade(host, plan, prepared.backend, settings, view.event)
+        outcome = prepared.upgrade(settings, view.event)
         view.result(outcome)
         return outcome.exit_code
     deployer = prepared.deployer(settings, view.event, view.confirm_fn())

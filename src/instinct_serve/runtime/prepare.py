@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from instinct_serve.options import PlanOptions, ServeOptions
     from instinct_serve.plan.model import PlanResult
     from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.documents import ServeOutcome
     from instinct_serve.runtime.group import GroupDeployer
     from instinct_serve.runtime.serve import Deployer
     from instinct_serve.runtime.settings import ServeSettings
@@ -201,6 +202,30 @@ class Prepared:
             confirm=confirm,
             gfx=self.gfx,
         )
+
+    def upgrade(self, settings: ServeSettings, sink: EventSink) -> ServeOutcome:
+        """``serve --upgrade`` (CLI and MCP alike): the new plan proven beside the running
+        one, then swapped in; a replica group behind its router without downtime."""
+        from instinct_serve.errors import UsageError
+        from instinct_serve.runtime import upgrade
+
+        if settings.replace:
+            raise UsageError(
+                "--upgrade and --replace are two ways to replace an endpoint",
+                fix="--upgrade proves the new plan first; --replace stops the old one at once",
+                id="bad_usage",
+            )
+        plan = self.result.plan
+        if plan.group is not None and plan.group.mode == "replicas":
+            return upgrade.upgrade_group(
+                self.host,
+                plan,
+                settings,
+                sink,
+                gfx=self.gfx,
+                device_root=getattr(self.backend, "device_root", ""),
+            )
+        return upgrade.upgrade(self.host, plan, self.backend, settings, sink)
 
 
 def prepare(
