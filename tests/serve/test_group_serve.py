@@ -108,6 +108,8 @@ def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImag
     assert not set(members) & set(rows), "replicas are not endpoints of their own"
     row = rows[name]
     assert (row["role"], row["port"], row["health"]) == ("router", port, "healthy")
+    assert row["verified"]["coherence"] == "coherent"  # probed through the router
+    assert result["endpoint"]["coherence"]["verdict"] == "coherent"
     assert [m["name"] for m in row["members"]] == members
     assert all(m["health"] == "healthy" for m in row["members"])
     human = run_cli(["ps"], env={**os.environ, "COLUMNS": "400"})  # other tests' rows too

@@ -60,9 +60,9 @@ from instinct_serve.plan.replicas import (
     restart_argv,
     router_argv,
 )
-from instinct_serve.runtime import health, keys, plans
+from instinct_serve.runtime import health, keys, plans, verified
 from instinct_serve.runtime.docker import ContainerInfo, Docker
-from instinct_serve.runtime.docker_backend import DockerBackend, rooted_devices
+from instinct_serve.runtime.docker_backend import DockerBackend, container_instance, rooted_devices
 from instinct_serve.runtime.documents import Endpoint, ServeOutcome, Status
 from instinct_serve.runtime.events import EventSink, Launched, Note, PhaseUpdate, Reused
 from instinct_serve.runtime.serve import Deployer, Interrupted
@@ -329,6 +329,8 @@ class GroupDeployer:
                 }
             )
         endpoint = self._endpoint(outcomes[0].endpoint, first)
+        if self.settings.coherence:
+            self._prove_router(endpoint)
         status: Status = "reused" if reused and router_reused else "ready"
         outcome = self._outcome(status, endpoint=endpoint)
         outcome.group = {
@@ -340,6 +342,37 @@ class GroupDeployer:
         outcome.phase = "ready"
         plans.save(self.host, self.plan)  # what `serve --upgrade` and `rollback` start from
         return outcome
+
+    def _prove_router(self, endpoint: Endpoint) -> None:
+        """The coherence probe through the router (each replica passed its own): what
+        clients get; kept, with the warm-up, as what ``ps`` shows proven for the router."""
+        self.sink(PhaseUpdate(phase="coherence_probe", message=f"through {self.router.name}"))
+        probe = health.coherence_probe(
+            self.base_url,
+            endpoint.model,
+            use_chat=endpoint.use_chat,
+            timeout=self.settings.probe_timeout_s,
+            api_key=self.api_key,
+        )
+        endpoint.coherence = probe.to_dict()
+        if not probe.ok:
+            raise NotReadyError(
+                f"the replicas answer coherently, but not through the router {self.router.name}: "
+                f"{self.redact.text(probe.completion.text[:200])!r}",
+                fix=f"see which server answers on port {self.router.port}: `instinct ps`, "
+                f"`instinct logs {self.router.name}`",
+                id="router_incoherent",
+            )
+        router = self._router()
+        if router is not None and router.state.running:
+            verified.save(
+                self.host,
+                router.name,
+                container_instance(router),
+                plan_hash=self.plan.plan_hash,
+                warmup_latency_s=endpoint.warmup_latency_s,
+                coherence=endpoint.coherence,
+            )
 
     def _router(self) -> ContainerInfo | None:
         return self.docker.get(self.router.name)
