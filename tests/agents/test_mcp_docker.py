@@ -189,3 +189,45 @@ def test_an_agent_upgrades_an_endpoint_and_rolls_it_back(serve: Serve) -> None:
     info = inspect(name)
     assert info is not None and info["Config"]["Image"] == old_image
     assert none.is_error and none.error["id"] == "no_last_good", none.text
+
+
+def test_cancelling_an_upgrade_removes_the_candidate_and_keeps_the_endpoint(serve: Serve) -> None:
+    """A cancelled ``serve`` with upgrade=true: the new plan's container (NAME-next) is
+    removed, as Ctrl-C does on the command line; the running endpoint is untouched."""
+    name, port = serve.name("mcp-upcancel"), free_port()
+    candidate = f"{name}-next"
+    serve.names.append(candidate)
+    args = serve_args(serve, name, port, serve.double())
+    upgrade = {**args, "image": serve.double(load_s=4), "upgrade": True}
+
+    async def scenario(client: Client) -> tuple[Call, str | None, bool, float]:
+        first = await client.call("serve", args)
+        info = inspect(name)
+        before = None if info is None else str(info["Id"])
+        launched = anyio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if (message or "").startswith("launched") and candidate in (message or ""):
+                launched.set()
+
+        async with anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                await client.session.call_tool("serve", upgrade, progress_callback=on_progress)
+
+            tg.start_soon(call)
+            with anyio.fail_after(60):
+                await launched.wait()
+            existed = inspect(candidate) is not None
+            tg.cancel_scope.cancel()
+        start = time.monotonic()
+        while inspect(candidate) is not None and time.monotonic() - start < 60:
+            await anyio.sleep(0.5)
+        return first, before, existed, time.monotonic() - start
+
+    first, before, existed, waited = run_session(scenario, timeout=240)
+    assert first.doc["status"] == "ready", first.text[-3000:]
+    assert existed, "the candidate was running when the request was cancelled"
+    assert inspect(candidate) is None, f"the candidate is still there after {waited:.0f} s"
+    info = inspect(name)
+    assert info is not None and info["State"]["Running"] and str(info["Id"]) == before

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from instinct_serve.hosts import Host
     from instinct_serve.options import FitRequest, PlanOptions, ServeOptions
     from instinct_serve.plan.model import PlanResult
+    from instinct_serve.runtime.events import ServeEvent
 
 EventSink = Callable[[dict[str, Any]], None]
 
@@ -306,6 +307,24 @@ class Cancelled(KeyboardInterrupt):
     """The MCP request was cancelled: unwinds serve like Ctrl-C (cleanup included)."""
 
 
+def _emitter(sink: EventSink, cancelled: Callable[[], bool]) -> Callable[[ServeEvent], None]:
+    """Serve events to the MCP sink (progress notifications, the JSON edge); once the request
+    is cancelled, ``Cancelled`` is raised once: the cleanup that follows must not be
+    interrupted by its own events."""
+    unwinding = False
+
+    def emit(event: ServeEvent) -> None:
+        nonlocal unwinding
+        if unwinding:
+            return
+        if cancelled():
+            unwinding = True
+            raise Cancelled()
+        sink(event.to_dict())
+
+    return emit
+
+
 def deploy(
     inp: ServeExtras,
     opts: ServeOptions,
@@ -318,22 +337,10 @@ def deploy(
     The plan made now must be the one the user approved (``plan_hash``), else
     ``plan_changed`` and nothing is launched.
     """
-    from instinct_serve.runtime.events import ServeEvent
     from instinct_serve.runtime.prepare import prepare, serve_settings
     from instinct_serve.runtime.serve import Interrupted
 
-    unwinding = False
-
-    def emit(event: ServeEvent) -> None:
-        # Raise once; the cleanup that follows must not be interrupted by its own events.
-        nonlocal unwinding
-        if unwinding:
-            return
-        if cancelled():
-            unwinding = True
-            raise Cancelled()
-        sink(event.to_dict())  # the JSON edge: MCP progress notifications
-
+    emit = _emitter(sink, cancelled)
     try:
         prepared = prepare(
             host,
@@ -381,21 +388,15 @@ def deploy(
 def rollback(inp: RollbackExtras, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
     """``instinct rollback NAME --json``: the last good plan (the one an upgrade replaced)
     served again in place of the current one, which becomes the last good."""
-    from instinct_serve.runtime.events import ServeEvent
     from instinct_serve.runtime.settings import ServeSettings
     from instinct_serve.runtime.upgrade import rollback as run_rollback
 
     opts = inp.options()
     host = _host(inp.host)
-
-    def emit(event: ServeEvent) -> None:
-        if cancelled():
-            raise Cancelled()
-        sink(event.to_dict())
-
+    settings = ServeSettings(timeout_s=opts.timeout_s)
     try:
         outcome = run_rollback(
-            host, inp.name, ServeSettings(timeout_s=opts.timeout_s), emit, device_root=inp.root
+            host, inp.name, settings, _emitter(sink, cancelled), device_root=inp.root
         )
     except KeyboardInterrupt:
         raise InstinctError(
