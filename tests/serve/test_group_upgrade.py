@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -315,3 +316,32 @@ def test_replicas_replaced_one_at_a_time_when_the_gpus_hold_one_plan(
         f"{run.result['figures']['roll_s']} s"
     )
     assert clients.failures() == [] and len(clients.results) > 0
+
+
+def test_a_spare_port_taken_before_the_launch_is_passed_over(
+    serve: Serve, router_test_image: TestImage
+) -> None:
+    """CI's failure: a spare port with no listener when chosen was bound before docker
+    published it (a client connection's local port). The new replicas are launched again
+    on other spare ports; the upgrade goes through."""
+    port, name = free_port_run(REPLICAS * 3 + 1), serve.name("gspare")
+    old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
+    new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
+    serve.names.extend(old_names + new_names)
+    group = ["--gpu-count", str(REPLICAS), "--replicas", str(REPLICAS)]
+    group += ["--router-image", router_test_image.tag]
+    first = serve(*group, *HALF, image=serve.double(load_s=0.3), name=name, port=port)
+    assert first.returncode == 0, first.explain()
+    taken = port + REPLICAS + 1  # the first port after the replicas': the first spare
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", taken))  # bound, not listening: no listener to see
+        new_image = serve.double(load_s=0.3, VLLM_DOUBLE_SALAD="repeat")
+        run = serve("--upgrade", *group, *HALF, image=new_image, name=name, port=port)
+    assert run.returncode == 0, run.explain()
+    notes = [e["message"] for e in run.of("note")]
+    assert any("taken before the launch" in n for n in notes), notes
+    new_ports = [m["port"] for m in members(run)]
+    assert taken not in new_ports and len(set(new_ports)) == REPLICAS
+    for member in new_names:
+        info = inspect(member)
+        assert info is not None and info["Config"]["Image"] == new_image

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.infra.docker import free_port
+from tests.infra.docker import free_port, free_port_run
 from tests.serve.conftest import CLI, MODEL, Serve, inspect, parse_lines, run_cli
 
 pytestmark = pytest.mark.docker
@@ -281,3 +282,23 @@ def _wait_native_exit(host: Any, name: str, timeout: float = 20.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"{name} still runs")
+
+
+def test_a_spare_port_taken_before_the_launch_is_passed_over(serve: Serve) -> None:
+    """The spare port has no listener when it is chosen, but a socket bound to it (a
+    connection's local port, another program) makes docker fail to publish it: the
+    candidate is launched again on the next spare port instead of failing the upgrade."""
+    port, name = free_port_run(3), serve.name("upspare")
+    serve.names.append(name + "-next")
+    assert serve(image=serve.double(load_s=0.3), port=port, name=name).returncode == 0
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", port + 1))  # bound, not listening: no listener to see
+        new_image = serve.double(load_s=0.3, VLLM_DOUBLE_SALAD="repeat")
+        run = serve("--upgrade", image=new_image, port=port, name=name)
+    assert run.returncode == 0, run.explain()
+    notes = [e["message"] for e in run.of("note")]
+    assert any("taken before the launch" in n for n in notes), notes
+    assert any(f"port {port + 2}" in n for n in notes), notes
+    current = inspect(name)
+    assert current is not None and current["Config"]["Image"] == new_image
+    assert inspect(name + "-next") is None

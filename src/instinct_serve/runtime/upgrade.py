@@ -46,9 +46,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from instinct_serve import vllm_args
 from instinct_serve.errors import InstinctError, UsageError
@@ -68,6 +68,8 @@ if TYPE_CHECKING:
 
 CANDIDATE_SUFFIX = "-next"
 SPARE_PORTS = range(1, 200)  # offsets from the real port tried for the candidate
+SPARE_PORT_TRIES = 3  # launches on fresh spare ports when one was taken meanwhile
+T = TypeVar("T")
 
 
 @dataclass
@@ -106,6 +108,40 @@ def spare_port(host: Host, port: int, taken: Collection[int] = ()) -> int:
         fix="free a port above it, or upgrade with `serve --replace` (with an outage)",
         id="port_in_use",
     )
+
+
+def spare_ports(host: Host, port: int, count: int, taken: Collection[int] = ()) -> list[int]:
+    """``count`` different spare ports near ``port`` (``spare_port``), none of ``taken``."""
+    ports: list[int] = []
+    for _ in range(count):
+        ports.append(spare_port(host, port, [*taken, *ports]))
+    return ports
+
+
+def on_spare_ports(
+    host: Host, port: int, count: int, launch: Callable[[list[int]], T], sink: EventSink
+) -> T:
+    """``launch`` on ``count`` spare ports near ``port``. Nothing listens on them when they
+    are chosen, but a connection's local port or another program can take one before
+    docker binds it (``port_in_use``): those are passed over and the launch is made again
+    on others (``SPARE_PORT_TRIES`` in all). ``launch`` leaves nothing behind when it
+    raises (a container docker could not start is removed)."""
+    avoid: list[int] = []
+    for attempt in range(1, SPARE_PORT_TRIES + 1):
+        ports = spare_ports(host, port, count, avoid)
+        try:
+            return launch(ports)
+        except InstinctError as exc:
+            if exc.id != "port_in_use" or attempt == SPARE_PORT_TRIES:
+                raise
+            avoid += ports
+            sink(
+                Note(
+                    message=f"a spare port was taken before the launch ({exc.message}): "
+                    "trying other ports"
+                )
+            )
+    raise AssertionError("unreachable")
 
 
 def candidate_of(plan: LaunchPlan, port: int) -> LaunchPlan:
@@ -187,14 +223,18 @@ def upgrade(
             deployer.close()
         if reused is not None:
             return reused
-    cand = candidate_of(plan, spare_port(host, plan.port))
-    sink(
-        Note(
-            message=f"starting the new plan beside {name} as {cand.container_name} on port "
-            f"{cand.port}"
+
+    def launch(ports: list[int]) -> tuple[LaunchPlan, ServeOutcome]:
+        cand = candidate_of(plan, ports[0])
+        sink(
+            Note(
+                message=f"starting the new plan beside {name} as {cand.container_name} on "
+                f"port {cand.port}"
+            )
         )
-    )
-    proven = _deploy(host, cand, backend, settings, sink)
+        return cand, _deploy(host, cand, backend, settings, sink)
+
+    cand, proven = on_spare_ports(host, plan.port, 1, launch, sink)
     from instinct_serve.runtime.serve import discard_target
 
     if proven.status not in ("ready", "reused"):
@@ -409,25 +449,29 @@ def _swap(
     old_names = [m.name for m in old_group.members]
     prefix = name + CANDIDATE_SUFFIX + "-r"
     suffix = "" if all(n.startswith(prefix) for n in old_names) else CANDIDATE_SUFFIX
-    ports: list[int] = []
-    for _ in group.members:
-        ports.append(spare_port(host, group.router.port, ports))
-    cand = moved(plan, ports, suffix)
-    assert cand.group is not None
     try:
         check_fits_beside(old_plan, plan)
     except UsageError:
         if not _can_roll(old_plan, plan):
             raise
-        return _roll(host, old_plan, cand, settings, sink, gfx, device_root, kind)
-    new_names = [m.name for m in cand.group.members]
-    sink(
-        Note(
-            message=f"starting the new plan beside {name}'s replicas as "
-            f"{', '.join(new_names)} on ports {', '.join(map(str, ports))}"
+        rolled = moved(plan, spare_ports(host, group.router.port, len(group.members)), suffix)
+        return _roll(host, old_plan, rolled, settings, sink, gfx, device_root, kind)
+
+    def launch(ports: list[int]) -> tuple[LaunchPlan, list[ServeOutcome] | ServeOutcome]:
+        cand = moved(plan, ports, suffix)
+        assert cand.group is not None
+        sink(
+            Note(
+                message=f"starting the new plan beside {name}'s replicas as "
+                f"{', '.join(m.name for m in cand.group.members)} on ports "
+                f"{', '.join(map(str, ports))}"
+            )
         )
-    )
-    proven = _launch_and_prove(host, cand, settings, sink, gfx, device_root)
+        return cand, _launch_and_prove(host, cand, settings, sink, gfx, device_root)
+
+    cand, proven = on_spare_ports(host, group.router.port, len(group.members), launch, sink)
+    assert cand.group is not None
+    new_names = [m.name for m in cand.group.members]
     if not isinstance(proven, list):
         return _candidate_failed(host, name, proven, new_names)
     started = time.monotonic()
