@@ -15,13 +15,12 @@ Kinds: ``watch_started``, ``watch_stopped``, ``unhealthy``, ``hung``, ``exited``
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime
 from typing import Any
 
 from instinct_serve.hosts import Host
+from instinct_serve.names import CONTAINER_NAME
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 TAIL = 500
 MAX_LINE = 3500  # under PIPE_BUF (4096): one write, never interleaved
 RESTART_KINDS = frozenset({"restarted", "relaunched"})
@@ -43,7 +42,7 @@ def _dir(host: Host) -> str:
 
 
 def _path(host: Host, name: str) -> str | None:
-    return f"{_dir(host)}/{name}.jsonl" if _NAME.fullmatch(name) else None
+    return f"{_dir(host)}/{name}.jsonl" if CONTAINER_NAME.fullmatch(name) else None
 
 
 def record(host: Host, name: str, kind: str, **fields: Any) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import secrets
 
 from instinct_serve.errors import HostError, UsageError
 from instinct_serve.hosts import Host
+from instinct_serve.names import CONTAINER_NAME
 
 _KEY = re.compile(r"[A-Za-z0-9_-]{20,256}")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 # $1: the key file. The key comes on stdin; umask 077 from the first byte written.
 _WRITE = (
@@ -32,7 +32,7 @@ def key_path(host: Host, name: str) -> str:
     """Where the key of endpoint ``name`` is kept on ``host``."""
     from instinct_serve.engine import hostfs
 
-    if not _NAME.fullmatch(name):
+    if not CONTAINER_NAME.fullmatch(name):
         raise UsageError(f"invalid endpoint name {name!r}", id="bad_name")
     return hostfs.join(hostfs.data_dir(host), "keys", name)
 

@@ -14,13 +14,12 @@ a relaunch or a replacement is a new instance, and its old record no longer coun
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime
 from typing import Any
 
 from instinct_serve.hosts import Host
+from instinct_serve.names import CONTAINER_NAME
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 MAX_RECORD_BYTES = 16_384
 
 # $1: the record file, the JSON on stdin (written whole, then renamed into place).
@@ -36,7 +35,7 @@ def record_dir(host: Host) -> str:
 
 
 def _path(host: Host, name: str) -> str | None:
-    return f"{record_dir(host)}/{name}.json" if _NAME.fullmatch(name) else None
+    return f"{record_dir(host)}/{name}.json" if CONTAINER_NAME.fullmatch(name) else None
 
 
 def save(
