@@ -345,3 +345,39 @@ def test_a_spare_port_taken_before_the_launch_is_passed_over(
     for member in new_names:
         info = inspect(member)
         assert info is not None and info["Config"]["Image"] == new_image
+
+
+def test_a_spare_port_taken_before_a_rolled_replica_starts_is_passed_over(
+    serve: Serve, router_test_image: TestImage
+) -> None:
+    """The same race one replica at a time (CI's failure of the rolling test): each new
+    replica's port is chosen when it is launched, not one of the old replicas', and one
+    bound meanwhile is passed over; the roll goes through."""
+    port, name = free_port_run(REPLICAS * 3 + 1), serve.name("grspare")
+    old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
+    new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
+    serve.names.extend(old_names + new_names)
+    group = ["--gpu-count", str(REPLICAS), "--replicas", str(REPLICAS)]
+    group += ["--router-image", router_test_image.tag]
+    first = serve(*group, image=serve.double(load_s=0.3), name=name, port=port)
+    assert first.returncode == 0, first.explain()
+    old_ports = [m["port"] for m in members(first)]
+    taken = port + REPLICAS + 1  # the first port after the replicas': the first spare
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", taken))  # bound, not listening: no listener to see
+        new_image = serve.double(load_s=0.3, VLLM_DOUBLE_SALAD="repeat")
+        run = serve("--upgrade", *group, image=new_image, name=name, port=port)
+    assert run.returncode == 0, run.explain()
+    assert run.result["figures"]["rolled"] is True
+    notes = [e["message"] for e in run.of("note")]
+    assert sum("taken before the launch" in n for n in notes) == REPLICAS, notes
+    new_ports = [m["port"] for m in members(run)]
+    assert [m["name"] for m in members(run)] == new_names
+    assert taken not in new_ports and len(set(new_ports)) == REPLICAS
+    assert not set(new_ports) & set(old_ports)
+    for member, member_port in zip(new_names, new_ports, strict=True):
+        info = inspect(member)
+        assert info is not None and info["Config"]["Image"] == new_image
+        assert httpx.get(f"http://127.0.0.1:{member_port}/health", timeout=5).status_code == 200
+    through = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+    assert through.status_code == 200

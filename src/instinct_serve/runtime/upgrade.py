@@ -119,14 +119,19 @@ def spare_ports(host: Host, port: int, count: int, taken: Collection[int] = ()) 
 
 
 def on_spare_ports(
-    host: Host, port: int, count: int, launch: Callable[[list[int]], T], sink: EventSink
+    host: Host,
+    port: int,
+    count: int,
+    launch: Callable[[list[int]], T],
+    sink: EventSink,
+    taken: Collection[int] = (),
 ) -> T:
-    """``launch`` on ``count`` spare ports near ``port``. Nothing listens on them when they
-    are chosen, but a connection's local port or another program can take one before
-    docker binds it (``port_in_use``): those are passed over and the launch is made again
-    on others (``SPARE_PORT_TRIES`` in all). ``launch`` leaves nothing behind when it
-    raises (a container docker could not start is removed)."""
-    avoid: list[int] = []
+    """``launch`` on ``count`` spare ports near ``port``, none of ``taken``. Nothing
+    listens on them when they are chosen, but a connection's local port or another program
+    can take one before docker binds it (``port_in_use``): those are passed over and the
+    launch is made again on others (``SPARE_PORT_TRIES`` in all). ``launch`` leaves nothing
+    behind when it raises (a container docker could not start is removed)."""
+    avoid: list[int] = list(taken)
     for attempt in range(1, SPARE_PORT_TRIES + 1):
         ports = spare_ports(host, port, count, avoid)
         try:
@@ -454,7 +459,8 @@ def _swap(
     except UsageError:
         if not _can_roll(old_plan, plan):
             raise
-        rolled = moved(plan, spare_ports(host, group.router.port, len(group.members)), suffix)
+        # the names; each new replica's port is chosen when it is launched (``_Roller``)
+        rolled = moved(plan, [m.port for m in group.members], suffix)
         return _roll(host, old_plan, rolled, settings, sink, gfx, device_root, kind)
 
     def launch(ports: list[int]) -> tuple[LaunchPlan, list[ServeOutcome] | ServeOutcome]:
@@ -568,24 +574,45 @@ class _Roller:
         old = reload_router(self.docker, self.base.container_name)
         wait_drained(self.docker, self.base.container_name, old)
 
-    def replace(self, index: int, to: LaunchPlan) -> ServeOutcome | None:
+    def replace(self, index: int, to: LaunchPlan, *, spare: bool = False) -> ServeOutcome | None:
         """Slot ``index`` to ``to``'s replica; None when done, else the failed outcome
-        (the slot is then empty and out of rotation)."""
-
-        assert to.group is not None
+        (the slot is then empty and out of rotation). With ``spare`` (a new replica) its
+        port is a spare one chosen now (``on_spare_ports``: one bound since an earlier
+        choice is passed over) and written back into ``to``; else it is ``to``'s own (the
+        old plan's, free since its replica went)."""
+        group = to.group
+        assert group is not None and group.router is not None
         current = self.slots[index]
         if current is not None:
             self.slots[index] = None
             self.route()
             _remove(self.docker, [current.name])
-        one = copy.deepcopy(to)
-        assert one.group is not None
-        member = one.group.members[index]
-        one.group.members = [member]
-        self.sink(Note(message=f"replica {index}: {member.name} in place of the old one"))
-        proven = _launch_and_prove(
-            self.host, one, self.settings, self.sink, self.gfx, self.device_root
-        )
+
+        def launch(ports: list[int]) -> tuple[Replica, list[ServeOutcome] | ServeOutcome]:
+            member = group.members[index]
+            if ports:
+                member = Replica(member.index, member.name, ports[0], member.gpus)
+            one = copy.deepcopy(to)
+            assert one.group is not None
+            one.group.members = [member]
+            self.sink(
+                Note(
+                    message=f"replica {index}: {member.name} on port {member.port} "
+                    "in place of the old one"
+                )
+            )
+            return member, _launch_and_prove(
+                self.host, one, self.settings, self.sink, self.gfx, self.device_root
+            )
+
+        if spare:  # not an old replica's port: a failed new one keeps its container
+            old_ports = [m.port for m in self.base.group.members] if self.base.group else []
+            member, proven = on_spare_ports(
+                self.host, group.router.port, 1, launch, self.sink, old_ports
+            )
+            group.members[index] = member
+        else:
+            member, proven = launch([])
         if not isinstance(proven, list):
             return proven
         self.slots[index] = member
@@ -618,7 +645,7 @@ def _roll(
     roller = _Roller(host, old_plan, settings, sink, gfx, device_root)
     started = time.monotonic()
     for index in range(len(cand.group.members)):
-        failed = roller.replace(index, cand)
+        failed = roller.replace(index, cand, spare=True)
         if failed is None:
             continue
         culprit = failed.plan.container_name
