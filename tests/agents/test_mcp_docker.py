@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from tests.agents.conftest import Call, Client, run_session
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.serve.conftest import MODEL, Serve, inspect
 
 pytestmark = pytest.mark.docker

@@ -10,7 +10,7 @@ from typing import Any
 from instinct_serve.engine import launcher
 from instinct_serve.hosts import LocalHost
 from tests.agents.conftest import Call, Client, run_session, server_env
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.infra.vllm_double import install_fake_vllm
 from tests.serve.conftest import MODEL
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from tests.infra.docker import DockerDaemon
+from tests.infra.ports import free_port
 
 from .conftest import FakeRoot
 
@@ -39,19 +39,13 @@ def crafted_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.docker
 def test_ready_host_json(
     docker_daemon: DockerDaemon, fake_root: FakeRoot, target_env: Path
 ) -> None:
     (target_env / ".cache/huggingface/hub").mkdir(parents=True)
     env = crafted_env(target_env, HF_TOKEN=SENTINEL, PATH=os.environ["PATH"])
-    port = _free_port()
+    port = free_port()
     proc = instinct("check", "--json", "--root", str(fake_root), "--port", str(port), env=env)
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0, doc["errors"]

@@ -28,7 +28,6 @@ eager, 1 GiB of KV cache) and records, into ``tests/fixtures/logs/real-vllm-cpu/
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from typing import Any
 import httpx
 
 from tests.infra.paths import REPO
+from tests.infra.ports import free_port
 from tests.infra.realvllm import (
     EAGER_START_TIMEOUT_S,
     KV_CACHE_GIB,
@@ -49,12 +49,6 @@ from tests.infra.realvllm import (
 
 OUT = REPO / "tests" / "fixtures" / "logs" / "real-vllm-cpu" / "bench"
 BENCH_TIMEOUT_S = 600
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def bench_argv(vllm: str, base_url: str, model: str, result_dir: str) -> list[str]:

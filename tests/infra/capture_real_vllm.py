@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.infra.ports import free_port
 from tests.infra.realvllm import (
     COMPILED_START_TIMEOUT_S,
     EAGER_START_TIMEOUT_S,
@@ -58,12 +59,6 @@ FAILED = re.compile(
     r"^Traceback \(most recent call last\)|^\w*(?:Error|Exception): ",
     re.MULTILINE,
 )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Recorder:

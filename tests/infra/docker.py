@@ -37,10 +37,10 @@ Fixtures
 ``vllm_double_local`` (function)
     Runs the vLLM test double as a host process (no docker): fast health/warm-up tests.
 
-Helpers: ``free_port()``, ``amd_run_argv(...)`` (the AMD ``docker run`` flags vLLM's docs
+Helpers: ``amd_run_argv(...)`` (the AMD ``docker run`` flags vLLM's docs
 give for ROCm, for tests that need an argv without the planner), ``derived_test_image(image,
 env)`` (the test image with ``ENV`` defaults such as ``VLLM_DOUBLE_MODE``, for argvs made by
-the real planner).
+the real planner). Ports for the servers tests start: ``tests.infra.ports``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -68,8 +67,8 @@ import pytest
 
 from instinct_serve.hosts import LocalHost
 from instinct_serve.plan.labels import label_args
-from instinct_serve.runtime.tunnel import bindable
 from tests.infra.paths import LOGS
+from tests.infra.ports import free_port
 
 DOUBLE = Path(__file__).resolve().parent / "vllm_double.py"
 TEST_LABEL = "instinct-serve.test"
@@ -115,36 +114,6 @@ def unavailable(reason: str) -> NoReturn:
     if required("docker"):
         pytest.fail(f"{reason} (INSTINCT_TEST_REQUIRE contains 'docker')")
     pytest.skip(reason)
-
-
-# --------------------------------------------------------------------------- ports
-
-
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now and not handed out before in this session."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free port found")
-
-
-def free_port_run(count: int) -> int:
-    """The first of ``count`` consecutive ports free on 127.0.0.1 now and not handed out
-    before (a replica group takes the ports after its router's)."""
-    for _ in range(50):
-        first = free_port()
-        run = range(first, first + count)
-        if run[-1] < 65536 and not _handed_out & set(run[1:]) and all(map(bindable, run[1:])):
-            _handed_out.update(run)
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 # --------------------------------------------------------------------------- daemon

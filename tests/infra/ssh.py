@@ -52,6 +52,7 @@ from typing import NoReturn
 import pytest
 
 from instinct_serve.hosts import SshHost
+from tests.infra.ports import free_port
 
 SSHD = "/usr/sbin/sshd"  # sshd re-executes itself and insists on an absolute path
 ALIAS = "instinct-test"
@@ -69,14 +70,6 @@ def skip_or_fail(component: str, reason: str) -> NoReturn:
     if required(component):
         pytest.fail(f"{reason} (INSTINCT_TEST_REQUIRE contains {component!r})")
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.infra.realvllm import Setup
 from tests.observe.conftest import Endpoint, serve_double, stop
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.infra.realvllm import COMPILED_START_TIMEOUT_S, Setup
 from tests.realvllm.conftest import cli, serve_args, tier_env
 from tests.realvllm.test_native_serve_real import stop_if_running

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.infra.realvllm import Setup
 from tests.realvllm.conftest import cli, docker_serve_args, serve_args, tier_env
 from tests.serve.conftest import Run, docker, inspect

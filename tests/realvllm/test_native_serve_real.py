@@ -20,7 +20,7 @@ import pytest
 from instinct_serve.engine import launcher
 from instinct_serve.engine.launcher import vllm_temp_files
 from instinct_serve.hosts import LocalHost
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.infra.realvllm import Setup
 from tests.realvllm.conftest import cli, serve_args, tier_env
 from tests.serve.conftest import Run, processes_mentioning

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.infra.realvllm import IMAGE_VENV, Setup
 from tests.realvllm.conftest import cli, docker_serve_args, tier_env
 from tests.serve.conftest import docker

@@ -13,7 +13,8 @@ import pytest
 
 from instinct_serve.plan.labels import managed_labels
 from instinct_serve.runtime.docker import Docker
-from tests.infra.docker import DockerDaemon, TestImage, amd_run_argv, free_port
+from tests.infra.docker import DockerDaemon, TestImage, amd_run_argv
+from tests.infra.ports import free_port
 
 
 @dataclass

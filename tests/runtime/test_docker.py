@@ -22,7 +22,8 @@ from instinct_serve.runtime.health import (
     wait_healthy,
     warmup,
 )
-from tests.infra.docker import TEST_LABEL, DockerDaemon, derived_test_image, free_port
+from tests.infra.docker import TEST_LABEL, DockerDaemon, derived_test_image
+from tests.infra.ports import free_port
 from tests.runtime.conftest import Launcher, healthy_at, read_until, running
 
 pytestmark = pytest.mark.docker

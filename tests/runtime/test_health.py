@@ -26,7 +26,8 @@ from instinct_serve.runtime.health import (
     wait_healthy,
     warmup,
 )
-from tests.infra.docker import LocalDouble, free_port
+from tests.infra.docker import LocalDouble
+from tests.infra.ports import free_port
 
 StartDouble = Callable[..., LocalDouble]
 

@@ -23,7 +23,8 @@ from instinct_serve.runtime.health import (
     warmup,
 )
 from instinct_serve.runtime.tunnel import Tunnel, tunnel
-from tests.infra.docker import DockerDaemon, LocalDouble, free_port
+from tests.infra.docker import DockerDaemon, LocalDouble
+from tests.infra.ports import free_port
 from tests.infra.ssh import SshServer
 from tests.runtime.conftest import Launcher, read_until, running
 

@@ -16,8 +16,9 @@ import httpx
 
 from instinct_serve.runtime.health import probe_health
 from tests.infra import vllm_double
-from tests.infra.docker import LocalDouble, free_port
+from tests.infra.docker import LocalDouble
 from tests.infra.paths import LOGS
+from tests.infra.ports import free_port
 
 StartDouble = Callable[..., LocalDouble]
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.infra.docker import derived_test_image, free_port
+from tests.infra.docker import derived_test_image
+from tests.infra.ports import free_port
 from tests.serve.conftest import Serve, inspect, run_cli
 
 pytestmark = pytest.mark.docker

@@ -13,7 +13,8 @@ import time
 import httpx
 import pytest
 
-from tests.infra.docker import DockerDaemon, free_port
+from tests.infra.docker import DockerDaemon
+from tests.infra.ports import free_port
 from tests.serve.conftest import (
     CLI,
     MODEL,

@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from instinct_serve.plan.model import RESTART_POLICY
-from tests.infra.docker import TestImage, free_port_run
+from tests.infra.docker import TestImage
+from tests.infra.ports import free_port_run
 from tests.serve.conftest import MODEL, Serve, docker, inspect, run_cli
 
 pytestmark = pytest.mark.docker

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.infra.docker import TestImage, free_port, free_port_run
+from tests.infra.docker import TestImage
+from tests.infra.ports import free_port, free_port_run
 from tests.serve.conftest import MODEL, Run, Serve, inspect, parse_lines, run_cli
 
 pytestmark = pytest.mark.docker

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.serve.conftest import Serve, docker, run_cli
 
 pytestmark = pytest.mark.docker

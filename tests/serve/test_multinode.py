@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 from instinct_serve.gather.detect import AMD_SMI_STATIC
-from tests.infra.docker import DockerDaemon, free_port
+from tests.infra.docker import DockerDaemon
 from tests.infra.fakebin import load_fixture, write_fake
 from tests.infra.fakeroot import build_gpu_root
 from tests.infra.paths import SMI
+from tests.infra.ports import free_port
 from tests.infra.ssh import SshServer
 from tests.serve.conftest import MODEL, Run, Serve, docker, inspect, run_cli
 

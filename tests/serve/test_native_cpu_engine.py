@@ -18,8 +18,8 @@ from instinct_serve.options import PlanOptions
 from instinct_serve.runtime.events import ServeEvent
 from instinct_serve.runtime.prepare import prepare, serve_plan
 from tests.engine.envs import make_env
-from tests.infra.docker import free_port
 from tests.infra.paths import CONFIGS, REPO
+from tests.infra.ports import free_port
 from tests.serve.conftest import run_cli
 
 DOUBLE = REPO / "tests" / "infra" / "vllm_double.py"

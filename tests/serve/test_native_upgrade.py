@@ -14,7 +14,7 @@ import pytest
 
 from instinct_serve.engine import launcher
 from instinct_serve.hosts import LocalHost
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.infra.vllm_double import install_fake_vllm
 from tests.serve.conftest import MODEL, parse_lines, run_cli
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.infra.ssh import SshServer
 from tests.serve.conftest import MODEL, Serve, inspect, processes_mentioning, run_cli
 

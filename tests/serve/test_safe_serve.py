@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.infra.docker import free_port
+from tests.infra.ports import free_port
 from tests.serve.conftest import CLI, MODEL, Run, Serve, docker, inspect, parse_lines, run_cli
 
 pytestmark = pytest.mark.docker

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.infra.docker import free_port, free_port_run
+from tests.infra.ports import free_port, free_port_run
 from tests.serve.conftest import CLI, MODEL, Serve, inspect, parse_lines, run_cli
 
 pytestmark = pytest.mark.docker
