@@ -128,6 +128,25 @@ def test_a_config_value_out_of_bounds_is_named(
     assert error["fix"]
 
 
+@pytest.mark.parametrize("command", ["fit", "plan"])
+@pytest.mark.parametrize("tp", ["1", "2"])
+def test_a_config_without_hidden_size_is_incomplete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, tp: str
+) -> None:
+    """The fuzz audit's find (2026-12): gpt-oss's config less ``hidden_size``, with an index
+    that gives the weight size, sized its KV cache and then failed in the MXFP4 padding (TP 1)
+    or the replicated weights (TP 2) with an internal KeyError."""
+    doc = json.loads((CONFIGS / "openai__gpt-oss-120b.json").read_text())
+    del doc["hidden_size"]
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    index = {"metadata": {"total_size": 10**9}, "weight_map": {}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    code, out = fit_json([command, str(tmp_path), "--gpu", "mi300x", "--tp", tp], capsys)
+    assert code != 0
+    assert out["error"]["id"] == "config_incomplete"
+    assert "hidden_size" in out["error"]["message"] and out["error"]["fix"]
+
+
 def test_no_layer_holding_a_cache_is_refused(tmp_path: Path) -> None:
     folder = model_dir(tmp_path, hybrid_override_pattern="--")  # two MLP-only layers
     meta = read_local_dir(folder)

@@ -41,7 +41,7 @@ KNOWN_ERRORS: dict[str, str] = {
     "not a JSON object",
     "bad_model_config": "a config.json value is of the wrong type or outside the bounds of "
     "real models (the key and value are named)",
-    "config_incomplete": "config.json lacks a value needed to size the KV cache",
+    "config_incomplete": "config.json lacks a value needed to size the model (KV cache or weights)",
     "bad_safetensors": "a safetensors header is truncated, too large, not JSON, or has an "
     "unknown dtype, an invalid shape or invalid offsets",
     "bad_safetensors_index": "model.safetensors.index.json is unreadable or names shards "

@@ -478,9 +478,10 @@ class _Estimator:
         )
         try:
             self.layers = describe_layers(self.cfg, include_mtp=opts.speculative_mtp > 0)
+            self.hidden = self.cfg.hidden_size  # the weight terms (replication, padding) need it
         except KeyError as exc:
             raise UsageError(
-                f"config.json of {meta.model_id} lacks {exc.args[0]!r}: cannot size its KV cache",
+                f"config.json of {meta.model_id} lacks {exc.args[0]!r}: cannot size it",
                 fix="check that the model is a decoder LLM with a complete config.json",
                 id="config_incomplete",
             ) from exc
