@@ -81,31 +81,40 @@ def test_confirmed_serve_reports_progress_then_status_logs_and_stop(serve: Serve
     assert inspect(name) is None
 
 
+async def cancel_once_launched(
+    client: Client, args: dict[str, Any], container: str
+) -> tuple[bool, float]:
+    """Call ``serve`` with ``args`` and cancel the request (the client gives up:
+    notifications/cancelled) once ``container`` is launched: whether it existed then, and
+    how long it took to be gone (at most 60 s; the session and server stay alive meanwhile)."""
+    launched = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if (message or "").startswith("launched") and container in (message or ""):
+            launched.set()
+
+    async with anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            await client.session.call_tool("serve", args, progress_callback=on_progress)
+
+        tg.start_soon(call)
+        with anyio.fail_after(60):
+            await launched.wait()
+        existed = inspect(container) is not None
+        tg.cancel_scope.cancel()
+    start = time.monotonic()
+    while inspect(container) is not None and time.monotonic() - start < 60:
+        await anyio.sleep(0.5)
+    return existed, time.monotonic() - start
+
+
 def test_cancelling_a_serve_removes_what_it_launched(serve: Serve) -> None:
     name, port = serve.name("mcp-cancel"), free_port()
     args = serve_args(serve, name, port, serve.double(load_s=4))
 
     async def scenario(client: Client) -> tuple[bool, float]:
-        launched = anyio.Event()
-
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            if (message or "").startswith("launched"):
-                launched.set()
-
-        async with anyio.create_task_group() as tg:
-
-            async def call() -> None:
-                await client.session.call_tool("serve", args, progress_callback=on_progress)
-
-            tg.start_soon(call)
-            with anyio.fail_after(60):
-                await launched.wait()
-            existed = inspect(name) is not None
-            tg.cancel_scope.cancel()  # the client gives up: notifications/cancelled
-        start = time.monotonic()
-        while inspect(name) is not None and time.monotonic() - start < 60:
-            await anyio.sleep(0.5)  # keep the session (and the server) alive meanwhile
-        return existed, time.monotonic() - start
+        return await cancel_once_launched(client, args, name)
 
     existed, waited = run_session(scenario, timeout=180)
     assert existed, "the container was running when the request was cancelled"
@@ -204,26 +213,8 @@ def test_cancelling_an_upgrade_removes_the_candidate_and_keeps_the_endpoint(serv
         first = await client.call("serve", args)
         info = inspect(name)
         before = None if info is None else str(info["Id"])
-        launched = anyio.Event()
-
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            if (message or "").startswith("launched") and candidate in (message or ""):
-                launched.set()
-
-        async with anyio.create_task_group() as tg:
-
-            async def call() -> None:
-                await client.session.call_tool("serve", upgrade, progress_callback=on_progress)
-
-            tg.start_soon(call)
-            with anyio.fail_after(60):
-                await launched.wait()
-            existed = inspect(candidate) is not None
-            tg.cancel_scope.cancel()
-        start = time.monotonic()
-        while inspect(candidate) is not None and time.monotonic() - start < 60:
-            await anyio.sleep(0.5)
-        return first, before, existed, time.monotonic() - start
+        existed, waited = await cancel_once_launched(client, upgrade, candidate)
+        return first, before, existed, waited
 
     first, before, existed, waited = run_session(scenario, timeout=240)
     assert first.doc["status"] == "ready", first.text[-3000:]
