@@ -193,6 +193,28 @@ def test_a_lagging_rank_does_not_move_the_status_back() -> None:
     assert event is not None and event.figures["weights_gib"] == 14.002
 
 
+# Per-rank V0 profile lines of a TP4 x PP2 run (public log 34): the second node's rank leaves the
+# least memory for the KV cache, and vLLM sizes every rank's cache by it.
+RANK_PROFILES = [
+    "(RayWorkerWrapper pid=626, ip=10.244.1.182) INFO 04-14 17:05:06 [worker.py:267] model "
+    "weights take 16.46GiB; non_torch_memory takes 2.24GiB; PyTorch activation peak memory takes "
+    "1.27GiB; the rest of the memory reserved for KV Cache is 15.58GiB.",
+    "INFO 04-14 17:05:08 [worker.py:267] model weights take 16.46GiB; non_torch_memory takes "
+    "0.93GiB; PyTorch activation peak memory takes 0.25GiB; the rest of the memory reserved for "
+    "KV Cache is 17.90GiB.",
+]
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_the_figures_are_the_binding_ranks_in_any_order(order: int) -> None:
+    tracker = PhaseTracker()
+    tracker.feed("INFO 04-14 17:05:08 [worker.py:267] Memory profiling takes 2.53 seconds")
+    for line in RANK_PROFILES[::order]:
+        tracker.feed(line)
+    assert tracker.figures["available_kv_gib"] == 15.58
+    assert tracker.figures["activation_peak_gib"] == 1.27
+
+
 def test_carriage_return_updates_in_one_chunk() -> None:
     tracker = PhaseTracker()
     event = tracker.feed(

@@ -598,10 +598,11 @@ class PhaseTracker:
             peak = _V0_PEAK.search(text)
             if peak:
                 figures["activation_peak_gib"] = _num(peak.group(1))
+            figures = self._binding_rank(figures)
             return _Update("profiling", self._kv_message(figures), figures=figures)
         m = _AVAILABLE_KV.match(text)
         if m:
-            figures = {"available_kv_gib": _num(m.group(1))}
+            figures = self._binding_rank({"available_kv_gib": _num(m.group(1))})
             return _Update("profiling", self._kv_message(figures), figures=figures)
         m = _KV_TOKENS.match(text)
         if m:
@@ -662,6 +663,17 @@ class PhaseTracker:
         if m:
             return _Update(figures={"max_model_len": _int(m.group(1))})
         return None
+
+    def _binding_rank(self, figures: dict[str, Any]) -> dict[str, Any]:
+        """One rank's profile figures, kept only if its KV memory is the smallest so far.
+
+        Each TP/PP rank prints its own profile line and vLLM sizes the cache by the rank with
+        the least memory left, so the figures a reader wants are that rank's, whatever order
+        the workers' lines arrive in."""
+        held = self._figures.get("available_kv_gib")
+        if self.phase == "profiling" and held is not None and figures["available_kv_gib"] > held:
+            return {}
+        return figures
 
     def _kv_message(self, new: Mapping[str, Any]) -> str:
         figures = {**self._figures, **new}
