@@ -569,7 +569,8 @@ class FitRequest(SizingOptions):
     device_name: str | None = opt(
         kind="text",
         metavar="NAME",
-        help="Device name as vLLM reads it, with --vram-gb (batch defaults: 'A100' is small).",
+        help="Device name as vLLM reads it, with --vram-gb: batch defaults ('A100' is small) "
+        "and, before vLLM 0.11, NCCL buffers at TP > 1 (an SXM name: NVSwitch).",
         max_length=128,
     )
     platform: str | None = opt(

@@ -289,6 +289,29 @@ def test_overhead_grows_with_batch_and_vocab() -> None:
     assert large.overhead.method == "modelled"
 
 
+@pytest.mark.parametrize(
+    ("gpu", "platform", "version", "extra_gib"),
+    [
+        ("NVIDIA H100 80GB HBM3", "cuda", "0.9.2", 1.8),  # V1, snapshot before NCCL init
+        ("NVIDIA A100-SXM4-80GB", "cuda", "0.8.5", 1.8),  # V1 of 0.8: device-wide non-torch
+        ("NVIDIA H100 80GB HBM3", "cuda", "0.11.0", 0.4),  # vllm#25359: outside the budget
+        ("NVIDIA H100 PCIe", "cuda", "0.9.2", 0.4),
+        ("NVIDIA H100 NVL", "cuda", "0.9.2", 0.4),
+        ("AMD Instinct MI300X", "rocm", "0.9.2", 0.4),  # no log isolates RCCL's share
+    ],
+)
+def test_collective_buffers_per_rank_follow_the_fabric_and_the_version(
+    gpu: str, platform: str, version: str, extra_gib: float
+) -> None:
+    meta = shipped("Qwen/Qwen3-8B")
+    hw = HardwareSpec(int(80 * GIB), 2, None, gpu, platform=platform)
+    one, two = (estimate(meta, hw, FitOptions(tp=tp, vllm_version=version)) for tp in (1, 2))
+    extra = two.overhead.non_torch_bytes - one.overhead.non_torch_bytes
+    assert extra == int(extra_gib * GIB)
+    counted = [n for n in two.overhead.notes if n.startswith("collective buffers counted")]
+    assert bool(counted) == (extra_gib == 1.8)
+
+
 def test_flat_overhead_when_dimensions_are_unknown() -> None:
     meta = fixture_meta("Qwen__Qwen3-8B")
     cfg = {k: v for k, v in meta.config.items() if k != "vocab_size"}

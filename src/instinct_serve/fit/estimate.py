@@ -569,6 +569,8 @@ class _Estimator:
             graphs_estimated=opts.estimate_graphs and not self.v2_unprofiled,
             num_speculative_tokens=opts.speculative_mtp,
             cudagraph=opts.cudagraph,
+            collectives_in_budget=self.vllm.collectives_in_budget,
+            device_name=self.hw.name,
             **(
                 {"sampler_bytes_per_logit": opts.sampler_bytes_per_logit}
                 if opts.sampler_bytes_per_logit

@@ -21,6 +21,16 @@ models) the encoder on the largest item. The torch peak of those passes is the
 Non-torch memory (HIP/RCCL/BLAS workspaces) and, from v0.21, the graph-memory estimate
 complete the overhead. When the model's dimensions are unknown a flat figure is used.
 
+Per TP rank, non-torch memory also holds the collectives' buffers. Where vLLM counts them
+(``VllmBehaviour.collectives_in_budget``) and the GPUs sit on an NVSwitch (SXM boards), they
+are ``COLLECTIVE_BYTES["nvswitch"]``: 1.8 GiB, the TP2 - TP1 difference of one build on an
+80 GB H100 (vllm PR #10511: non_torch 3.58 vs 1.79 GiB). Logs of such systems agree on the rank
+that binds the KV cache: 8x A100-80GB TP8 2.10 GiB (vllm#18446), 8x A100-40GB TP8 2.10
+(aws-samples p4d), 2 x 4 A100-40GB TP4 x PP2 2.11 and 2.24 (surajssd/llm-k8s); other ranks of a
+run log as little as 0.89. Elsewhere (PCIe cards, whose logs show 0.25-0.36 GiB in all; AMD
+Instinct, no log that isolates RCCL; vLLM from 0.11, which leaves them out) the flat
+``NON_TORCH_TP_EXTRA_BYTES`` stays: a 2026 H100 TP4 log shows 0.6 GiB in all.
+
 The graph estimate is computed as ``profile_cudagraph_memory`` (gpu_model_runner.py, v0.21+)
 does: per mode (PIECEWISE, FULL) it captures the largest size and the next one, then charges
 ``max(first capture over modes) + sum over modes of per_graph x (graphs - 1)``, ``per_graph``
@@ -44,6 +54,20 @@ SAMPLER_BYTES_PER_LOGIT = 36
 RESIDUAL_COPIES = {"rocm": 4, "cuda": 3}
 NON_TORCH_BYTES = {"rocm": int(0.66 * GIB), "cuda": int(0.35 * GIB)}  # MI300X / RTX 3090 logs
 NON_TORCH_TP_EXTRA_BYTES = int(0.4 * GIB)  # collective buffers per rank (estimate)
+COLLECTIVE_BYTES = {"nvswitch": int(1.8 * GIB)}  # counted collectives per rank (module doc)
+# nvidia-smi names of boards on an NVSwitch fabric ("NVIDIA H100 80GB HBM3" is the SXM5 part;
+# PCIe and NVL cards say so in their names)
+NVSWITCH_NAME_PARTS = ("SXM", "H100 80GB HBM3", "H200", "B200", "B300")
+
+
+def interconnect(device_name: str) -> str | None:
+    """ "nvswitch" for GPU names of SXM boards, else None (not known from the name)."""
+    upper = device_name.upper()
+    if "PCIE" in upper or "NVL" in upper:
+        return None
+    return "nvswitch" if any(part.upper() in upper for part in NVSWITCH_NAME_PARTS) else None
+
+
 FIRST_CAPTURE_BYTES = {"single": int(0.5 * GIB), "tp": int(1.0 * GIB)}  # see the module doc
 PER_GRAPH_BYTES = 1 << 20  # profile_cudagraph_memory's floor per graph
 FLAT_OVERHEAD_BYTES = 4 * 10**9
@@ -146,6 +170,8 @@ def estimate_overhead(
     graphs_estimated: bool = True,
     num_speculative_tokens: int = 0,
     cudagraph: CudagraphConfig | None = None,
+    collectives_in_budget: bool = False,
+    device_name: str = "",
 ) -> Overhead:
     """The per-rank overhead vLLM subtracts from ``utilization x total`` before KV.
 
@@ -153,8 +179,9 @@ def estimate_overhead(
     neither (vllm#48601: the sampler warm-up then ran out of memory; its log's available KV is
     exactly budget - weights - peak activation - non-torch)."""
     non_torch = NON_TORCH_BYTES.get(platform, NON_TORCH_BYTES["rocm"])
+    fabric = interconnect(device_name) if collectives_in_budget else None
     if tp > 1:
-        non_torch += NON_TORCH_TP_EXTRA_BYTES
+        non_torch += COLLECTIVE_BYTES[fabric] if fabric else NON_TORCH_TP_EXTRA_BYTES
     graphs, captures = 0, (0, 0)
     if graphs_in_budget and graphs_estimated and not enforce_eager:
         graphs, captures = graph_estimate(
@@ -191,6 +218,11 @@ def estimate_overhead(
     encoder = _encoder_bytes(cfg) if include_vision else 0
     activation = max(forward, hidden_kept + sampler, encoder)
     notes = []
+    if tp > 1 and fabric:
+        notes.append(
+            f"collective buffers counted: {COLLECTIVE_BYTES[fabric] / GIB:.1f} GiB per rank "
+            f"on an NVSwitch (vLLM before 0.11 measures them inside the budget)"
+        )
     if graphs:
         notes.append(
             f"graph estimate: first capture + 1 MiB x further graphs "

@@ -20,6 +20,11 @@ Each threshold is a release where the behaviour is documented or visible in a pu
   builds fell back to V0 through 0.9.x (the 0.9.0.1 log: "rocm is experimental on
   VLLM_USE_V1=1. Falling back to V0 Engine"; the 0.9.2 MI300X logs are V0); V0 is gone from
   0.11. ``VLLM_USE_V1=0/1`` chooses where both exist.
+- Collective (NCCL/RCCL) buffers count in the budget's non-torch memory while vLLM measured
+  it from a snapshot taken before the distributed init: every V0 release, V1 before 0.9.2
+  (device-wide: total - free - torch), and V1 from 0.9.2 (PR #19312) until PR #25359 (merged
+  2025-09-22, in 0.11.0, whose notes list later PRs such as #26000) moved the NCCL init before
+  the snapshot, after which the buffers sit outside ``gpu_memory_utilization x total``.
 - V0 profiles ``max_num_batched_tokens`` tokens, which is ``max(max_model_len, 2048)`` unless
   chunked prefill is on; V0 turns it on by itself only on CUDA for a context over 32K with no
   sliding window, MLA, multimodal or speculative model (``_set_default_args_v0``, which
@@ -54,6 +59,7 @@ GIB = 2**30
 
 V1_DEFAULT_FROM = {"cuda": Version("0.8.0"), "rocm": Version("0.10.0")}
 V0_REMOVED_IN = Version("0.11.0")
+COLLECTIVES_OUT_OF_BUDGET_FROM = Version("0.11.0")  # vllm#25359
 ENGINES = ("v0", "v1")
 
 
@@ -67,6 +73,7 @@ class VllmBehaviour:
     kv_tokens_formula: str  # "blocks" | "concurrency"
     group_rule_1_5: bool
     engine_note: str = ""
+    collectives_in_budget: bool = False  # NCCL/RCCL buffers count as non-torch (module doc)
 
     def batch_defaults(
         self,
@@ -230,4 +237,5 @@ def behaviour(
         kv_tokens_formula="concurrency" if base >= Version("0.20") and not v0_engine else "blocks",
         group_rule_1_5=base >= Version("0.20"),
         engine_note=engine_note,
+        collectives_in_budget=v0_engine or base < COLLECTIVES_OUT_OF_BUDGET_FROM,
     )
