@@ -133,13 +133,13 @@ def load_cases() -> tuple[list[Case], dict[str, str]]:
                 logged["kv_blocks"] = float(fig["kv_cache_blocks"])
         args += c.get("args", [])
         logged.update(c.get("logged", {}))
-        for key in c.get("compare_not", []):  # a figure cases.json keeps for another rank
-            logged.pop(key, None)
         parts = {key: logged.pop(key) for key in list(logged) if key in COMPONENTS}
         if c["log"].startswith("public/"):
             fig = public[c["log"].removeprefix("public/")]["figures"] or {}
             parts = {k: float(fig[k]) for k in COMPONENTS if fig.get(k) is not None} | parts
-        parts = {k: v for k, v in parts.items() if k not in c.get("compare_not", [])}
+        for key in c.get("compare_not", []):  # a figure cases.json keeps for another rank
+            logged.pop(key, None)
+            parts.pop(key, None)
         dev = c["device"]
         gpus = 1
         for flag in ("--tensor-parallel-size", "--pipeline-parallel-size"):
