@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from instinct_serve.diagnose import FINDING_IDS, DiagnoseContext, Finding, diagnose
-from instinct_serve.diagnose.rules import KERNEL_SIGNATURES
+from instinct_serve.diagnose.rules.crash import KERNEL_SIGNATURES
 from tests.diagnose.logs import real_log
 
 CRASH = "!!!!!!! Segfault encountered !!!!!!!"

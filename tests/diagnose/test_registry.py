@@ -1,12 +1,15 @@
 """One registration per known failure: detector, builder, rank, symptom words, documentation.
 
 A rule cannot exist half-registered: the registry refuses it, every detector and builder
-function of ``diagnose.rules`` is registered, and every registered id reaches SKILL.md.
+function of the ``diagnose.rules`` modules is registered, every rule has its place in the
+one registration order, and every registered id reaches SKILL.md.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 import re
 
 import pytest
@@ -15,14 +18,18 @@ from instinct_serve.diagnose import FINDING_IDS, DiagnoseContext, Finding, diagn
 from instinct_serve.diagnose import rules as rules_module
 from instinct_serve.diagnose.core import scan_log
 from instinct_serve.diagnose.failure_signals import FAILURE_SIGNALS
-from instinct_serve.diagnose.registry import Registry, Rule, number_after, words
-from instinct_serve.diagnose.rules import REGISTRY
+from instinct_serve.diagnose.registry import Registry, Rule, in_order, number_after, words
+from instinct_serve.diagnose.rules import ORDER, REGISTRY
 from instinct_serve.diagnose.scan import Scan
 from tests.diagnose.logs import log_names, real_log
 from tests.infra.paths import REPO
 
 SKILL = REPO / "src" / "instinct_serve" / "agents" / "SKILL.md"
 RULES = list(REGISTRY)
+RULE_MODULES = [
+    importlib.import_module(f"{rules_module.__name__}.{info.name}")
+    for info in pkgutil.iter_modules(rules_module.__path__)
+]
 
 
 def _build(ctx: DiagnoseContext, **at: object) -> Finding:
@@ -64,14 +71,15 @@ def test_every_detector_and_builder_in_rules_is_registered() -> None:
     """A detector or builder written but not registered would never run: none may exist."""
     detectors = {r.detect for r in RULES if r.detect is not None}
     builders = {r.build for r in RULES}
-    for name, func in inspect.getmembers(rules_module, inspect.isfunction):
-        if func.__module__ != rules_module.__name__:
-            continue
-        params = list(inspect.signature(func).parameters)
-        if name.startswith("build_"):
-            assert func in builders, f"builder {name} is not registered"
-        elif params == ["scan", "ctx"] and "Finding" in str(inspect.signature(func)):
-            assert func in detectors, f"detector {name} is not registered"
+    for module in RULE_MODULES:
+        for name, func in inspect.getmembers(module, inspect.isfunction):
+            if func.__module__ != module.__name__:
+                continue
+            params = list(inspect.signature(func).parameters)
+            if name.startswith("build_"):
+                assert func in builders, f"builder {name} is not registered"
+            elif params == ["scan", "ctx"] and "Finding" in str(inspect.signature(func)):
+                assert func in detectors, f"detector {name} is not registered"
 
 
 def _logs() -> list[str]:
@@ -129,6 +137,22 @@ def test_duplicates_bad_ids_and_unknown_supersedes_are_refused() -> None:
         Registry([Rule("x_rule", 50, _build, _detect, supersedes=("nope",))])
     with pytest.raises(ValueError, match="at least one pattern"):
         words()
+
+
+def test_every_family_rule_has_one_place_in_the_order() -> None:
+    assert REGISTRY.ids == ORDER
+    assert {rule.id for module in RULE_MODULES for rule in getattr(module, "RULES", ())} == set(
+        ORDER
+    )
+    a = Rule("a_rule", 50, _build, _detect, words("a"))
+    b = Rule("b_rule", 50, _build, _detect, words("b"))
+    assert in_order(("b_rule", "a_rule"), [a, b]) == [b, a]
+    with pytest.raises(ValueError, match="no place"):
+        in_order(("a_rule",), [a, b])
+    with pytest.raises(ValueError, match="unknown rules"):
+        in_order(("a_rule", "b_rule", "c_rule"), [a, b])
+    with pytest.raises(ValueError, match="twice"):
+        in_order(("a_rule",), [a, a])
 
 
 def test_symptom_words_all_must_match_and_read_numbers() -> None:

@@ -16,7 +16,7 @@ on the same log line the one registered first is listed first.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,6 +92,23 @@ class Rule:
         """The builder's finding, ranked like the detector's."""
         finding = self.build(ctx, **kwargs)
         return replace(finding, rank=finding.rank or self.rank)
+
+
+def in_order(order: Sequence[str], rules: Iterable[Rule]) -> list[Rule]:
+    """``rules`` (gathered from their families' modules) in the registration ``order``; each
+    rule must be named in it once, and each name must be a rule."""
+    by_id: dict[str, Rule] = {}
+    for rule in rules:
+        if rule.id in by_id:
+            raise ValueError(f"rule {rule.id} is registered twice")
+        by_id[rule.id] = rule
+    unordered = sorted(set(by_id) - set(order))
+    if unordered:
+        raise ValueError(f"rules {unordered} have no place in the registration order")
+    unknown = sorted(set(order) - set(by_id))
+    if unknown:
+        raise ValueError(f"the registration order names unknown rules {unknown}")
+    return [by_id[rule_id] for rule_id in order]
 
 
 class Registry:
