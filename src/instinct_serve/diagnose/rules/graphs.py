@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
-from instinct_serve.diagnose.phases import FRAME_IN
+from instinct_serve.diagnose.phase_lines import FRAME_IN
 from instinct_serve.diagnose.registry import Rule, words
 from instinct_serve.diagnose.rules.common import at_hit
 from instinct_serve.diagnose.rules.crash import (
