@@ -337,8 +337,8 @@ def deploy(
     The plan made now must be the one the user approved (``plan_hash``), else
     ``plan_changed`` and nothing is launched.
     """
+    from instinct_serve.runtime.deploying import Interrupted
     from instinct_serve.runtime.prepare import prepare, serve_settings
-    from instinct_serve.runtime.serve import Interrupted
 
     emit = _emitter(sink, cancelled)
     try:

@@ -58,6 +58,7 @@ from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.plan.replicas import Replica, haproxy_config
 from instinct_serve.runtime import journal, plans
 from instinct_serve.runtime.backend import Backend
+from instinct_serve.runtime.deploying import deploy_to_end
 from instinct_serve.runtime.documents import ServeOutcome
 from instinct_serve.runtime.events import EventSink, Healthy, Note, ServeEvent
 from instinct_serve.runtime.settings import ServeSettings
@@ -174,14 +175,9 @@ def _deploy(
 ) -> ServeOutcome:
     """Serve ``plan`` to the end, replacing what holds its port or name (ours only); what
     this run launched is removed if it is interrupted."""
-    deployer = _deployer(host, plan, backend, replace(settings, replace=True, detach=False), sink)
-    try:
-        return deployer.deploy()
-    except BaseException:
-        deployer.abandon()
-        raise
-    finally:
-        deployer.close()
+    return deploy_to_end(
+        _deployer(host, plan, backend, replace(settings, replace=True, detach=False), sink)
+    )
 
 
 def upgrade(
@@ -240,7 +236,7 @@ def upgrade(
         return cand, _deploy(host, cand, backend, settings, sink)
 
     cand, proven = on_spare_ports(host, plan.port, 1, launch, sink)
-    from instinct_serve.runtime.serve import discard_target
+    from instinct_serve.runtime.claim import discard_target
 
     if proven.status not in ("ready", "reused"):
         left = backend.target(cand.container_name)
