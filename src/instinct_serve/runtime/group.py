@@ -62,8 +62,9 @@ from instinct_serve.plan.replicas import (
 )
 from instinct_serve.runtime import health, keys, plans
 from instinct_serve.runtime.deploying import Interrupted
-from instinct_serve.runtime.docker import ContainerInfo, Docker
+from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.docker_backend import DockerBackend, container_instance, rooted_devices
+from instinct_serve.runtime.docker_data import ContainerInfo
 from instinct_serve.runtime.documents import Endpoint, ServeOutcome, Status
 from instinct_serve.runtime.events import EventSink, Launched, Note, PhaseUpdate, Reused
 from instinct_serve.runtime.proof import (
