@@ -350,9 +350,7 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run(
-    deployer: Deploying, result: PlanResult, yes: bool, view: ServeView
-) -> ServeOutcome:
+def _run(deployer: Deploying, result: PlanResult, yes: bool, view: ServeView) -> ServeOutcome:
     try:
         with _sigterm_as_interrupt():
             outcome = deployer.reuse()

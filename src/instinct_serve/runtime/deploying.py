@@ -83,3 +83,11 @@ def deploy_to_end(deployer: Launches[OutcomeT]) -> OutcomeT:
         raise
     finally:
         deployer.close()
+
+
+def reuse_once(deployer: Deploying) -> ServeOutcome | None:
+    """``reuse``, closed after: the plan's endpoint (or group) that already runs, proven."""
+    try:
+        return deployer.reuse()
+    finally:
+        deployer.close()

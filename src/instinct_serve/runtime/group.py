@@ -20,7 +20,7 @@
    ``/health`` answers through it and a warm-up completion comes back through it.
 
 5. ``serve --upgrade`` keeps the router and swaps the replicas behind it
-   (``runtime.upgrade.upgrade_group``): the configuration rewritten in place
+   (``runtime.upgrade_group``): the configuration rewritten in place
    (``write_config``), a graceful reload (``reload_router``), the old worker drained
    (``wait_drained``). The group's plan is recorded under the router's name
    (``runtime.plans``), with where its replicas run after such a swap.

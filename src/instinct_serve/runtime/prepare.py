@@ -207,7 +207,7 @@ class Prepared:
         """``serve --upgrade`` (CLI and MCP alike): the new plan proven beside the running
         one, then swapped in; a replica group behind its router without downtime."""
         from instinct_serve.errors import UsageError
-        from instinct_serve.runtime import upgrade
+        from instinct_serve.runtime import upgrade, upgrade_group
 
         if settings.replace:
             raise UsageError(
@@ -217,7 +217,7 @@ class Prepared:
             )
         plan = self.result.plan
         if plan.group is not None and plan.group.mode == "replicas":
-            return upgrade.upgrade_group(
+            return upgrade_group.upgrade_group(
                 self.host,
                 plan,
                 settings,
