@@ -533,3 +533,34 @@ def _hub_error(
         "again: the files it finished are kept",
         id="weights_download_failed",
     )
+
+
+def prefetch(
+    host: Host,
+    plan: LaunchPlan,
+    backend: Backend,
+    *,
+    phase: Callable[[str, str], None],
+    note: Callable[[str], None],
+    feed: Callable[[str], None],
+) -> None:
+    """Serve's ``--prefetch``: the image and the weights at once; a failed weight
+    download is only a note (vLLM fetches what is missing itself)."""
+
+    def progress(what: str, span: Span) -> None:
+        if what == "weights" and span.status == "running":
+            total = f" of {span.total_bytes / 1e9:.2f} GB" if span.total_bytes else ""
+            phase(
+                "downloading_weights",
+                f"prefetching weights: {span.done_bytes / 1e9:.2f} GB{total}",
+            )
+
+    report = Fetcher(host, plan, backend).run(progress, feed, strict_weights=False)
+    weights = report.weights
+    if weights.error is not None:
+        note(f"weights not prefetched ({weights.error.message}): vLLM downloads them")
+    elif weights.status == "done":
+        note(
+            f"prefetched {weights.done_bytes / 1e9:.2f} GB of weights in "
+            f"{weights.seconds or 0:.1f} s, {report.overlap_s:.1f} s of it beside the pull"
+        )
