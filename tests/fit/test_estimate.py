@@ -18,7 +18,7 @@ from instinct_serve.fit.estimate import (
     estimate,
 )
 from instinct_serve.fit.meta import ModelMeta
-from instinct_serve.fit.sources import load_shipped
+from instinct_serve.fit.shipped import load_shipped
 from instinct_serve.fit.vllm import behaviour
 from instinct_serve.hardware.profiles import get_profile
 from tests.infra.paths import CONFIGS
