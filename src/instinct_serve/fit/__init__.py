@@ -73,7 +73,7 @@ _LAZY: dict[str, str] = {
 
 def __getattr__(name: str) -> Any:
     """Import a submodule on first use of one of its names: importing one part of ``fit``
-    (``fit.rough``) does not load the estimator and the catalog link.
+    (``fit.kv``) does not load the estimator and the catalog link.
     (``estimate`` is also a submodule's name: import it from ``fit.estimate``.)"""
     module = _LAZY.get(name)
     if module is None:

@@ -314,7 +314,7 @@ def _decide_tp(
     per_gpu: int = 1,
 ) -> TpDecision:
     """``plan.decisions.choose_tp`` with the fits, the rough size and the model's shape."""
-    from instinct_serve.fit.rough import rough_size
+    from instinct_serve.catalog.rough import rough_size
     from instinct_serve.plan.constraints import Shape, Situation
 
     meta = sizer.meta(variant.model_id)
@@ -333,7 +333,7 @@ def _decide_tp(
         elif match.legacy is not None:
             params, count_from = match.legacy.parameter_count, "the catalog's parameter count"
         else:
-            from instinct_serve.fit.rough import parameter_count_from_name
+            from instinct_serve.catalog.rough import parameter_count_from_name
 
             params, count_from = parameter_count_from_name(variant.model_id), "its name's count"
     rough = rough_size(
