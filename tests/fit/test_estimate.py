@@ -10,13 +10,8 @@ from typing import Any
 import pytest
 
 from instinct_serve.errors import UsageError
-from instinct_serve.fit.estimate import (
-    Candidate,
-    FitOptions,
-    HardwareSpec,
-    alternatives,
-    estimate,
-)
+from instinct_serve.fit.alternatives import Candidate, alternatives
+from instinct_serve.fit.estimate import FitOptions, HardwareSpec, estimate
 from instinct_serve.fit.meta import ModelMeta
 from instinct_serve.fit.shipped import load_shipped
 from instinct_serve.fit.vllm import behaviour

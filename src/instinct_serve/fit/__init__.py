@@ -37,33 +37,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, typed; at run time each loads on first use
+    from instinct_serve.fit.alternatives import Alternative, Candidate, alternatives
     from instinct_serve.fit.catalog_link import (
         LaunchContext,
         fit_options,
         launch_context,
     )
-    from instinct_serve.fit.estimate import (
-        Alternative,
-        Candidate,
-        FitOptions,
-        FitReport,
-        HardwareSpec,
-        alternatives,
-    )
+    from instinct_serve.fit.estimate import FitOptions, FitReport, HardwareSpec
     from instinct_serve.fit.meta import ModelMeta
     from instinct_serve.fit.shipped import load_shipped, shipped_model_ids
     from instinct_serve.fit.vllm import DEFAULT_VLLM_VERSION
 
 _LAZY: dict[str, str] = {
-    "Alternative": "instinct_serve.fit.estimate",
-    "Candidate": "instinct_serve.fit.estimate",
+    "Alternative": "instinct_serve.fit.alternatives",
+    "Candidate": "instinct_serve.fit.alternatives",
     "DEFAULT_VLLM_VERSION": "instinct_serve.fit.vllm",
     "FitOptions": "instinct_serve.fit.estimate",
     "FitReport": "instinct_serve.fit.estimate",
     "HardwareSpec": "instinct_serve.fit.estimate",
     "LaunchContext": "instinct_serve.fit.catalog_link",
     "ModelMeta": "instinct_serve.fit.meta",
-    "alternatives": "instinct_serve.fit.estimate",
+    "alternatives": "instinct_serve.fit.alternatives",
     "fit_options": "instinct_serve.fit.catalog_link",
     "launch_context": "instinct_serve.fit.catalog_link",
     "load_shipped": "instinct_serve.fit.shipped",

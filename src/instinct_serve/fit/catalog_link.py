@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport
+    from instinct_serve.fit.alternatives import Alternative
+    from instinct_serve.fit.estimate import FitOptions, FitReport
     from instinct_serve.fit.estimated import EstimatedFit
     from instinct_serve.fit.overhead import CudagraphConfig
 

@@ -15,7 +15,8 @@ from instinct_serve.gather.detect import resolve_on
 from instinct_serve.hardware.target import Target, catalog_key
 
 if TYPE_CHECKING:
-    from instinct_serve.fit.estimate import Alternative, FitOptions, HardwareSpec
+    from instinct_serve.fit.alternatives import Alternative
+    from instinct_serve.fit.estimate import FitOptions, HardwareSpec
     from instinct_serve.fit.estimated import EstimatedFit
     from instinct_serve.hosts import Host
     from instinct_serve.options import FitRequest
@@ -99,7 +100,7 @@ def find_alternatives(
     """Smaller checkpoints that fit: the recipe's other variants, the provider's and AMD's
     quantized siblings on the Hub; each verified with ``estimate``, ranked. Also returns
     why a candidate was skipped."""
-    from instinct_serve.fit.estimate import Candidate, alternatives, precision_supported
+    from instinct_serve.fit.alternatives import Candidate, alternatives, precision_supported
     from instinct_serve.gather.model_meta import load_model_meta, quantized_siblings
 
     wanted: list[tuple[str, str | None, str]] = [
