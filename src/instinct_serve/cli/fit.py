@@ -21,7 +21,8 @@ from instinct_serve.options import FitRequest
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from instinct_serve.fit.estimate import Alternative, FitReport
+    from instinct_serve.fit.alternatives import Alternative
+    from instinct_serve.fit.estimate import FitReport
     from instinct_serve.fit.estimated import EstimatedFit
 
 

@@ -357,8 +357,8 @@ def sync_cmd(
     source: str, repo_url: str | None, api_url: str | None, hub_url: str | None, as_json: bool
 ) -> int:
     """Refresh the recipes cache (recipes + newest vllm/vllm-openai-rocm release)."""
-    from instinct_serve.catalog.api import DEFAULT_API_URL
-    from instinct_serve.catalog.hub import DEFAULT_HUB_URL
+    from instinct_serve.gather.docker_hub import DEFAULT_HUB_URL
+    from instinct_serve.gather.recipes_api import DEFAULT_API_URL
     from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
     from instinct_serve.gather.recipes_sync import sync
 

@@ -205,7 +205,8 @@ class _Sizer:
             return self.metas[model_id]
         if model_id in self.problems:
             return None
-        from instinct_serve.fit.sources import is_local_dir, load_model_meta
+        from instinct_serve.gather.model_dir import is_local_dir
+        from instinct_serve.gather.model_meta import load_model_meta
 
         try:
             meta = load_model_meta(model_id)
@@ -313,7 +314,7 @@ def _decide_tp(
     per_gpu: int = 1,
 ) -> TpDecision:
     """``plan.decisions.choose_tp`` with the fits, the rough size and the model's shape."""
-    from instinct_serve.fit.rough import rough_size
+    from instinct_serve.catalog.rough import rough_size
     from instinct_serve.plan.constraints import Shape, Situation
 
     meta = sizer.meta(variant.model_id)
@@ -332,7 +333,7 @@ def _decide_tp(
         elif match.legacy is not None:
             params, count_from = match.legacy.parameter_count, "the catalog's parameter count"
         else:
-            from instinct_serve.fit.rough import parameter_count_from_name
+            from instinct_serve.catalog.rough import parameter_count_from_name
 
             params, count_from = parameter_count_from_name(variant.model_id), "its name's count"
     rough = rough_size(
@@ -531,7 +532,7 @@ def make_plan(
     fit = sizer.report(variant.model_id, tp.tp)
     alternatives: list[dict[str, Any]] = []
     if fit is not None and not fit.fits and not on_cpu:
-        from instinct_serve.fit.catalog_link import find_alternatives
+        from instinct_serve.gather.fit import find_alternatives
 
         alts, _skipped = find_alternatives(variant.model_id, ctx, hw, sizer.options(tp.tp))
         alternatives = [a.to_dict() for a in alts]

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from instinct_serve.catalog.api import DEFAULT_API_URL
-from instinct_serve.catalog.hub import DEFAULT_HUB_URL, ROCM_REPOSITORY
+from instinct_serve.catalog.hub import ROCM_REPOSITORY
 from instinct_serve.catalog.parse import ParseResult, RecipeFileError
-from instinct_serve.catalog.store import cache_document, cache_path, parse_time, write_cache
+from instinct_serve.catalog.store import cache_document, cache_path, parse_time
 from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.gather.docker_hub import DEFAULT_HUB_URL
+from instinct_serve.gather.recipes_api import DEFAULT_API_URL
+from instinct_serve.gather.recipes_cache import write_cache
 from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
 from instinct_serve.hosts import Host
 
@@ -147,8 +149,8 @@ def sync(
     timeout: float = HTTP_TIMEOUT_S,
 ) -> SyncReport:
     """Refresh the recipes cache from ``source`` (git|api) and Docker Hub; SyncError if not."""
-    from instinct_serve.catalog.api import fetch_api
-    from instinct_serve.catalog.hub import resolve_rocm_image
+    from instinct_serve.gather.docker_hub import resolve_rocm_image
+    from instinct_serve.gather.recipes_api import fetch_api
 
     if source not in ("git", "api"):
         raise UsageError(f"unknown source {source!r}", fix="use --source git or --source api")

@@ -10,7 +10,7 @@
   with safe headroom, leaving GPUs for more replicas. Every TP obeys the kernel constraints
   (``plan.constraints``) and is at least what the weights need: from the fit when the
   metadata is known, else from the recipe's parameter count or stated VRAM
-  (``fit.rough``). When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
+  (``catalog.rough``). When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
 
 Pure: the fits at each TP come in through a callable the adapter builds.
 """
@@ -27,8 +27,8 @@ from instinct_serve.plan.model import FitSummary
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.matching import Match
+    from instinct_serve.catalog.rough import RoughSize
     from instinct_serve.fit.estimate import FitReport
-    from instinct_serve.fit.rough import RoughSize
     from instinct_serve.options import PlanOptions
 
 FIT_OK = ("safe", "tight")

@@ -296,12 +296,8 @@ class Fetcher:
     # -- what there is to fetch, and whether it fits
 
     def _plan_weights(self) -> None:
-        from instinct_serve.fit.sources import (
-            hub_endpoint,
-            hub_offline,
-            hub_token,
-            is_local_dir,
-        )
+        from instinct_serve.gather.model_dir import is_local_dir
+        from instinct_serve.gather.model_meta import hub_endpoint, hub_offline, hub_token
 
         model = self.plan.model
         if is_local_dir(model) or model.startswith("/"):
@@ -412,7 +408,7 @@ class Fetcher:
         from huggingface_hub import constants, snapshot_download
         from huggingface_hub.utils.tqdm import disable_progress_bars
 
-        from instinct_serve.fit.sources import hub_endpoint, hub_offline, hub_token
+        from instinct_serve.gather.model_meta import hub_endpoint, hub_offline, hub_token
 
         self.weights.status, self.weights.start = "running", time.time()
         offline = hub_offline()
@@ -509,7 +505,7 @@ def _repo_folder(model: str) -> str:
 def _hub_error(
     model: str, exc: BaseException, *, offline: bool = False, where: str | None = None
 ) -> InstinctError:
-    from instinct_serve.fit.sources import gated_error, hub_endpoint, hub_token
+    from instinct_serve.gather.model_meta import gated_error, hub_endpoint, hub_token
 
     name = type(exc).__name__
     if offline:
