@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from instinct_serve.fit.meta import ModelMeta
     from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.hosts import Host
+    from instinct_serve.plan.constraints import Shape
     from instinct_serve.plan.refusals import Refusal
 
 
@@ -300,6 +301,20 @@ def _after_parallel_flag(layer: str) -> bool:
     )
 
 
+def model_shape(meta: ModelMeta | None) -> Shape | None:
+    """The shape the kernel constraints check (``plan.constraints``), or None: an odd
+    config means no constraint rather than no plan."""
+    if meta is None:
+        return None
+    from instinct_serve.fit.config import ModelConfig
+    from instinct_serve.plan.constraints import Shape
+
+    try:
+        return Shape.of(ModelConfig(meta.config))
+    except Exception:
+        return None
+
+
 def _decide_tp(
     opts: PlanOptions,
     inv: GpuInventory,
@@ -314,17 +329,10 @@ def _decide_tp(
 ) -> TpDecision:
     """``plan.decisions.choose_tp`` with the fits, the rough size and the model's shape."""
     from instinct_serve.fit.rough import rough_size
-    from instinct_serve.plan.constraints import Shape, Situation
+    from instinct_serve.plan.constraints import Situation
 
     meta = sizer.meta(variant.model_id)
-    shape = None
-    if meta is not None:
-        from instinct_serve.fit.config import ModelConfig
-
-        try:
-            shape = Shape.of(ModelConfig(meta.config))
-        except Exception:  # an odd config: no constraint rather than no plan
-            shape = None
+    shape = model_shape(meta)
     params, count_from = None, "the recipe's parameter count"
     if meta is None:  # no metadata: the recipe's count (the legacy entry's, the name's)
         if match.recipe is not None:
