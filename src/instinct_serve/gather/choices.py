@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from instinct_serve.errors import InstinctError, UsageError
 
 if TYPE_CHECKING:
+    from instinct_serve.catalog.config import AmdConfig
     from instinct_serve.fit.catalog_link import LaunchContext
     from instinct_serve.fit.estimate import FitReport, HardwareSpec
     from instinct_serve.gather.plan import Setting, _Sizer
@@ -171,7 +172,6 @@ def _candidate_rows(
     chosen: tuple[str, int] | None,
 ) -> list[Choice]:
     """One checkpoint at every power-of-two TP up to the GPUs there are."""
-    from instinct_serve.catalog import amd_config
     from instinct_serve.gather.plan import model_shape
     from instinct_serve.hardware.partitions import layout
     from instinct_serve.plan.constraints import Situation, tp_problems
@@ -179,12 +179,7 @@ def _candidate_rows(
     model_id, precision, key = candidate
     inv, ctx, recipe = base.inventory, sizer.ctx, base.match.recipe
     status = base.gfx_cfg.precision.status(precision)
-    amd = amd_config(
-        base.match, base.gpu_key, variant=key, overrides=base.overrides,
-        strategies=base.catalog.strategies,
-    )  # fmt: skip
-    ctx.launch_args = [*amd.args, *opts.extra_args]
-    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
+    amd = _variant_config(opts, base, key, ctx)
     sizer.reports.clear()
     meta = sizer.meta(model_id)
     shape = model_shape(meta)
@@ -220,6 +215,21 @@ def _candidate_rows(
         rows.append(row)
         tp *= 2
     return rows
+
+
+def _variant_config(
+    opts: PlanOptions, base: Setting, key: str | None, ctx: LaunchContext
+) -> AmdConfig:
+    """The AMD configuration of one variant; the fit's launch context follows it."""
+    from instinct_serve.catalog import amd_config
+    from instinct_serve.gather.plan import follow_config
+
+    amd = amd_config(
+        base.match, base.gpu_key, variant=key, overrides=base.overrides,
+        strategies=base.catalog.strategies,
+    )  # fmt: skip
+    follow_config(ctx, amd, opts)
+    return amd
 
 
 def _estimated_row(
@@ -264,7 +274,6 @@ def _mode_rows(
     ctx: LaunchContext,
 ) -> list[ModeChoice]:
     """The target's partition modes for one checkpoint: the current mode first."""
-    from instinct_serve.catalog import amd_config
     from instinct_serve.hardware.partitions import check_mode, layout, paired
 
     where = layout(base.inventory)
@@ -272,12 +281,7 @@ def _mode_rows(
     if part is None:
         return []
     model_id, _precision, key = served
-    amd = amd_config(
-        base.match, base.gpu_key, variant=key, overrides=base.overrides,
-        strategies=base.catalog.strategies,
-    )  # fmt: skip
-    ctx.launch_args = [*amd.args, *opts.extra_args]
-    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
+    amd = _variant_config(opts, base, key, ctx)
     modes = paired(part)
     current = None
     if where.mode is not None:

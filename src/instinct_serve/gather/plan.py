@@ -519,11 +519,17 @@ def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
         from instinct_serve.plan.cpu import cpu_config
 
         amd = cpu_config(amd)
-    ctx.launch_args = [*amd.args, *opts.extra_args]
-    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
+    follow_config(ctx, amd, opts)
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
     return _Chosen(hw, ctx, sizer, variant, amd)
+
+
+def follow_config(ctx: LaunchContext, amd: AmdConfig, opts: PlanOptions) -> None:
+    """The fit sizes the launch as configured: its arguments and environment (the user's
+    after the configuration's; VLLM_USE_V1 and the like change the memory)."""
+    ctx.launch_args = [*amd.args, *opts.extra_args]
+    ctx.env = {**amd.env, **opts.extra_env}
 
 
 def _image(opts: PlanOptions, amd: AmdConfig, catalog: Catalog) -> tuple[str, str]:
