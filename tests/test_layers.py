@@ -34,6 +34,7 @@ PURE = {
     "units",
     "paths",
     "errors",
+    "error_ids",
     "jsonio",
     "credentials",
     "vllm_args",
