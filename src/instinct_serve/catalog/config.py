@@ -34,6 +34,7 @@ from instinct_serve.catalog.overrides import (
     load_gpu_overrides,
 )
 from instinct_serve.errors import UsageError
+from instinct_serve.hardware.profiles import UPSTREAM_HARDWARE, products
 
 
 class Layer(NamedTuple):
@@ -289,7 +290,8 @@ def amd_config(
             warnings.append("this recipe is for vLLM-Omni (generation), not `vllm serve`")
         if hw is None and recipe.amd is not None:
             warnings.append(
-                f"upstream AMD overrides are validated on MI300X/MI325X/MI355X, not {gfx}"
+                f"upstream AMD overrides are validated on {'/'.join(products(UPSTREAM_HARDWARE))},"
+                f" not {gfx}"
             )
     elif match.legacy is not None:
         legacy = match.legacy

@@ -28,6 +28,7 @@ from instinct_serve.diagnose.registry import Registry, Rule, number_after, words
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.diagnose.shell import issue_search
 from instinct_serve.hardware.profiles import GFX_TARGETS
+from instinct_serve.hardware.profiles import IMAGE_GFX_TARGETS as IMAGE_GFX
 from instinct_serve.hardware.target import CPU_KV_ENV
 
 ROCM_IMAGE = "vllm/vllm-openai-rocm"
@@ -1053,10 +1054,10 @@ def build_no_kernel_image(ctx: DiagnoseContext, cuda_build: bool = False, **at: 
             "wheel installed over it, or HSA_OVERRIDE_GFX_VERSION pointing at the wrong ISA."
         )
     fix = (
-        f"Use {ROCM_IMAGE} (built for {', '.join(INSTINCT_GFX)}) or a rocm/vllm image for your "
+        f"Use {ROCM_IMAGE} (built for {', '.join(IMAGE_GFX)}) or a rocm/vllm image for your "
         "GPU, and do not set HSA_OVERRIDE_GFX_VERSION on Instinct GPUs."
     )
-    if gfx and gfx not in INSTINCT_GFX:
+    if gfx and gfx not in IMAGE_GFX:
         fix += (
             f" {gfx} is not a target of these images: build vLLM from source with "
             f"PYTORCH_ROCM_ARCH={gfx}."

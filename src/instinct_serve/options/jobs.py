@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from instinct_serve.errors import UsageError
-from instinct_serve.hardware.profiles import gpu_choices
+from instinct_serve.hardware.profiles import GFX_TARGETS, gpu_choices
 from instinct_serve.options.spec import (
     MAX_TEXT,
     JobOptions,
@@ -43,7 +43,8 @@ class TargetOptions(JobOptions):
     gfx: str | None = opt(
         kind="gpu",
         metavar="GFX",
-        help="GPU architecture when no profile fits (gfx942, gfx950, gfx90a); same as --gpu GFX.",
+        help=f"GPU architecture when no profile fits ({', '.join(GFX_TARGETS)}); "
+        "same as --gpu GFX.",
         max_length=64,
         error_id="unknown_gpu_profile",
     )
