@@ -4,8 +4,9 @@ Read from the source with ``ast``: every error constructor (``InstinctError`` an
 subclasses, found by their ``class`` statements) gives an id: its literal ``id=`` (both arms of
 ``a if c else b``), or the class's ``default_id`` when it passes none. Ids handed to a helper
 that raises them (``error_id=``, ``timeout_id=``, as an argument, a default or a keyword
-dict) and hand-written error documents (``{"id": ..., "message": ..., "fix": ...}``) count
-too; an ``id=`` taken from a variable (``exc.id``: re-raising a caught error) is not a new id.
+dict), records raised by their id later (``RECORDS``: a plan refusal) and hand-written error
+documents (``{"id": ..., "message": ..., "fix": ...}``) count too; an ``id=`` taken from a
+variable (``exc.id``: re-raising a caught error) is not a new id.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from tests.infra.paths import REPO
 SRC = REPO / "src" / "instinct_serve"
 BASES = {cls.__name__: cls for cls in (InstinctError, UsageError, NotReadyError, HostError)}
 ID_PARAMS = {"error_id", "timeout_id"}  # parameters of helpers that raise the id they get
+# Records whose id (the first argument) is raised as an error of this exit class later:
+# a plan refusal stops the plan as an InstinctError (plan.planner._refuse).
+RECORDS = {"Refusal": ExitCode.FAILED}
 
 
 def _trees() -> dict[Path, ast.Module]:
@@ -93,6 +97,10 @@ def _raised() -> dict[str, set[tuple[ExitCode | None, str]]]:
                     ids = _literals(kwargs["id"]) if "id" in kwargs else [default]
                     for id_ in ids:
                         found[id_].add((exit_code, f"{where}:{node.lineno}"))
+                if name in RECORDS:
+                    first = kwargs.get("id", node.args[0] if node.args else None)
+                    for id_ in _literals(first):
+                        found[id_].add((RECORDS[name], f"{where}:{node.lineno}"))
                 for key in ID_PARAMS & set(kwargs):
                     for id_ in _literals(kwargs[key]):
                         found[id_].add((None, f"{where}:{node.lineno}"))
@@ -125,6 +133,7 @@ def test_the_walk_finds_the_raise_sites() -> None:
     assert "uv_failed" in RAISED  # UvError(...) without id=: the class's default id
     assert "warmup_timeout" in RAISED  # handed to a helper as timeout_id=
     assert "internal_error" in RAISED  # a hand-written error document (the MCP server)
+    assert "needs_nightly" in RAISED  # a plan refusal
     assert len(RAISED) > 150
 
 

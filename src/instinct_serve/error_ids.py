@@ -208,7 +208,9 @@ ERRORS: dict[str, ErrorId] = {
         "HF_ENDPOINT for a mirror, or a local directory)",
     ),
     "unsupported_precision": ErrorId(
-        USAGE, "pick another --precision (NVFP4 is an NVIDIA-only format)"
+        USAGE,
+        "pick a precision the GPU runs (another --precision or checkpoint)",
+        (FAILED,),
     ),
     "upgrade_does_not_fit": ErrorId(
         USAGE,
@@ -423,6 +425,9 @@ ERRORS: dict[str, ErrorId] = {
         "check --repo-url and the network; a broken checkout can be deleted and synced again",
     ),
     "git_missing": ErrorId(FAILED, "install git (e.g. apt-get install git), or use --source api"),
+    "gpu_unsupported_by_recipe": ErrorId(
+        FAILED, "use one of the GPUs the recipe verifies, or --force"
+    ),
     "group_exists": ErrorId(
         FAILED, "stop it (`instinct stop GROUP --hosts ...`) or pass --replace"
     ),
@@ -463,6 +468,9 @@ ERRORS: dict[str, ErrorId] = {
         "run `instinct recipes sync` for the newest vllm/vllm-openai-rocm release, or pass a "
         "newer image (e.g. vllm/vllm-openai-rocm:nightly)",
     ),
+    "needs_nightly": ErrorId(
+        FAILED, "pass a nightly image (--image vllm/vllm-openai-rocm:nightly), or --force"
+    ),
     "no_valid_tp": ErrorId(FAILED, "use more GPUs or a smaller checkpoint"),
     "not_found": ErrorId(
         FAILED,
@@ -502,12 +510,16 @@ ERRORS: dict[str, ErrorId] = {
     "too_tight": ErrorId(
         FAILED, "use a smaller --max-model-len, --kv-cache-dtype fp8, more GPUs (--tp), or --force"
     ),
+    "unsupported_quantization": ErrorId(
+        FAILED, "drop --quantization or serve a checkpoint in a precision this GPU runs"
+    ),
     "uv_failed": ErrorId(
         FAILED,
         "read uv's message above; `instinct engine install vllm --dry-run` shows what would be "
         "installed without changing anything",
     ),
     "uv_timeout": ErrorId(FAILED, "check the network path to the package index and retry"),
+    "variant_not_for_gpu": ErrorId(FAILED, "serve another variant of the recipe, or --force"),
     "warmup_failed": ErrorId(
         FAILED, "read the server log (`instinct logs NAME`) or run `instinct diagnose`"
     ),
