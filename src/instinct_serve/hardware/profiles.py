@@ -254,20 +254,12 @@ def _key(name: str) -> str:
 # the Instinct generations this tool plans for.
 GFX_TARGETS: tuple[str, ...] = tuple(dict.fromkeys(p.gfx_version for p in PROFILES.values()))
 
-# The gfx targets vllm/vllm-openai-rocm is compiled for: PYTORCH_ROCM_ARCH of its base image
-# (vllm-project/vllm docker/Dockerfile.rocm_base, 2026-03: gfx90a;gfx942;gfx950;gfx1100;
-# gfx1101;gfx1200;gfx1201;gfx1150;gfx1151). What "no kernel image" fixes may promise.
-IMAGE_GFX_TARGETS: tuple[str, ...] = (
-    "gfx90a",
-    "gfx942",
-    "gfx950",
-    "gfx1100",
-    "gfx1101",
-    "gfx1200",
-    "gfx1201",
-    "gfx1150",
-    "gfx1151",
-)
+# The gfx targets the vLLM ROCm images are compiled for, whichever release or --image runs:
+# the Instinct ones, in every base image's PYTORCH_ROCM_ARCH (gfx90a;gfx942 in the ROCm 6.3
+# images, with gfx950 since ROCm 7; vllm-project/vllm docker/Dockerfile.rocm_base). Newer
+# bases add Radeon targets (gfx1100, gfx1101, gfx1200, gfx1201, gfx1150, gfx1151), but an
+# older or pinned image lacks them, so a "no kernel image" fix does not promise them.
+IMAGE_GFX_TARGETS: tuple[str, ...] = ("gfx942", "gfx950", "gfx90a")
 
 # The profiles with compute partition modes (``hardware.partitions``), in table order.
 PARTITIONED: tuple[str, ...] = tuple(k for k, p in PROFILES.items() if p.partitioning)
