@@ -39,6 +39,7 @@ SHARED = {
     "units",
     "paths",
     "errors",
+    "error_ids",
     "jsonio",
     "credentials",
     "vllm_args",

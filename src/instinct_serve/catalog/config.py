@@ -35,6 +35,7 @@ from instinct_serve.catalog.overrides import (
     load_gpu_overrides,
 )
 from instinct_serve.errors import UsageError
+from instinct_serve.hardware.profiles import UPSTREAM_HARDWARE, products
 
 
 class Layer(NamedTuple):
@@ -346,7 +347,8 @@ def _recipe_parts(
         parts.warnings.append("this recipe is for vLLM-Omni (generation), not `vllm serve`")
     if hw is None and recipe.amd is not None:
         parts.warnings.append(
-            f"upstream AMD overrides are validated on MI300X/MI325X/MI355X, not {gfx}"
+            f"upstream AMD overrides are validated on {'/'.join(products(UPSTREAM_HARDWARE))},"
+            f" not {gfx}"
         )
 
 
