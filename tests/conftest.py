@@ -10,7 +10,12 @@ import signal
 
 import pytest
 
-pytest_plugins = ["tests.infra.ssh", "tests.infra.docker", "tests.infra.fakebin"]
+pytest_plugins = [
+    "tests.infra.shared",
+    "tests.infra.ssh",
+    "tests.infra.docker",
+    "tests.infra.fakebin",
+]
 
 # A suite started in the background by a non-interactive shell (`pytest &`, `nohup ... &`)
 # inherits SIGINT ignored, and so would every CLI it spawns: a Ctrl-C test would then test
