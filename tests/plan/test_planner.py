@@ -11,7 +11,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from instinct_serve.gather.plan import make_plan, resolve_hf_mount
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.planner import choose_variant
 from instinct_serve.plan.render import docker_argv, render
+from tests.infra.cli import run_instinct
 
 GOLDEN = Path(__file__).parent / "golden"
 HF = "/srv/hf-cache"  # a path that does not exist: an HF home, mounted as such
@@ -353,13 +353,7 @@ def test_variant_choice_prefers_default_then_native_then_emulated() -> None:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "instinct_serve", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+    return run_instinct(args, env={**os.environ, **(env or {})}, timeout=120)
 
 
 def test_plan_with_no_arguments_works_offline_without_a_gpu(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from instinct_serve.errors import UsageError
 from instinct_serve.gather.plan import make_plan
 from instinct_serve.options import PlanOptions, ServeOptions
 from instinct_serve.plan.render import FORMATS, docker_argv, render
+from tests.infra.cli import run_instinct
 from tests.infra.paths import AMD_SKILL
 
 HF = "/srv/hf-cache"
@@ -118,20 +119,15 @@ def _import(tmp_path: Path, base_env: dict[str, str]) -> dict[str, Any]:
     doc["models"]["Qwen/Qwen3.5-9B"]["recipe"]["model"]["base_env"] = base_env
     path = tmp_path / "recipes.json"
     path.write_text(json.dumps(doc))
-    done = subprocess.run(
-        [*CLI, "recipes", "import", str(path), "--json"], capture_output=True, text=True
-    )
+    done = run_instinct(["recipes", "import", str(path), "--json"])
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
 def _plan_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, "plan", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--hf-cache", HF, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return run_instinct(
+        ["plan", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--hf-cache", HF, *args], timeout=120
     )
 
 

@@ -55,6 +55,7 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(e.decode().split("=", 1) for e in raw if b"=" in e)
 
 
+@pytest.mark.heavy
 def test_native_serve_pins_the_gpu_and_relaunches(
     native_env: dict[str, str], gpu_root: Path
 ) -> None:
@@ -124,6 +125,7 @@ def test_native_without_vllm_is_not_ready(tmp_path: Path, gpu_root: Path) -> Non
     assert run.result["error"]["id"] == "vllm_not_found"
 
 
+@pytest.mark.heavy
 def test_an_unknown_failure_quotes_the_servers_last_line(tmp_path: Path, gpu_root: Path) -> None:
     """No rule matches: the failure still says what the server said last, and its exit code."""
     exe = tmp_path / "vllm"

@@ -65,6 +65,7 @@ def _stop(env: dict[str, str], *names: str) -> None:
                 launcher.stop(LocalHost(), name)
 
 
+@pytest.mark.heavy
 def test_native_upgrade_switches_over_and_rollback_returns(
     native_env: dict[str, str], gpu_root: Path
 ) -> None:
@@ -102,6 +103,7 @@ def test_native_upgrade_switches_over_and_rollback_returns(
         _stop(native_env, name, name + "-next")
 
 
+@pytest.mark.heavy
 def test_a_bad_native_upgrade_leaves_the_old_process_serving(
     native_env: dict[str, str], gpu_root: Path
 ) -> None:

@@ -200,6 +200,7 @@ def test_upgrade_switches_over_and_rollback_returns_to_the_old_plan(serve: Serve
     )
 
 
+@pytest.mark.heavy
 def test_watch_relaunches_a_native_endpoint_once_with_the_known_fix(
     tmp_path: Path, gpu_root: Path
 ) -> None:
