@@ -39,6 +39,7 @@ PURE = {
     "vllm_args",
     "data",
     "observe",
+    "servers",
     "__init__",
 }
 GATHER = {"gather"}

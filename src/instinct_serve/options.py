@@ -111,6 +111,14 @@ def _power_of_two(value: int) -> str | None:
     return None
 
 
+def _server(value: str) -> str | None:
+    """A server the registry knows (``servers``: the built-in ones and the registered)."""
+    from instinct_serve import servers
+
+    known = servers.names()
+    return None if value in known else "is not one of " + ", ".join(known)
+
+
 def _container_name(value: str) -> str | None:
     if not CONTAINER_NAME.fullmatch(value):
         return "is not a container name (letters, digits, '_', '.', '-'; 128 at most)"
@@ -659,6 +667,15 @@ class PlanOptions(SizingOptions):
         metavar="IMAGE",
         help="Container image (default: newest vllm/vllm-openai-rocm).",
         max_length=512,
+    )
+    server: str = opt(
+        "vllm",
+        kind="text",
+        metavar="NAME",
+        help="The inference server to plan for: vllm, or one an installed package registers "
+        "(entry points `instinct_serve.servers`).",
+        check=_server,
+        max_length=64,
     )
     precision: str | None = opt(
         kind="text",
