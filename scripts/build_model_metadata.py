@@ -237,7 +237,7 @@ def build(model_id: str, from_hub: bool) -> dict[str, Any]:
         source += f", equal to the published {what} {expected:,}"
     revision = None
     if from_hub:
-        from instinct_serve.fit.sources import fetch_hub_meta
+        from instinct_serve.gather.model_meta import fetch_hub_meta
 
         live = fetch_hub_meta(model_id)
         config = live.config

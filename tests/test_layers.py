@@ -1,12 +1,14 @@
-"""The import layers hold: the pure core imports no adapter, no package reaches upward, and
-no module imports itself through others.
+"""The import layers hold: the pure core imports no adapter and no I/O library, its step
+packages import each other in one order only, no package reaches upward, and no module
+imports itself through others.
 
 Read from the source (``ast``), so an import inside a function counts as much as one at the
 top; only imports under ``if TYPE_CHECKING:`` are left out (they never run). Importing
 ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` too, so those are edges as well.
 
-    pure core   hardware catalog fit plan diagnose observe + options names units paths errors
-                jsonio credentials vllm_args data     (data in, data out)
+    pure core   hardware < catalog < fit < plan, diagnose and observe beside them (STEPS),
+                + options names units paths errors jsonio credentials vllm_args data
+                (SHARED)     (data in, data out: no HTTP, Hub, process, socket or temp file)
     gather      the I/O shell of the steps: detect on a host, sync recipes, assemble a plan
     adapters    hosts runtime engine checks     (hosts, processes, docker)
     front ends  agents (the MCP server), then cli (the command, which also starts the MCP
@@ -23,25 +25,46 @@ from tests.infra.paths import REPO
 SRC = REPO / "src"
 PACKAGE = "instinct_serve"
 
-PURE = {
-    "hardware",
-    "catalog",
-    "fit",
-    "plan",
-    "diagnose",
+# The pure core's step packages, in order: each may import the ones listed (and SHARED).
+CHAIN = ("hardware", "catalog", "fit", "plan")
+STEPS: dict[str, set[str]] = {step: set(CHAIN[:i]) for i, step in enumerate(CHAIN)} | {
+    "diagnose": {"hardware", "catalog"},  # beside the chain: log lines against the recipes
+    "observe": {"hardware"},  # beside the chain: metrics and GPU readings
+}
+STEPS["plan"] |= {"observe"}  # a plan's Prometheus scrape config (observe.scrape)
+# What each inference server answers (``servers``) is held by the steps below it; a plan asks it.
+STEPS["servers"] = {"hardware", "catalog", "fit", "diagnose", "observe"}
+STEPS["plan"] |= {"servers"}
+# Modules every step may import; they import each other and, for the GPU names, hardware.
+SHARED = {
     "options",
     "names",
     "units",
     "paths",
     "errors",
+    "error_ids",
     "jsonio",
     "credentials",
     "vllm_args",
     "data",
-    "observe",
-    "servers",
     "__init__",
 }
+SHARED_MAY_IMPORT = SHARED | {"hardware"}
+PURE = set(STEPS) | SHARED
+# What the pure core never imports (gather/ and the adapters do the I/O).
+IO_LIBRARIES = (
+    "httpx",
+    "huggingface_hub",
+    "subprocess",
+    "socket",
+    "tempfile",
+    "shutil",
+    "concurrent.futures",
+    "filelock",
+    "requests",
+    "urllib.request",
+    "http.client",
+)
 GATHER = {"gather"}
 ADAPTERS = {"hosts", "runtime", "engine", "checks"}
 FRONT = {"cli", "agents", "__main__"}
@@ -120,13 +143,25 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
+def _imported(source: str, module: str, is_package: bool) -> set[str]:
+    """Every name an import of ``source`` names (``a.b`` and ``a.b.c`` for ``from a.b import
+    c``), those under ``if TYPE_CHECKING:`` aside."""
+    visitor = _Imports(module, is_package)
+    visitor.visit(ast.parse(source))
+    return visitor.names
+
+
+IMPORTS = {
+    module: _imported(path.read_text(encoding="utf-8"), module, path.name == "__init__.py")
+    for module, path in MODULES.items()
+}
+
+
 def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
-    for module, path in MODULES.items():
-        visitor = _Imports(module, path.name == "__init__.py")
-        visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
+    for module in MODULES:
         edges: set[str] = set()
-        for name in visitor.names:
+        for name in IMPORTS[module]:
             target = _resolve(name)
             if target is None:
                 continue
@@ -216,6 +251,56 @@ def test_every_import_goes_down_the_layers() -> None:
             if top(dep) not in ALLOWED[mine] and top(dep) != top(module):
                 upward.append(f"{module} ({mine}) imports {dep} ({layer(top(dep))})")
     assert upward == [], "\n".join(upward)
+
+
+def _io_imports(names: set[str]) -> list[str]:
+    """The I/O libraries among ``names``, each as the shortest name that imports it."""
+    found = []
+    for lib in IO_LIBRARIES:
+        hits = sorted((n for n in names if n == lib or n.startswith(lib + ".")), key=len)
+        if hits:
+            found.append(hits[0])
+    return found
+
+
+def test_the_io_check_finds_io_imports() -> None:
+    source = (
+        "import os\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    import httpx\n"
+        "def f():\n"
+        "    import subprocess\n"
+        "    from concurrent.futures import ThreadPoolExecutor\n"
+        "    from huggingface_hub.errors import GatedRepoError\n"
+        "    import socketserver\n"
+    )
+    names = _imported(source, f"{PACKAGE}.fit.example", False)
+    assert _io_imports(names) == ["huggingface_hub.errors", "subprocess", "concurrent.futures"]
+
+
+def test_the_pure_core_imports_no_io_library() -> None:
+    found = [
+        f"{module} imports {name}"
+        for module in sorted(MODULES)
+        if layer(top(module)) == "pure"
+        for name in _io_imports(IMPORTS[module])
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_pure_steps_import_each_other_in_order() -> None:
+    wrong = []
+    for module, deps in sorted(GRAPH.items()):
+        mine = top(module)
+        if mine not in PURE:
+            continue
+        may = (STEPS[mine] | SHARED) if mine in STEPS else SHARED_MAY_IMPORT
+        for dep in sorted(deps):
+            theirs = top(dep)
+            if theirs != mine and theirs in PURE and theirs not in may:
+                wrong.append(f"{module} imports {dep}: {mine} may import only {sorted(may)}")
+    assert wrong == [], "\n".join(wrong)
 
 
 def test_vllm_args_depends_on_nothing_of_ours() -> None:

@@ -92,7 +92,7 @@ def test_the_plan_mounts_what_huggingface_hub_would_use(tmp_path: Path) -> None:
 def test_fit_reads_the_hub_cache_the_plan_mounts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from instinct_serve.fit.sources import hf_cache_dir
+    from instinct_serve.gather.model_dir import hf_cache_dir
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("HF_HOME", raising=False)

@@ -3,7 +3,8 @@
 Every failure the tool reports carries a stable ``id`` (agents branch on it), a one-line
 ``message`` (what failed and why) and a ``fix`` (what to do). The CLI turns them into a
 short message on stderr, or a JSON ``{"error": ...}`` document with ``--json``, and the
-exit code of the class: never a traceback for bad input.
+exit code of the class: never a traceback for bad input. Every id is listed once, with its
+exit class and a generic fix, in ``error_ids`` (``tests/test_errors.py`` holds the two together).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from instinct_serve.agents.inputs import DiagnoseInput, FitInput, PlanInput
 from instinct_serve.diagnose import FINDING_IDS
 from instinct_serve.errors import ExitCode
 from instinct_serve.fit.estimate import VERDICTS
-from instinct_serve.hardware.profiles import get_profile
+from instinct_serve.hardware.profiles import PROFILES, get_profile, product_families
 from instinct_serve.runtime.documents import Status
 from tests.agents.conftest import FIXTURE_LOGS
 from tests.infra.paths import REPO
@@ -169,6 +169,14 @@ def test_the_design_contract_keys_of_fit_are_explained(text: str) -> None:
         "fit.max_seq_len_fp8_kv",
     ]
     assert set(contract) <= named(section(text, "Stable keys"))
+
+
+def test_its_gpu_lists_are_the_profiles(text: str) -> None:
+    """The guide is a static file: its two GPU lists must say what ``hardware.profiles`` says."""
+    families = re.search(r"AMD Instinct data center GPUs \(([^;]+); ROCm\)", text)
+    assert families is not None and families.group(1) == product_families()
+    keys = re.search(r"pass `gpu` \(([^)]+)\)", text)
+    assert keys is not None and keys.group(1) == ", ".join(PROFILES)
 
 
 def test_it_stays_concise(text: str) -> None:

@@ -18,7 +18,8 @@ from instinct_serve.catalog.overrides import data_text, gpu_overrides_from_data
 from instinct_serve.catalog.parse import RecipeFileError, parse_corpus, parse_recipe_text
 from instinct_serve.catalog.recipe import Recipe, env_problem, recipe_env_problem
 from instinct_serve.catalog.schema import validate_gpu_overrides
-from instinct_serve.catalog.store import cache_document, load_catalog, write_cache
+from instinct_serve.catalog.store import cache_document, load_catalog
+from instinct_serve.gather.recipes_cache import write_cache
 from tests.catalog.conftest import write_yaml
 from tests.infra.paths import RECIPES_CORPUS
 

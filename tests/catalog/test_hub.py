@@ -6,7 +6,8 @@ import httpx
 import pytest
 from pytest_httpserver import HTTPServer
 
-from instinct_serve.catalog.hub import HubError, list_tags, pick_tag, resolve_rocm_image
+from instinct_serve.catalog.hub import pick_tag
+from instinct_serve.gather.docker_hub import HubError, list_tags, resolve_rocm_image
 from tests.catalog.conftest import HUB_PAGES, TAGS_PATH, serve_tag_pages
 
 

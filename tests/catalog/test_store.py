@@ -24,8 +24,8 @@ from instinct_serve.catalog.store import (
     load_catalog,
     load_snapshot,
     staleness_warning,
-    write_cache,
 )
+from instinct_serve.gather.recipes_cache import write_cache
 from tests.infra.paths import RECIPES_CORPUS, REPO
 
 NOW = dt.datetime(2026, 9, 1, 12, 0, tzinfo=dt.UTC)

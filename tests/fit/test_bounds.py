@@ -30,7 +30,8 @@ from instinct_serve.fit.config import (
 from instinct_serve.fit.estimate import FitOptions, HardwareSpec, estimate
 from instinct_serve.fit.meta import ModelMeta
 from instinct_serve.fit.params import count_parameters
-from instinct_serve.fit.sources import load_model_meta, read_local_dir
+from instinct_serve.gather.model_dir import read_local_dir
+from instinct_serve.gather.model_meta import load_model_meta
 from instinct_serve.options import FitRequest, option_of
 from tests.fit.st_files import write_safetensors
 from tests.fit.test_local import small_config
@@ -443,7 +444,7 @@ def test_odd_paths_are_answered(capsys: pytest.CaptureFixture[str], model: str) 
 def test_a_damaged_kept_hub_answer_is_ignored(tmp_path: Path) -> None:
     """A kept Hub answer whose config breaks the bounds is no answer (offline: the shipped
     metadata, which it would otherwise have shadowed)."""
-    from instinct_serve.fit.sources import _meta_cache_path
+    from instinct_serve.gather.model_meta import _meta_cache_path
 
     bad = {"model_id": "Qwen/Qwen3-8B", "config": small_config(num_hidden_layers=1e30)}
     path = _meta_cache_path("Qwen/Qwen3-8B")

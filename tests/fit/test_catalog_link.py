@@ -8,8 +8,8 @@ from instinct_serve.fit.catalog_link import (
     LaunchContext,
     fit_options,
     launch_context,
-    precision_from_name,
 )
+from instinct_serve.fit.precision import precision_from_name
 from instinct_serve.units import token_count
 
 

@@ -10,15 +10,10 @@ from typing import Any
 import pytest
 
 from instinct_serve.errors import UsageError
-from instinct_serve.fit.estimate import (
-    Candidate,
-    FitOptions,
-    HardwareSpec,
-    alternatives,
-    estimate,
-)
+from instinct_serve.fit.alternatives import Candidate, alternatives
+from instinct_serve.fit.estimate import FitOptions, HardwareSpec, estimate
 from instinct_serve.fit.meta import ModelMeta
-from instinct_serve.fit.sources import load_shipped
+from instinct_serve.fit.shipped import load_shipped
 from instinct_serve.fit.vllm import behaviour
 from instinct_serve.hardware.profiles import get_profile
 from tests.infra.paths import CONFIGS

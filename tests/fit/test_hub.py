@@ -17,7 +17,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
-from instinct_serve.fit.sources import HUB_DOWN_TTL_S, load_model_meta, quantized_siblings
+from instinct_serve.gather.model_meta import HUB_DOWN_TTL_S, load_model_meta, quantized_siblings
 from instinct_serve.paths import cache_dir
 from tests.fit.hubserver import LLAMA, SHA, serve_model
 

@@ -12,7 +12,8 @@ import pytest
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.fit.estimate import FitOptions, HardwareSpec, estimate
 from instinct_serve.fit.safetensors_header import read_header
-from instinct_serve.fit.sources import load_model_meta, read_local_dir
+from instinct_serve.gather.model_dir import read_local_dir
+from instinct_serve.gather.model_meta import load_model_meta
 from tests.fit.st_files import write_index, write_safetensors
 from tests.infra.paths import CONFIGS
 

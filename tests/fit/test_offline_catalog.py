@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from instinct_serve.catalog import load_catalog
+from instinct_serve.catalog.rough import estimated_weight_bytes, parse_parameter_count
 from instinct_serve.errors import InstinctError
-from instinct_serve.fit.catalog_link import fit_model
 from instinct_serve.fit.estimate import HardwareSpec
-from instinct_serve.fit.rough import estimated_weight_bytes, parse_parameter_count
-from instinct_serve.fit.sources import shipped_model_ids
+from instinct_serve.fit.shipped import shipped_model_ids
+from instinct_serve.gather.fit import fit_model
 from instinct_serve.hardware.profiles import get_profile
 
 MI300X = HardwareSpec.from_inventory(get_profile("mi300x").inventory(), source="profile")

@@ -12,7 +12,7 @@ import pytest
 
 from instinct_serve.fit.dtypes import dtype_bytes
 from instinct_serve.fit.params import UnsupportedArchitecture, count_parameters
-from instinct_serve.fit.sources import load_shipped, shipped_model_ids
+from instinct_serve.fit.shipped import load_shipped, shipped_model_ids
 from tests.infra.paths import CONFIGS, REPO
 
 

@@ -8,7 +8,17 @@ import pytest
 
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware import amdsmi, gfx
-from instinct_serve.hardware.profiles import PROFILES, get_profile
+from instinct_serve.hardware.profiles import (
+    GFX_TARGETS,
+    IMAGE_GFX_TARGETS,
+    PARTITIONED,
+    PROFILES,
+    UPSTREAM_HARDWARE,
+    get_profile,
+    product_families,
+    products,
+)
+from instinct_serve.options import TargetOptions, option_of
 from tests.hardware.conftest import MIB, fixture
 
 
@@ -81,3 +91,13 @@ def test_unknown_profile_and_bad_count() -> None:
     assert PROFILES["mi355x"].inventory(2).gpu_count == 2
     with pytest.raises(UsageError):
         PROFILES["mi355x"].inventory(0)
+
+
+def test_the_lists_in_help_and_fix_texts_derive_from_the_table() -> None:
+    """Profiles (what the tool plans for) and the image's gfx targets (what it has kernels
+    for) are two lists; the texts that name GPUs read them instead of repeating them."""
+    assert products(PARTITIONED) == ["MI300X", "MI325X", "MI300A", "MI308X", "MI350X", "MI355X"]
+    assert products(UPSTREAM_HARDWARE) == ["MI300X", "MI325X", "MI355X"]
+    assert product_families() == "MI300X/MI325X/MI300A/MI308X, MI350X/MI355X, MI250X/MI210"
+    assert "(gfx942, gfx950, gfx90a)" in option_of(TargetOptions, "gfx").help
+    assert IMAGE_GFX_TARGETS == GFX_TARGETS  # today; a new profile need not be in the image

@@ -857,7 +857,7 @@ class Rendering:
         return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
 
     def api_entry(self) -> dict[str, Any]:
-        """The per-GPU entry as ``catalog.api._render`` keeps it (``amd_rendered``)."""
+        """The per-GPU entry as ``gather.recipes_api._render`` keeps it (``amd_rendered``)."""
         return {
             "argv": list(self.argv),
             "env": dict(self.env),

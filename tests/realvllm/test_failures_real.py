@@ -13,7 +13,7 @@ import pytest
 
 from instinct_serve.engine import launcher
 from instinct_serve.hosts import LocalHost
-from instinct_serve.runtime.serve import FAILED_GRACE_S
+from instinct_serve.runtime.startup import FAILED_GRACE_S
 from tests.infra.ports import free_port
 from tests.infra.realvllm import Setup
 from tests.realvllm.conftest import cli, serve_args, tier_env

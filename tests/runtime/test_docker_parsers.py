@@ -15,7 +15,7 @@ from instinct_serve.plan.labels import (
     label_args,
     managed_labels,
 )
-from instinct_serve.runtime.docker import (
+from instinct_serve.runtime.docker_data import (
     Listener,
     PortHolder,
     container_id_from_cgroup,

@@ -186,7 +186,7 @@ def test_an_upgrade_that_cannot_run_beside_the_old_group_is_refused_first() -> N
     twice does not fit; halves do, and so do other GPUs."""
     from instinct_serve.errors import UsageError
     from instinct_serve.plan.replicas import GroupPlan, Replica, Router
-    from instinct_serve.runtime.upgrade import check_fits_beside
+    from instinct_serve.runtime.upgrade_group import check_fits_beside
 
     def group_plan(gpus: list[int], *args: str) -> LaunchPlan:
         members = [Replica(i, f"g-r{i}", 8001 + i, (g,)) for i, g in enumerate(gpus)]

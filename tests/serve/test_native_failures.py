@@ -14,7 +14,7 @@ import pytest
 
 from instinct_serve.engine import launcher
 from instinct_serve.hosts import LocalHost
-from instinct_serve.runtime.serve import FAILED_GRACE_S
+from instinct_serve.runtime.startup import FAILED_GRACE_S
 from tests.infra.ports import free_port
 from tests.infra.vllm_double import install_fake_vllm
 from tests.serve.conftest import MODEL, run_cli

@@ -337,8 +337,8 @@ def deploy(
     The plan made now must be the one the user approved (``plan_hash``), else
     ``plan_changed`` and nothing is launched.
     """
+    from instinct_serve.runtime.deploying import Interrupted
     from instinct_serve.runtime.prepare import prepare, serve_settings
-    from instinct_serve.runtime.serve import Interrupted
 
     emit = _emitter(sink, cancelled)
     try:
@@ -388,8 +388,8 @@ def deploy(
 def rollback(inp: RollbackExtras, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
     """``instinct rollback NAME --json``: the last good plan (the one an upgrade replaced)
     served again in place of the current one, which becomes the last good."""
+    from instinct_serve.runtime.rollback import rollback as run_rollback
     from instinct_serve.runtime.settings import ServeSettings
-    from instinct_serve.runtime.upgrade import rollback as run_rollback
 
     opts = inp.options()
     host = _host(inp.host)

@@ -21,6 +21,7 @@ get ``--trust-remote-code`` and hermes tool calling.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from instinct_serve import vllm_args
@@ -34,6 +35,7 @@ from instinct_serve.catalog.overrides import (
     load_gpu_overrides,
 )
 from instinct_serve.errors import UsageError
+from instinct_serve.hardware.profiles import UPSTREAM_HARDWARE, products
 
 
 class Layer(NamedTuple):
@@ -163,6 +165,19 @@ def _select_features(
     return chosen
 
 
+@dataclass
+class _Parts:
+    """What one match's branch (recipe, legacy, generic) contributes to the config."""
+
+    layers: list[Layer]
+    warnings: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)
+    image: str | None = None
+    precision: str | None = None
+    context: int | None = None
+    variant: str | None = None
+
+
 def amd_config(
     match: Match,
     gpu: str,
@@ -189,174 +204,201 @@ def amd_config(
     gfx, profile = resolve_gpu(gpu, overrides)
     cfg: GpuConfig = overrides.config(gfx)
     hw = cfg.hardware_id(profile)
-    layers: list[Layer] = [Layer(f"gpu env_defaults ({gfx})", [], cfg.env)]
-    warnings: list[str] = []
-    image: str | None = None
-    precision: str | None = None
-    context: int | None = None
-    variant_key: str | None = None
-    chosen: list[str]
-    min_vllm = required_vllm(match)
-
+    parts = _Parts([Layer(f"gpu env_defaults ({gfx})", [], cfg.env)])
     if match.recipe is not None:
-        recipe = match.recipe
-        variant_key = variant or match.variant_key or recipe.default_variant.key
-        if variant_key not in recipe.variants and recipe.variants:
-            raise UsageError(
-                f"{recipe.model_id} has no variant {variant_key!r}",
-                fix="available: " + ", ".join(recipe.variants),
-                id="unknown_variant",
-            )
-        var = recipe.variants.get(variant_key) or recipe.default_variant
-        variant_key = var.key
-        layers.append(Layer("recipe base_args/base_env", recipe.base_args, recipe.base_env))
-        layers.append(Layer(f"variant {var.key}", var.extra_args, var.extra_env))
-        exact = var.exact_override(hw)
-        if exact is not None:
-            layers.append(
-                Layer(
-                    f"variant {var.key} hardware_overrides.{hw}", exact.extra_args, exact.extra_env
-                )
-            )
-        strategy = default_strategy(recipe)
-        doc = (strategies or {}).get(strategy)
-        if isinstance(doc, dict):
-            layers.append(
-                Layer(
-                    f"strategy {strategy}",
-                    [str(a) for a in doc.get("vllm_args") or []],
-                    {str(k): str(v) for k, v in (doc.get("env") or {}).items()},
-                )
-            )
-        over = recipe.strategy_overrides.get(strategy)
-        if isinstance(over, dict):
-            layers.append(
-                Layer(
-                    f"strategy_overrides.{strategy}",
-                    [str(a) for a in over.get("extra_args") or []],
-                    {str(k): str(v) for k, v in (over.get("extra_env") or {}).items()},
-                )
-            )
-            hw_over = over.get("hardware_overrides")
-            hw_over = hw_over if isinstance(hw_over, dict) else {}
-            for key in ("amd", hw):
-                entry = hw_over.get(key) if key else None
-                if isinstance(entry, dict):
-                    layers.append(
-                        Layer(
-                            f"strategy_overrides.{strategy}.hardware_overrides.{key}",
-                            [str(a) for a in entry.get("extra_args") or []],
-                            {str(k): str(v) for k, v in (entry.get("extra_env") or {}).items()},
-                        )
-                    )
-        if recipe.amd is not None:
-            layers.append(
-                Layer("recipe hardware_overrides.amd", recipe.amd.extra_args, recipe.amd.extra_env)
-            )
-        var_amd = var.amd_override()
-        if var_amd is not None:
-            layers.append(
-                Layer(
-                    f"variant {var.key} hardware_overrides.amd",
-                    var_amd.extra_args,
-                    var_amd.extra_env,
-                )
-            )
-        chosen = _select_features(
-            recipe.features, features, recipe.default_features(hw, var.key), recipe.model_id
-        )
-        for name in chosen:
-            picked = (modes or {}).get(name)
-            feature = recipe.features[name]
-            if picked is not None and picked not in feature.modes:
-                raise UsageError(
-                    f"feature {name} of {recipe.model_id} has no mode {picked!r}",
-                    fix="available: " + (", ".join(feature.modes) or "none (not a modal feature)"),
-                    id="unknown_feature_mode",
-                )
-            feat_args, feat_env = feature.resolve(var, hw, picked)
-            layers.append(Layer(f"feature {name}", feat_args, feat_env))
-        image = recipe.amd_image(var.key, hw)
-        precision = var.precision if match.kind != "base_model" else None
-        context = recipe.context_length
-        if recipe.hardware_status(hw) == "unsupported":
-            warnings.append(f"the recipe marks {hw} as unsupported for {recipe.model_id}")
-        if not var.supports_hardware(hw):
-            warnings.append(
-                f"variant {var.key} lists only {', '.join(var.supported_hardware or [])}"
-            )
-        if recipe.is_omni:
-            warnings.append("this recipe is for vLLM-Omni (generation), not `vllm serve`")
-        if hw is None and recipe.amd is not None:
-            warnings.append(
-                f"upstream AMD overrides are validated on MI300X/MI325X/MI355X, not {gfx}"
-            )
+        _recipe_parts(parts, match, gfx, hw, variant, features, modes, strategies)
     elif match.legacy is not None:
         legacy = match.legacy
-        layers.append(Layer("legacy model", list(legacy.args), dict(legacy.env)))
+        parts.layers.append(Layer("legacy model", list(legacy.args), dict(legacy.env)))
         feats = legacy.features
-        chosen = _select_features(feats, features, list(feats), legacy.model_id)
-        layers.extend(Layer(f"feature {name}", feats[name], {}) for name in chosen)
-        precision = legacy.precision
-        context = legacy.context_length
+        parts.features = _select_features(feats, features, list(feats), legacy.model_id)
+        parts.layers.extend(Layer(f"feature {name}", feats[name], {}) for name in parts.features)
+        parts.precision = legacy.precision
+        parts.context = legacy.context_length
     else:
-        from instinct_serve.catalog.families import generic_launch
-
-        generic = generic_launch(match.model_id, model_config)
-        layers.append(Layer("generic", list(generic.args), {}))
-        chosen = _select_features(
-            generic.features, features, list(generic.features), match.model_id
-        )
-        layers.extend(Layer(f"feature {name}", generic.features[name], {}) for name in chosen)
-        if model_config is None:
-            warnings.append(
-                f"{match.model_id} is outside the catalog and its config could not be read: "
-                "no remote code is trusted and the parsers follow its name; pass "
-                "`-- --trust-remote-code` if it ships custom code"
-            )
+        _generic_parts(parts, match, features, model_config)
 
     ids = [match.model_id]
     if match.recipe is not None:
         ids.append(match.recipe.model_id)
     removals: list[ArgRemoval] = []
     for over in cfg.overrides_for(*ids):
-        layers.append(
+        parts.layers.append(
             Layer(f"gpu model_override {over.match!r} ({gfx})", list(over.args), over.env)
         )
         removals.extend(over.remove_args)
+    args, env, sources = fold(parts.layers, removals)
 
-    args = vllm_args.dedupe(tok for layer in layers for tok in layer.args)
-    for removal in removals:
-        args = vllm_args.remove(args, removal.flag, removal.value_prefix)
-    env: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    for layer in layers:
-        for key, value in layer.env.items():
-            env[key] = value
-            sources[key] = layer.name
-
+    precision = parts.precision
     status = cfg.precision.status(precision) if precision else UNKNOWN
     if status == UNSUPPORTED:
-        warnings.append(f"{precision} weights are not supported on {gfx}")
+        parts.warnings.append(f"{precision} weights are not supported on {gfx}")
     return AmdConfig(
         gpu=gpu,
         gfx=gfx,
         hardware_id=hw,
         model_id=match.model_id,
         match=match.kind,
-        variant=variant_key,
+        variant=parts.variant,
         precision=precision,
         precision_status=status,
-        features=chosen,
+        features=parts.features,
         args=args,
         env=env,
         env_sources=sources,
-        layers=layers,
-        image=image,
-        min_vllm_version=min_vllm,
-        context_length=context,
-        warnings=warnings,
+        layers=parts.layers,
+        image=parts.image,
+        min_vllm_version=required_vllm(match),
+        context_length=parts.context,
+        warnings=parts.warnings,
     )
+
+
+def fold(
+    layers: Iterable[Layer], removals: Iterable[ArgRemoval] = ()
+) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """Apply ``layers`` lowest first, each the same way: its args follow the ones before
+    (the last occurrence of each flag wins, as a shell would, then ``removals`` apply) and
+    its env replaces theirs per key. Returns the args, the env and each variable's layer."""
+    tokens: list[str] = []
+    env: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for layer in layers:
+        tokens.extend(layer.args)
+        for key, value in layer.env.items():
+            env[key] = value
+            sources[key] = layer.name
+    args = vllm_args.dedupe(tokens)
+    for removal in removals:
+        args = vllm_args.remove(args, removal.flag, removal.value_prefix)
+    return args, env, sources
+
+
+def _doc_layer(name: str, doc: Mapping[str, Any], args_key: str, env_key: str) -> Layer:
+    """A layer from a strategy document (or one of its overrides), as plain strings."""
+    return Layer(
+        name,
+        [str(a) for a in doc.get(args_key) or []],
+        {str(k): str(v) for k, v in (doc.get(env_key) or {}).items()},
+    )
+
+
+def _recipe_parts(
+    parts: _Parts,
+    match: Match,
+    gfx: str,
+    hw: str | None,
+    variant: str | None,
+    features: Iterable[str] | None,
+    modes: dict[str, str] | None,
+    strategies: Mapping[str, Any] | None,
+) -> None:
+    """A recipe's layers (base, variant, its GPU override, the strategy, the AMD
+    overrides, the features) and what it pins (image, precision, context)."""
+    recipe = match.recipe
+    assert recipe is not None
+    variant_key = variant or match.variant_key or recipe.default_variant.key
+    if variant_key not in recipe.variants and recipe.variants:
+        raise UsageError(
+            f"{recipe.model_id} has no variant {variant_key!r}",
+            fix="available: " + ", ".join(recipe.variants),
+            id="unknown_variant",
+        )
+    var = recipe.variants.get(variant_key) or recipe.default_variant
+    parts.variant = var.key
+    parts.layers.append(Layer("recipe base_args/base_env", recipe.base_args, recipe.base_env))
+    parts.layers.append(Layer(f"variant {var.key}", var.extra_args, var.extra_env))
+    exact = var.exact_override(hw)
+    if exact is not None:
+        name = f"variant {var.key} hardware_overrides.{hw}"
+        parts.layers.append(Layer(name, exact.extra_args, exact.extra_env))
+    parts.layers.extend(_strategy_layers(recipe, hw, strategies))
+    if recipe.amd is not None:
+        amd = recipe.amd
+        parts.layers.append(Layer("recipe hardware_overrides.amd", amd.extra_args, amd.extra_env))
+    var_amd = var.amd_override()
+    if var_amd is not None:
+        name = f"variant {var.key} hardware_overrides.amd"
+        parts.layers.append(Layer(name, var_amd.extra_args, var_amd.extra_env))
+    parts.features = _select_features(
+        recipe.features, features, recipe.default_features(hw, var.key), recipe.model_id
+    )
+    for name in parts.features:
+        picked = (modes or {}).get(name)
+        feature = recipe.features[name]
+        if picked is not None and picked not in feature.modes:
+            raise UsageError(
+                f"feature {name} of {recipe.model_id} has no mode {picked!r}",
+                fix="available: " + (", ".join(feature.modes) or "none (not a modal feature)"),
+                id="unknown_feature_mode",
+            )
+        feat_args, feat_env = feature.resolve(var, hw, picked)
+        parts.layers.append(Layer(f"feature {name}", feat_args, feat_env))
+    parts.image = recipe.amd_image(var.key, hw)
+    parts.precision = var.precision if match.kind != "base_model" else None
+    parts.context = recipe.context_length
+    if recipe.hardware_status(hw) == "unsupported":
+        parts.warnings.append(f"the recipe marks {hw} as unsupported for {recipe.model_id}")
+    if not var.supports_hardware(hw):
+        parts.warnings.append(
+            f"variant {var.key} lists only {', '.join(var.supported_hardware or [])}"
+        )
+    if recipe.is_omni:
+        parts.warnings.append("this recipe is for vLLM-Omni (generation), not `vllm serve`")
+    if hw is None and recipe.amd is not None:
+        parts.warnings.append(
+            f"upstream AMD overrides are validated on {'/'.join(products(UPSTREAM_HARDWARE))},"
+            f" not {gfx}"
+        )
+
+
+def _strategy_layers(
+    recipe: Any, hw: str | None, strategies: Mapping[str, Any] | None
+) -> list[Layer]:
+    """The recipe's default single-node strategy: its flags, then the recipe's overrides
+    of it (and their AMD and per-GPU hardware overrides)."""
+    strategy = default_strategy(recipe)
+    layers: list[Layer] = []
+    doc = (strategies or {}).get(strategy)
+    if isinstance(doc, dict):
+        layers.append(_doc_layer(f"strategy {strategy}", doc, "vllm_args", "env"))
+    over = recipe.strategy_overrides.get(strategy)
+    if not isinstance(over, dict):
+        return layers
+    layers.append(_doc_layer(f"strategy_overrides.{strategy}", over, "extra_args", "extra_env"))
+    hw_over = over.get("hardware_overrides")
+    hw_over = hw_over if isinstance(hw_over, dict) else {}
+    for key in ("amd", hw):
+        entry = hw_over.get(key) if key else None
+        if isinstance(entry, dict):
+            name = f"strategy_overrides.{strategy}.hardware_overrides.{key}"
+            layers.append(_doc_layer(name, entry, "extra_args", "extra_env"))
+    return layers
+
+
+def _generic_parts(
+    parts: _Parts,
+    match: Match,
+    features: Iterable[str] | None,
+    model_config: Mapping[str, Any] | None,
+) -> None:
+    """A model outside the catalog: its family's launch (``catalog.families``)."""
+    from instinct_serve.catalog.families import generic_launch
+
+    generic = generic_launch(match.model_id, model_config)
+    parts.layers.append(Layer("generic", list(generic.args), {}))
+    parts.features = _select_features(
+        generic.features, features, list(generic.features), match.model_id
+    )
+    parts.layers.extend(
+        Layer(f"feature {name}", generic.features[name], {}) for name in parts.features
+    )
+    if model_config is None:
+        parts.warnings.append(
+            f"{match.model_id} is outside the catalog and its config could not be read: "
+            "no remote code is trusted and the parsers follow its name; pass "
+            "`-- --trust-remote-code` if it ships custom code"
+        )
 
 
 # Flags the planner decides for the launch (TP from the fit and the objective, the port, the

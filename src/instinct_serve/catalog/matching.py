@@ -355,32 +355,36 @@ def close_matches(model_id: str, n: int = 3, catalog: Catalog | None = None) -> 
     return [by_lower[h] for h in hits[:n]]
 
 
+def _local_dir_match(model_id: str) -> Match | None:
+    """The generic match of a local model directory (None: ``model_id`` names none)."""
+    local = local_model_dir(model_id)
+    if local is None:
+        return None
+    archs = _local_architectures(local)
+    what = f" ({', '.join(archs)})" if archs else ""
+    return Match(
+        model_id.strip(),
+        "generic",
+        model_id.strip(),
+        f"local model directory {local}{what}: not in the recipes catalog, generic vLLM "
+        "settings (trust remote code, hermes tool calling)",
+        suggestions=(),
+        notes=("served from the directory as it is: no Hub download",),
+    )
+
+
 def lookup(model_id: str, catalog: Catalog | None = None) -> Match:
     """Resolve ``model_id`` (see the module doc for the order); never raises for a valid id
     or a local model directory."""
     catalog = catalog or load_catalog()
-    local = local_model_dir(model_id)
+    local = _local_dir_match(model_id)
     if local is not None:
-        archs = _local_architectures(local)
-        what = f" ({', '.join(archs)})" if archs else ""
-        return Match(
-            model_id.strip(),
-            "generic",
-            model_id.strip(),
-            f"local model directory {local}{what}: not in the recipes catalog, generic vLLM "
-            "settings (trust remote code, hermes tool calling)",
-            suggestions=(),
-            notes=("served from the directory as it is: no Hub download",),
-        )
+        return local
     requested = check_model_id(model_id, catalog)
     blacklist = load_blacklist()
 
     def listed(*ids: str) -> BlacklistEntry | None:
-        for mid in ids:
-            hit = blacklist.get(mid)
-            if hit is not None:
-                return hit
-        return None
+        return next((hit for mid in ids if (hit := blacklist.get(mid)) is not None), None)
 
     recipe = catalog.recipe(requested)
     if recipe is not None:

@@ -74,7 +74,7 @@ def _text_score(query: list[str], recipe: Any) -> float:
 def _fit(recipe: Any, target: SearchTarget | None, utilization: float) -> str | None:
     if target is None or not target.vram_bytes:
         return None
-    from instinct_serve.fit.rough import rough_size
+    from instinct_serve.catalog.rough import rough_size
 
     variant = recipe.default_variant
     size = rough_size(

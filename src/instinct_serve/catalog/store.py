@@ -1,11 +1,11 @@
 """The recipes catalog on disk: the synced cache, the shipped snapshot, and staleness.
 
 ``recipes_cache.json`` (in ``paths.cache_dir()``) is written only by ``recipes sync`` and
-``recipes import``: whole, to a temporary file that then replaces the old one, under a file
-lock, so a reader never sees half a file and a failed sync leaves the old cache
-byte-identical. Reading takes no lock and no pydantic: the JSON was validated when written.
-A missing cache means the snapshot shipped in the package; an unreadable one means the same,
-plus a warning that says so.
+``recipes import`` (``gather.recipes_cache.write_cache``): whole, to a temporary file that
+then replaces the old one, under a file lock, so a reader never sees half a file and a
+failed sync leaves the old cache byte-identical. Reading takes no lock and no pydantic: the
+JSON was validated when written. A missing cache means the snapshot shipped in the package;
+an unreadable one means the same, plus a warning that says so.
 
 Cache format (``schema`` 1)::
 
@@ -21,7 +21,6 @@ Cache format (``schema`` 1)::
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
@@ -444,29 +443,7 @@ def dumps_document(doc: dict[str, Any]) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def write_cache(doc: dict[str, Any], path: str | None = None) -> str:
-    """Replace the cache atomically (temp file + ``os.replace``) under a file lock."""
-    import tempfile
-
-    from filelock import FileLock
-
-    catalog_from_doc(doc, "<new cache>")  # never write what we could not read back
-    path = path or cache_path()
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    text = dumps_document(doc)
-    with FileLock(path + ".lock", timeout=60):
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".recipes_cache.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+def forget_loaded() -> None:
+    """Drop the memoised catalog (after the cache was replaced: ``gather.recipes_cache``)."""
     global _MEMO
     _MEMO = None
-    return path

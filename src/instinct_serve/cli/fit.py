@@ -21,7 +21,8 @@ from instinct_serve.options import FitRequest
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from instinct_serve.fit.estimate import Alternative, FitReport
+    from instinct_serve.fit.alternatives import Alternative
+    from instinct_serve.fit.estimate import FitReport
     from instinct_serve.fit.estimated import EstimatedFit
 
 
@@ -192,6 +193,21 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
     mt = report.min_tp_required
     table.add_row("min TP", str(mt) if mt else f"none on {report.hardware.gpu_count} GPU(s)")
     con.print(table)
+    _print_budget_bar(con, report)
+    style = _VERDICT_STYLE.get(report.verdict, "bold")
+    con.print(
+        Text.assemble(("verdict: ", "bold"), (report.verdict, style), f"  {report.verdict_reason}")
+    )
+    for note in report.notes:
+        con.print(f"[dim]- {escape(note)}[/]")
+    if alts:
+        _print_alternatives(con, alts)
+
+
+def _print_budget_bar(con: Console, report: FitReport) -> None:
+    """One GPU's memory as a bar of its parts, with a legend (and how far over, if over)."""
+    from rich.text import Text
+
     segments = budget_bar(report)
     bar = Text("per GPU ")
     for _label, style, _n, cells in segments:
@@ -204,24 +220,24 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
         legend.append("■ ", style=style)
         legend.append(f"{label} {_gib(n_bytes)}  ")
     con.print(legend)
-    style = _VERDICT_STYLE.get(report.verdict, "bold")
-    con.print(
-        Text.assemble(("verdict: ", "bold"), (report.verdict, style), f"  {report.verdict_reason}")
-    )
-    for note in report.notes:
-        con.print(f"[dim]- {escape(note)}[/]")
-    if alts:
-        alt_table = Table(title="Checkpoints that may fit instead", title_justify="left")
-        for col in ("model", "precision", "verdict", "TP", "weights GB", "max context"):
-            alt_table.add_column(col)
-        for a in alts:
-            r = a.report
-            alt_table.add_row(
-                escape(a.candidate.model_id),
-                a.candidate.precision + ("" if a.native_precision else " (emulated)"),
-                r.verdict,
-                str(r.tp),
-                f"{r.weights.loaded_bytes / 1e9:.1f}",
-                f"{r.recommended_max_model_len:,}",
-            )
-        con.print(alt_table)
+
+
+def _print_alternatives(con: Console, alts: list[Alternative]) -> None:
+    """The smaller checkpoints that may fit, as a table."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    alt_table = Table(title="Checkpoints that may fit instead", title_justify="left")
+    for col in ("model", "precision", "verdict", "TP", "weights GB", "max context"):
+        alt_table.add_column(col)
+    for a in alts:
+        r = a.report
+        alt_table.add_row(
+            escape(a.candidate.model_id),
+            a.candidate.precision + ("" if a.native_precision else " (emulated)"),
+            r.verdict,
+            str(r.tp),
+            f"{r.weights.loaded_bytes / 1e9:.1f}",
+            f"{r.recommended_max_model_len:,}",
+        )
+    con.print(alt_table)

@@ -55,12 +55,47 @@ def _amd_summary(recipe: Any) -> str:
     return "overrides" if recipe.amd is not None else "-"
 
 
+def _list_row(recipe: Any, blacklisted: str | None) -> dict[str, Any]:
+    """One recipe of ``recipes list --json``."""
+    from instinct_serve.catalog.documents import recipe_summary
+
+    return {
+        **recipe_summary(recipe),
+        "variants": {k: v.precision for k, v in recipe.variants.items()},
+        "amd": {
+            "hardware": {
+                hw: recipe.hardware_status(hw)
+                for hw in UPSTREAM_HARDWARE
+                if recipe.hardware_status(hw)
+            },
+            "has_overrides": recipe.amd is not None,
+            "image": recipe.amd_image(),
+        },
+        "blacklisted": blacklisted,
+    }
+
+
+def _list_entry(row: dict[str, Any], amd: str) -> tuple[str, str, str, str, str]:
+    """The human cells of one row: model, parameters, context, detail, note."""
+    params = row["parameter_count"] or "?"
+    if row["active_parameters"] and row["active_parameters"] != params:
+        params += f" ({row['active_parameters']} active)"
+    note = []
+    if row["blacklisted"]:
+        note.append(f"not an LLM: {row['blacklisted']}")
+    if row["nightly_required"]:
+        note.append("nightly vLLM")
+    context = f"{row['context_length']:,}" if row["context_length"] else "?"
+    precisions = ", ".join(sorted({p for p in row["variants"].values() if p}))
+    detail = f"{', '.join(row['tasks'])}; {precisions or '?'}; AMD: {amd}"
+    return row["model_id"], params, context, detail, "; ".join(note)
+
+
 @recipes.command("list")
 @click.option("--task", metavar="TASK", help="Only recipes with this task (text, multimodal, ...).")
 @json_option
 def list_cmd(task: str | None, as_json: bool) -> int:
     """List the recipes in the catalog (and our legacy models)."""
-    from instinct_serve.catalog.documents import recipe_summary
     from instinct_serve.catalog.overrides import load_blacklist, load_gpu_overrides
 
     catalog, _ = _checked_catalog(as_json)
@@ -71,22 +106,7 @@ def list_cmd(task: str | None, as_json: bool) -> int:
         if task and task.lower() not in [t.lower() for t in recipe.tasks]:
             continue
         listed = blacklist.get(recipe.model_id)
-        rows.append(
-            {
-                **recipe_summary(recipe),
-                "variants": {k: v.precision for k, v in recipe.variants.items()},
-                "amd": {
-                    "hardware": {
-                        hw: recipe.hardware_status(hw)
-                        for hw in UPSTREAM_HARDWARE
-                        if recipe.hardware_status(hw)
-                    },
-                    "has_overrides": recipe.amd is not None,
-                    "image": recipe.amd_image(),
-                },
-                "blacklisted": listed.category if listed else None,
-            }
-        )
+        rows.append(_list_row(recipe, listed.category if listed else None))
     legacy_rows = [
         m.to_dict()
         for m in legacy.values()
@@ -101,19 +121,7 @@ def list_cmd(task: str | None, as_json: bool) -> int:
     }
 
     def entry(row: dict[str, Any]) -> tuple[str, str, str, str, str]:
-        params = row["parameter_count"] or "?"
-        if row["active_parameters"] and row["active_parameters"] != params:
-            params += f" ({row['active_parameters']} active)"
-        note = []
-        if row["blacklisted"]:
-            note.append(f"not an LLM: {row['blacklisted']}")
-        if row["nightly_required"]:
-            note.append("nightly vLLM")
-        context = f"{row['context_length']:,}" if row["context_length"] else "?"
-        precisions = ", ".join(sorted({p for p in row["variants"].values() if p}))
-        amd = _amd_summary(catalog.recipe(row["model_id"]))
-        detail = f"{', '.join(row['tasks'])}; {precisions or '?'}; AMD: {amd}"
-        return row["model_id"], params, context, detail, "; ".join(note)
+        return _list_entry(row, _amd_summary(catalog.recipe(row["model_id"])))
 
     def human(con: Console) -> None:
         from rich.markup import escape
@@ -227,8 +235,6 @@ def _kv(con: Console, key: str, value: Any) -> None:
 def _show_human(con: Console, doc: dict[str, Any]) -> None:
     import shlex
 
-    from rich.table import Table
-
     match = doc["match"]
     con.print(
         f"[bold cyan]{doc['requested']}[/] → [bold]{match['match']}[/]: {match['explanation']}"
@@ -241,48 +247,8 @@ def _show_human(con: Console, doc: dict[str, Any]) -> None:
         con.print(f"[dim]note: {note}[/]")
     if match["suggestions"]:
         con.print("did you mean: " + ", ".join(match["suggestions"]))
-    recipe = doc["recipe"]
-    if recipe:
-        con.print()
-        _kv(con, "title", f"{recipe['title']} ({recipe['provider']})")
-        _kv(con, "description", recipe["description"])
-        _kv(con, "tasks", ", ".join(recipe["tasks"]))
-        params = recipe["parameter_count"]
-        if recipe["active_parameters"] and recipe["active_parameters"] != params:
-            params = f"{params} ({recipe['active_parameters']} active)"
-        _kv(con, "model", f"{recipe['architecture']}, {params}, context {recipe['context_length']}")
-        need = recipe["min_vllm_version"]
-        _kv(
-            con,
-            "vLLM",
-            f">= {need}" + (" (nightly required)" if recipe["nightly_required"] else ""),
-        )
-        _kv(con, "base args", shlex.join(recipe["base_args"]))
-        _kv(con, "base env", " ".join(f"{k}={v}" for k, v in recipe["base_env"].items()))
-        _kv(con, "AMD hardware", ", ".join(f"{k}: {v}" for k, v in recipe["amd_hardware"].items()))
-        _kv(con, "AMD image (pinned)", recipe["amd_image"])
-        amd = recipe["hardware_overrides_amd"]
-        if amd:
-            _kv(con, "AMD extra args", shlex.join(amd["extra_args"]))
-            _kv(con, "AMD extra env", " ".join(f"{k}={v}" for k, v in amd["extra_env"].items()))
-        _kv(con, "recipe", recipe["url"] or recipe["source_path"])
-        feats = Table(title="features", title_justify="left")
-        for col in ("feature", "args", "default"):
-            feats.add_column(col, overflow="fold")
-        for name, feat in recipe["features"].items():
-            args = shlex.join(feat["args"]) if feat["args"] else ", ".join(feat.get("modes", {}))
-            feats.add_row(name, args, "opt-in" if feat["opt_in"] else "on")
-        if recipe["features"]:
-            con.print(feats)
-        variants = Table(title="variants", title_justify="left")
-        for col in ("variant", "precision", "checkpoint", "min VRAM GB"):
-            variants.add_column(col, overflow="fold")
-        for key, var in recipe["variants"].items():
-            vram = var["vram_minimum_gb"]
-            variants.add_row(
-                key, var["precision"] or "?", var["model_id"], f"{vram:g}" if vram else "?"
-            )
-        con.print(variants)
+    if doc["recipe"]:
+        _show_recipe(con, doc["recipe"])
     legacy = doc["legacy"]
     if legacy:
         shape = f"{legacy['architecture']}, {legacy['parameter_count']}"
@@ -297,26 +263,8 @@ def _show_human(con: Console, doc: dict[str, Any]) -> None:
             "args",
             shlex.join(doc["generic"]["args"] + doc["generic"]["features"]["tool_calling"]),
         )
-    amd = doc["amd"]
-    if amd:
-        con.print()
-        hw_id = amd["hardware_id"] or "none"
-        con.print(f"[bold]AMD view for {amd['gpu']}[/] ({amd['gfx']}, recipes hardware id {hw_id})")
-        _kv(con, "variant", amd["variant"])
-        if amd["precision"]:
-            _kv(con, "precision", f"{amd['precision']} ({amd['precision_status']} on {amd['gfx']})")
-        _kv(con, "features", ", ".join(amd["features"]))
-        _kv(con, "vllm args", shlex.join(amd["args"]))
-        env = Table(title="environment (highest precedence wins)", title_justify="left")
-        env.add_column("variable")
-        env.add_column("value")
-        env.add_column("from", overflow="fold")
-        for key, value in amd["env"].items():
-            env.add_row(key, value, amd["env_sources"][key])
-        con.print(env)
-        _kv(con, "image", amd["image"] or f"{doc['default_image']} (catalog default)")
-        for warning in amd["warnings"]:
-            con.print(f"[yellow]warning:[/] {warning}")
+    if doc["amd"]:
+        _show_amd(con, doc["amd"], doc["default_image"])
     if doc["cross_check"] is not None:
         if doc["cross_check"]:
             con.print("[yellow]differences from upstream's rendered command:[/]")
@@ -324,6 +272,80 @@ def _show_human(con: Console, doc: dict[str, Any]) -> None:
                 con.print(f"  - {line}")
         else:
             con.print("[green]matches upstream's rendered command[/]")
+
+
+def _show_recipe(con: Console, recipe: dict[str, Any]) -> None:
+    """The upstream recipe: the model, its args and env, features and variants."""
+    import shlex
+
+    from rich.table import Table
+
+    con.print()
+    _kv(con, "title", f"{recipe['title']} ({recipe['provider']})")
+    _kv(con, "description", recipe["description"])
+    _kv(con, "tasks", ", ".join(recipe["tasks"]))
+    params = recipe["parameter_count"]
+    if recipe["active_parameters"] and recipe["active_parameters"] != params:
+        params = f"{params} ({recipe['active_parameters']} active)"
+    _kv(con, "model", f"{recipe['architecture']}, {params}, context {recipe['context_length']}")
+    need = recipe["min_vllm_version"]
+    _kv(
+        con,
+        "vLLM",
+        f">= {need}" + (" (nightly required)" if recipe["nightly_required"] else ""),
+    )
+    _kv(con, "base args", shlex.join(recipe["base_args"]))
+    _kv(con, "base env", " ".join(f"{k}={v}" for k, v in recipe["base_env"].items()))
+    _kv(con, "AMD hardware", ", ".join(f"{k}: {v}" for k, v in recipe["amd_hardware"].items()))
+    _kv(con, "AMD image (pinned)", recipe["amd_image"])
+    amd = recipe["hardware_overrides_amd"]
+    if amd:
+        _kv(con, "AMD extra args", shlex.join(amd["extra_args"]))
+        _kv(con, "AMD extra env", " ".join(f"{k}={v}" for k, v in amd["extra_env"].items()))
+    _kv(con, "recipe", recipe["url"] or recipe["source_path"])
+    feats = Table(title="features", title_justify="left")
+    for col in ("feature", "args", "default"):
+        feats.add_column(col, overflow="fold")
+    for name, feat in recipe["features"].items():
+        args = shlex.join(feat["args"]) if feat["args"] else ", ".join(feat.get("modes", {}))
+        feats.add_row(name, args, "opt-in" if feat["opt_in"] else "on")
+    if recipe["features"]:
+        con.print(feats)
+    variants = Table(title="variants", title_justify="left")
+    for col in ("variant", "precision", "checkpoint", "min VRAM GB"):
+        variants.add_column(col, overflow="fold")
+    for key, var in recipe["variants"].items():
+        vram = var["vram_minimum_gb"]
+        variants.add_row(
+            key, var["precision"] or "?", var["model_id"], f"{vram:g}" if vram else "?"
+        )
+    con.print(variants)
+
+
+def _show_amd(con: Console, amd: dict[str, Any], default_image: str) -> None:
+    """The merged AMD view for one GPU: variant, args, environment and image."""
+    import shlex
+
+    from rich.table import Table
+
+    con.print()
+    hw_id = amd["hardware_id"] or "none"
+    con.print(f"[bold]AMD view for {amd['gpu']}[/] ({amd['gfx']}, recipes hardware id {hw_id})")
+    _kv(con, "variant", amd["variant"])
+    if amd["precision"]:
+        _kv(con, "precision", f"{amd['precision']} ({amd['precision_status']} on {amd['gfx']})")
+    _kv(con, "features", ", ".join(amd["features"]))
+    _kv(con, "vllm args", shlex.join(amd["args"]))
+    env = Table(title="environment (highest precedence wins)", title_justify="left")
+    env.add_column("variable")
+    env.add_column("value")
+    env.add_column("from", overflow="fold")
+    for key, value in amd["env"].items():
+        env.add_row(key, value, amd["env_sources"][key])
+    con.print(env)
+    _kv(con, "image", amd["image"] or f"{default_image} (catalog default)")
+    for warning in amd["warnings"]:
+        con.print(f"[yellow]warning:[/] {warning}")
 
 
 # ------------------------------------------------------------------------- sync/import
@@ -357,8 +379,8 @@ def sync_cmd(
     source: str, repo_url: str | None, api_url: str | None, hub_url: str | None, as_json: bool
 ) -> int:
     """Refresh the recipes cache (recipes + newest vllm/vllm-openai-rocm release)."""
-    from instinct_serve.catalog.api import DEFAULT_API_URL
-    from instinct_serve.catalog.hub import DEFAULT_HUB_URL
+    from instinct_serve.gather.docker_hub import DEFAULT_HUB_URL
+    from instinct_serve.gather.recipes_api import DEFAULT_API_URL
     from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
     from instinct_serve.gather.recipes_sync import sync
 

@@ -34,10 +34,9 @@ if TYPE_CHECKING:
     from instinct_serve.credentials import Redactor
     from instinct_serve.plan.model import PlanResult
     from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.deploying import Deploying
     from instinct_serve.runtime.documents import ServeOutcome
     from instinct_serve.runtime.events import PhaseUpdate, ServeEvent
-    from instinct_serve.runtime.group import GroupDeployer
-    from instinct_serve.runtime.serve import Deployer
 
 # Phases that come with a figure worth a line of its own even off a terminal.
 _KEY_MESSAGES = ("KV cache:", "weights loaded", "graphs captured", "engine initialised")
@@ -80,7 +79,7 @@ class ServeView:
         self._status: Status | None = None
         self._last_phase: str | None = None
         self._default = Redactor.default()
-        self.deployer: Deployer | GroupDeployer | None = None
+        self.deployer: Deploying | None = None
 
     @property
     def redact(self) -> Redactor:
@@ -351,9 +350,7 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run(
-    deployer: Deployer | GroupDeployer, result: PlanResult, yes: bool, view: ServeView
-) -> ServeOutcome:
+def _run(deployer: Deploying, result: PlanResult, yes: bool, view: ServeView) -> ServeOutcome:
     try:
         with _sigterm_as_interrupt():
             outcome = deployer.reuse()
@@ -449,8 +446,8 @@ def serve(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
 
 
 def _serve(view: ServeView, opts: ServeOptions, host_spec: str | None) -> int:
+    from instinct_serve.runtime.deploying import Interrupted
     from instinct_serve.runtime.prepare import prepare, serve_settings
-    from instinct_serve.runtime.serve import Interrupted
 
     host = get_host(host_spec)
     engine = opts.engine

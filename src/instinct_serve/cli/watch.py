@@ -157,8 +157,8 @@ def rollback(name: str, root: str, host_spec: str | None, as_json: bool, **kwarg
     launched on the real port in place of the current one, warmed up and probed; the
     current plan becomes the last good one (a second rollback undoes the first)."""
     from instinct_serve.cli.serve import ServeView
+    from instinct_serve.runtime.rollback import rollback as run_rollback
     from instinct_serve.runtime.settings import ServeSettings
-    from instinct_serve.runtime.upgrade import rollback as run_rollback
 
     opts = parse_cli(RollbackOptions, kwargs)
     host = get_host(host_spec)

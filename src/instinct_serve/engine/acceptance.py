@@ -171,19 +171,7 @@ def run_acceptance(
     proc = launcher.launch(host, name, argv, env=selection.env, meta={"model": model, "port": port})
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout_s
-        healthy = False
-        for _ in range(int(timeout_s / 2) + 2):
-            status = launcher.status(host, name)
-            if status is None or not status.running:
-                break
-            if http(host, engine.python, f"{base}/health")[0] == 200:
-                healthy = True
-                break
-            if time.monotonic() > deadline:
-                break
-            progress(f"waiting for /health ({int(deadline - time.monotonic())} s left)")
-            time.sleep(2)
+        healthy = _wait_healthy(host, name, engine.python, base, timeout_s, progress)
         if not report.add(
             "health",
             healthy,
@@ -191,21 +179,7 @@ def run_acceptance(
         ):
             return report
         progress("asking /v1/completions")
-        code, body = http(
-            host,
-            engine.python,
-            f"{base}/v1/completions",
-            {
-                "model": argv[2],
-                "prompt": "The capital of France is",
-                "max_tokens": 8,
-                "temperature": 0,
-            },
-            timeout=120,
-        )
-        text = ""
-        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-            text = str(json.loads(body)["choices"][0]["text"])
+        code, text = _complete(host, engine.python, base, argv[2])
         report.add(
             "completion",
             code == 200 and bool(text.strip()),
@@ -224,3 +198,46 @@ def run_acceptance(
         if not report.passed:
             report.hint = oom_hint(log)
         launcher.stop(host, name)
+
+
+def _wait_healthy(
+    host: Host,
+    name: str,
+    python: str,
+    base: str,
+    timeout_s: float,
+    progress: Callable[[str], None],
+) -> bool:
+    """Poll ``/health`` until it answers 200, the server exits, or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    for _ in range(int(timeout_s / 2) + 2):
+        status = launcher.status(host, name)
+        if status is None or not status.running:
+            return False
+        if http(host, python, f"{base}/health")[0] == 200:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        progress(f"waiting for /health ({int(deadline - time.monotonic())} s left)")
+        time.sleep(2)
+    return False
+
+
+def _complete(host: Host, python: str, base: str, model: str) -> tuple[int, str]:
+    """One short greedy completion: the HTTP status and the text ("" if none came back)."""
+    code, body = http(
+        host,
+        python,
+        f"{base}/v1/completions",
+        {
+            "model": model,
+            "prompt": "The capital of France is",
+            "max_tokens": 8,
+            "temperature": 0,
+        },
+        timeout=120,
+    )
+    text = ""
+    with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+        text = str(json.loads(body)["choices"][0]["text"])
+    return code, text

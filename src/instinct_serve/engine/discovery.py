@@ -248,16 +248,7 @@ def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> D
             cand.value = value or None
             continue
         cand.value = value
-        if not value.startswith("/"):
-            raise UsageError(
-                f"{var} must be an absolute path to a vllm executable, not {value!r}",
-                fix=f"export {var}=/path/to/venv/bin/vllm",
-                id="vllm_override_invalid",
-            )
-        if not _executable(host, value):
-            raise _invalid(
-                var, value, "is not an executable file", f"point {var} at the vllm executable"
-            )
+        _check_command_var(host, var, value)
         cand.status = "found"
         chosen = (cand, value, _script_interpreter(host, value))
 
@@ -270,22 +261,7 @@ def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> D
             cand.value = value or None
             continue
         cand.value = value
-        if not value.startswith("/"):
-            raise UsageError(
-                f"{var} must be an absolute path to a Python interpreter, not {value!r}",
-                fix=f"export {var}=/path/to/venv/bin/python",
-                id="vllm_override_invalid",
-            )
-        if not _executable(host, value):
-            raise _invalid(var, value, "is not an executable file", f"point {var} at python")
-        sibling = posixpath.join(posixpath.dirname(value), "vllm")
-        if not _executable(host, sibling):
-            raise _invalid(
-                var,
-                value,
-                f"has no vllm beside it ({sibling} is missing)",
-                f"install vllm into that environment, or unset {var}",
-            )
+        sibling = _check_python_var(host, var, value)
         cand.status = "found"
         chosen = (cand, sibling, value)
 
@@ -326,23 +302,64 @@ def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> D
             f"cannot tell which Python runs {command}; its vLLM and torch were not checked"
         )
     elif probe:
-        try:
-            engine.probe = run_probe(host, interpreter, device_check=device_check)
-        except ProbeError as exc:
-            engine.probe_error = str(exc)
-            engine.reasons.append(str(exc))
-        else:
-            reasons = unusable_reasons(engine.probe)
-            if engine.probe.cpu_only and cpu_engine_allowed():
-                cpu = cpu_only_message(engine.probe)
-                reasons = [r for r in reasons if r != cpu]
-                engine.warnings.append(
-                    f"CPU-only engine: {engine.probe.engine_label()} serves on the CPU, not "
-                    f"on an AMD GPU (allowed by {ALLOW_CPU_ENV}); serve plans for vLLM's CPU "
-                    "backend (no GPU settings, the KV cache in RAM: VLLM_CPU_KVCACHE_SPACE)"
-                )
-            engine.reasons.extend(reasons)
+        _probe_into(engine, host, interpreter, device_check)
     return Discovery(host.name, platform, candidates, engine)
+
+
+def _check_command_var(host: Host, var: str, value: str) -> None:
+    """A command override (``COMMAND_VARS``) must name an executable by its absolute path."""
+    if not value.startswith("/"):
+        raise UsageError(
+            f"{var} must be an absolute path to a vllm executable, not {value!r}",
+            fix=f"export {var}=/path/to/venv/bin/vllm",
+            id="vllm_override_invalid",
+        )
+    if not _executable(host, value):
+        raise _invalid(
+            var, value, "is not an executable file", f"point {var} at the vllm executable"
+        )
+
+
+def _check_python_var(host: Host, var: str, value: str) -> str:
+    """An interpreter override (``PYTHON_VARS``) must have a vllm beside it: that
+    sibling's path."""
+    if not value.startswith("/"):
+        raise UsageError(
+            f"{var} must be an absolute path to a Python interpreter, not {value!r}",
+            fix=f"export {var}=/path/to/venv/bin/python",
+            id="vllm_override_invalid",
+        )
+    if not _executable(host, value):
+        raise _invalid(var, value, "is not an executable file", f"point {var} at python")
+    sibling = posixpath.join(posixpath.dirname(value), "vllm")
+    if not _executable(host, sibling):
+        raise _invalid(
+            var,
+            value,
+            f"has no vllm beside it ({sibling} is missing)",
+            f"install vllm into that environment, or unset {var}",
+        )
+    return sibling
+
+
+def _probe_into(engine: Engine, host: Host, interpreter: str, device_check: bool) -> None:
+    """Probe the chosen engine's Python: its vLLM and torch, and why it cannot serve."""
+    try:
+        engine.probe = run_probe(host, interpreter, device_check=device_check)
+    except ProbeError as exc:
+        engine.probe_error = str(exc)
+        engine.reasons.append(str(exc))
+        return
+    reasons = unusable_reasons(engine.probe)
+    if engine.probe.cpu_only and cpu_engine_allowed():
+        cpu = cpu_only_message(engine.probe)
+        reasons = [r for r in reasons if r != cpu]
+        engine.warnings.append(
+            f"CPU-only engine: {engine.probe.engine_label()} serves on the CPU, not "
+            f"on an AMD GPU (allowed by {ALLOW_CPU_ENV}); serve plans for vLLM's CPU "
+            "backend (no GPU settings, the KV cache in RAM: VLLM_CPU_KVCACHE_SPACE)"
+        )
+    engine.reasons.extend(reasons)
 
 
 def cpu_engine_allowed() -> bool:

@@ -266,6 +266,15 @@ class _Session:
         return found[name]
 
     def resolve(self) -> None:
+        """Pin vLLM, the kernel packages and the torch stack (``report.pins``)."""
+        vllm = self._pin_vllm()
+        deps = self._vllm_deps(vllm)
+        self._pin_kernels(vllm, deps)
+        self._pin_torch(vllm, deps)
+        check_rocm_locals(self.report.pins, self.target)
+
+    def _pin_vllm(self) -> str:
+        """The vLLM release: the row's exact pin, or the newest of its series on the index."""
         t, pins = self.target, self.report.pins
         self.progress("resolving vLLM")
         if t.vllm_is_exact:
@@ -275,7 +284,11 @@ class _Session:
             vllm = self.must_discover(t.vllm_spec, t.vllm_index_url)
             how = f"newest {t.vllm_spec} on the vLLM index"
         pins.append(Pin("vllm", vllm, t.vllm_index_url, how))
+        return vllm
 
+    def _vllm_deps(self, vllm: str) -> dict[str, str]:
+        """What ``vllm==VERSION`` pulls in, resolved by uv against the row's indexes."""
+        t = self.target
         self.progress(f"resolving what vllm=={vllm} pulls in")
         deps, result = self.uv.dry_run(
             self.python,
@@ -290,6 +303,12 @@ class _Session:
                 fix=_resolve_fix(result, t.vllm_index_url),
                 id="index_unreachable" if network_failure(result) else "pin_unresolved",
             )
+        return deps
+
+    def _pin_kernels(self, vllm: str, deps: dict[str, str]) -> None:
+        """The kernel packages: vLLM's resolution where the vLLM index serves it, else the
+        row's series."""
+        t, pins = self.target, self.report.pins
         series = t.series
         for name in KERNEL_PACKAGES:
             wanted = deps.get(name)
@@ -325,6 +344,10 @@ class _Session:
                     "serve it and the row names no series"
                 )
 
+    def _pin_torch(self, vllm: str, deps: dict[str, str]) -> None:
+        """torch, torchvision and torchaudio: the SDK index's builds of what vLLM pins."""
+        t, pins, series = self.target, self.report.pins, self.target.series
+        how = ""
         self.progress("resolving the torch stack")
         engine_torch = deps.get("torch")
         torch: str | None = None
@@ -374,7 +397,6 @@ class _Session:
                     )
                 else:
                     pins.append(Pin(name, deps[name], t.vllm_index_url, "what vLLM pulls in"))
-        check_rocm_locals(pins, t)
 
     def install(self, disabled: bool) -> None:
         t, r = self.target, self.report

@@ -211,6 +211,43 @@ def vllm_build_from_index_url(url: str) -> str | None:
     return f"{match.group(1)}+{match.group(2)}" if match else None
 
 
+def _override_target(
+    table: PinTable,
+    row: PinRow | None,
+    series: Series | None,
+    rocm_version: str | None,
+    override: str,
+) -> InstallTarget:
+    """The target when INSTINCT_VLLM_ROCM_INDEX_URL names the index: vLLM and torch from it only."""
+    if not override.startswith(("http://", "https://", "file://")):
+        raise UsageError(
+            f"{INDEX_OVERRIDE_ENV}={override!r} is not a URL",
+            fix="set it to a PEP 503 index URL, e.g. https://wheels.vllm.ai/rocm/0.18.0/rocm700",
+            id="bad_index_override",
+        )
+    build = vllm_build_from_index_url(override)
+    base = row or table.default_row
+    notes: list[str] = [
+        f"{INDEX_OVERRIDE_ENV} is set: vLLM and its torch come from {override} only"
+    ]
+    if build is None:
+        notes.append("the newest vllm that index serves is discovered and pinned")
+    if series is None:
+        notes.append("the SDK version is unknown, so +rocmX.Y builds are not checked against it")
+    return InstallTarget(
+        rocm=series,
+        rocm_detected=rocm_version or "unknown",
+        route="override",
+        python_tag=base.python_tag,
+        vllm_index_url=override,
+        torch_index_url=override,
+        vllm_spec=f"vllm=={build}" if build else "vllm",
+        series={},
+        row=None,
+        notes=tuple(notes),
+    )
+
+
 def resolve_target(
     table: PinTable, rocm_version: str | None, index_override: str | None = None
 ) -> InstallTarget:
@@ -226,35 +263,7 @@ def resolve_target(
         )
     row = table.row(series) if series else None
     if override is not None:
-        if not override.startswith(("http://", "https://", "file://")):
-            raise UsageError(
-                f"{INDEX_OVERRIDE_ENV}={override!r} is not a URL",
-                fix="set it to a PEP 503 index URL, e.g. https://wheels.vllm.ai/rocm/0.18.0/rocm700",
-                id="bad_index_override",
-            )
-        build = vllm_build_from_index_url(override)
-        base = row or table.default_row
-        notes: list[str] = [
-            f"{INDEX_OVERRIDE_ENV} is set: vLLM and its torch come from {override} only"
-        ]
-        if build is None:
-            notes.append("the newest vllm that index serves is discovered and pinned")
-        if series is None:
-            notes.append(
-                "the SDK version is unknown, so +rocmX.Y builds are not checked against it"
-            )
-        return InstallTarget(
-            rocm=series,
-            rocm_detected=rocm_version or "unknown",
-            route="override",
-            python_tag=base.python_tag,
-            vllm_index_url=override,
-            torch_index_url=override,
-            vllm_spec=f"vllm=={build}" if build else "vllm",
-            series={},
-            row=None,
-            notes=tuple(notes),
-        )
+        return _override_target(table, row, series, rocm_version, override)
     assert series is not None
     notes = []
     if row is None:

@@ -1,12 +1,15 @@
 """Will a model fit? Weights, KV cache per attention kind, context and GPUs, as vLLM sizes them.
 
-API for the planner (``estimate`` and ``alternatives`` are pure; the rest are adapters)::
+API for the planner (pure: data in, data out; what reads disks and the Hub is in
+``gather``)::
 
-    load_model_meta(model, *, revision=None, timeout=10.0, suggest=None) -> ModelMeta
+    gather.model_meta.load_model_meta(model, *, revision=None, timeout=10.0, suggest=None)
+        -> ModelMeta
         A hub id or local directory: local dir, HF cache (+ cached Hub answers), the Hub
-        (HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN read at call time), shipped metadata.
-        Errors: model_not_found (with close matches from ``suggest``), gated_model (names
-        the license page), model_metadata_unavailable, no_config, hub_refused; for damaged
+        (HF_ENDPOINT, HF_HUB_OFFLINE, HF_TOKEN read at call time), shipped metadata
+        (``load_shipped``). Errors: model_not_found (with close matches from ``suggest``),
+        gated_model (names the license page), model_metadata_unavailable, no_config,
+        hub_refused; for damaged
         input: bad_config (config.json unreadable, too large, not a JSON object),
         bad_model_config (a value of the wrong type or outside ``config.INT_LIMITS``: key
         and value named), bad_safetensors, bad_safetensors_index, bad_model_metadata,
@@ -25,7 +28,7 @@ API for the planner (``estimate`` and ``alternatives`` are pure; the rest are ad
         ``.fits``, ``.to_dict()`` (the DESIGN.md keys).
     alternatives(candidates, hw, opts, native_precisions, unsupported_precisions)
         -> list[Alternative], each verified with ``estimate`` and ranked.
-    find_alternatives(model_id, ctx, hw, opts) -> (list[Alternative], skipped)
+    gather.fit.find_alternatives(model_id, ctx, hw, opts) -> (list[Alternative], skipped)
         The adapter around ``alternatives``: recipe variants and Hub quantized siblings.
 """
 
@@ -34,46 +37,37 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, typed; at run time each loads on first use
+    from instinct_serve.fit.alternatives import Alternative, Candidate, alternatives
     from instinct_serve.fit.catalog_link import (
         LaunchContext,
-        find_alternatives,
         fit_options,
         launch_context,
     )
-    from instinct_serve.fit.estimate import (
-        Alternative,
-        Candidate,
-        FitOptions,
-        FitReport,
-        HardwareSpec,
-        alternatives,
-    )
+    from instinct_serve.fit.estimate import FitOptions, FitReport, HardwareSpec
     from instinct_serve.fit.meta import ModelMeta
-    from instinct_serve.fit.sources import load_model_meta, load_shipped, shipped_model_ids
+    from instinct_serve.fit.shipped import load_shipped, shipped_model_ids
     from instinct_serve.fit.vllm import DEFAULT_VLLM_VERSION
 
 _LAZY: dict[str, str] = {
-    "Alternative": "instinct_serve.fit.estimate",
-    "Candidate": "instinct_serve.fit.estimate",
+    "Alternative": "instinct_serve.fit.alternatives",
+    "Candidate": "instinct_serve.fit.alternatives",
     "DEFAULT_VLLM_VERSION": "instinct_serve.fit.vllm",
     "FitOptions": "instinct_serve.fit.estimate",
     "FitReport": "instinct_serve.fit.estimate",
     "HardwareSpec": "instinct_serve.fit.estimate",
     "LaunchContext": "instinct_serve.fit.catalog_link",
     "ModelMeta": "instinct_serve.fit.meta",
-    "alternatives": "instinct_serve.fit.estimate",
-    "find_alternatives": "instinct_serve.fit.catalog_link",
+    "alternatives": "instinct_serve.fit.alternatives",
     "fit_options": "instinct_serve.fit.catalog_link",
     "launch_context": "instinct_serve.fit.catalog_link",
-    "load_model_meta": "instinct_serve.fit.sources",
-    "load_shipped": "instinct_serve.fit.sources",
-    "shipped_model_ids": "instinct_serve.fit.sources",
+    "load_shipped": "instinct_serve.fit.shipped",
+    "shipped_model_ids": "instinct_serve.fit.shipped",
 }
 
 
 def __getattr__(name: str) -> Any:
     """Import a submodule on first use of one of its names: importing one part of ``fit``
-    (``fit.rough``) does not load the estimator, the Hub client and the catalog link.
+    (``fit.kv``) does not load the estimator and the catalog link.
     (``estimate`` is also a submodule's name: import it from ``fit.estimate``.)"""
     module = _LAZY.get(name)
     if module is None:
@@ -95,10 +89,8 @@ __all__ = [
     "LaunchContext",
     "ModelMeta",
     "alternatives",
-    "find_alternatives",
     "fit_options",
     "launch_context",
-    "load_model_meta",
     "load_shipped",
     "shipped_model_ids",
 ]

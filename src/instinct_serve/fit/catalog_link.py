@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from instinct_serve.errors import InstinctError
-from instinct_serve.fit.precision import precision_from_name
-
 if TYPE_CHECKING:
-    from instinct_serve.fit.estimate import Alternative, FitOptions, FitReport, HardwareSpec
+    from instinct_serve.fit.alternatives import Alternative
+    from instinct_serve.fit.estimate import FitOptions, FitReport
     from instinct_serve.fit.estimated import EstimatedFit
     from instinct_serve.fit.overhead import CudagraphConfig
-
-MAX_ALTERNATIVES = 8
 
 
 @dataclass
@@ -67,16 +62,6 @@ class LaunchContext:
             "launch_args": self.launch_args,
             "notes": self.notes,
         }
-
-
-def close_matches(model_id: str) -> list[str]:
-    """Catalog ids near ``model_id`` for "not found" errors (empty when unavailable)."""
-    try:
-        from instinct_serve.catalog import close_matches as catalog_close
-
-        return list(catalog_close(model_id, 5))
-    except Exception:
-        return []
 
 
 def launch_context(model_id: str, gpu: str | None) -> LaunchContext:
@@ -190,28 +175,7 @@ def fit_options(
     language_model_only = language_model_only or ctx.has_flag("--language-model-only")
     enforce_eager = enforce_eager or ctx.has_flag("--enforce-eager")
     enable_prefix_caching = enable_prefix_caching or ctx.has_flag("--enable-prefix-caching")
-    spec = ctx.flag("--speculative-config")
-    if not speculative_mtp and spec:
-        try:
-            doc = json.loads(spec)
-        except (ValueError, RecursionError):
-            doc = None
-        if isinstance(doc, dict) and "mtp" in str(doc.get("method", "")).lower():
-            tokens = doc.get("num_speculative_tokens") or 1
-            if isinstance(tokens, bool) or not isinstance(tokens, int):
-                from instinct_serve.errors import UsageError
-
-                raise UsageError(
-                    f"--speculative-config num_speculative_tokens {str(tokens)[:40]!r} in the "
-                    "launch flags is not a whole number",
-                    fix="give num_speculative_tokens as a number, e.g. "
-                    '{"method": "mtp", "num_speculative_tokens": 1}',
-                    id="bad_speculative_mtp",
-                )
-            speculative_mtp = tokens
-            notes.append(
-                f"MTP speculative decoding ({speculative_mtp} tokens) from the launch flags"
-            )
+    speculative_mtp = speculative_mtp or _mtp_tokens(ctx.flag("--speculative-config"), notes)
     cudagraph = _cudagraph_config(compilation_config or ctx.flag("--compilation-config"), notes)
     use_v1 = ctx.env.get("VLLM_USE_V1")
     v2_runner = ctx.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip() == "1"
@@ -241,6 +205,30 @@ def fit_options(
         cudagraph=cudagraph,
     )
     return options, notes
+
+
+def _mtp_tokens(spec: str | None, notes: list[str]) -> int:
+    """The MTP draft tokens a ``--speculative-config`` JSON asks for (0: none, or no MTP).
+    JSON that does not parse is left to vLLM (it refuses it at startup)."""
+    try:
+        doc = json.loads(spec) if spec else None
+    except (ValueError, RecursionError):
+        return 0
+    if not isinstance(doc, dict) or "mtp" not in str(doc.get("method", "")).lower():
+        return 0
+    tokens = doc.get("num_speculative_tokens") or 1
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        from instinct_serve.errors import UsageError
+
+        raise UsageError(
+            f"--speculative-config num_speculative_tokens {str(tokens)[:40]!r} in the "
+            "launch flags is not a whole number",
+            fix="give num_speculative_tokens as a number, e.g. "
+            '{"method": "mtp", "num_speculative_tokens": 1}',
+            id="bad_speculative_mtp",
+        )
+    notes.append(f"MTP speculative decoding ({tokens} tokens) from the launch flags")
+    return tokens
 
 
 def _cudagraph_config(text: str | None, notes: list[str]) -> CudagraphConfig | None:
@@ -292,54 +280,6 @@ def _cudagraph_config(text: str | None, notes: list[str]) -> CudagraphConfig | N
     )
 
 
-def find_alternatives(
-    model_id: str,
-    ctx: LaunchContext,
-    hw: HardwareSpec,
-    opts: FitOptions,
-    meta_notes: tuple[str, ...] = (),
-) -> tuple[list[Alternative], list[str]]:
-    """Smaller checkpoints that fit: the recipe's other variants, the provider's and AMD's
-    quantized siblings on the Hub; each verified with ``estimate``, ranked. Also returns
-    why a candidate was skipped."""
-    from instinct_serve.errors import InstinctError
-    from instinct_serve.fit.estimate import Candidate, alternatives, precision_supported
-    from instinct_serve.fit.sources import load_model_meta, quantized_siblings
-
-    wanted: list[tuple[str, str | None, str]] = [
-        (mid, prec, "recipe_variant") for mid, prec, _key in ctx.variants if mid != model_id
-    ]
-    hub_down = any(n.startswith("Hub unreachable") for n in meta_notes)
-    for mid in [] if hub_down else quantized_siblings(model_id):
-        origin = "amd" if mid.lower().startswith("amd/") else "provider"
-        wanted.append((mid, precision_from_name(mid), origin))
-    seen: set[str] = set()
-    candidates: list[Candidate] = []
-    skipped: list[str] = []
-    for mid, prec, origin in wanted:
-        if mid in seen or len(candidates) >= MAX_ALTERNATIVES:
-            continue
-        seen.add(mid)
-        precision = prec or precision_from_name(mid) or "bf16"
-        if not precision_supported(precision, ctx.unsupported_precisions):
-            skipped.append(f"{mid}: {precision} is not supported on this GPU")
-            continue
-        try:
-            meta = load_model_meta(mid)
-        except InstinctError as exc:
-            skipped.append(f"{mid}: {exc.message}")
-            continue
-        candidates.append(Candidate(mid, precision, origin, meta, ctx.context_length))
-    ranked = alternatives(
-        candidates,
-        hw,
-        opts,
-        native_precisions=ctx.native_precisions,
-        unsupported_precisions=ctx.unsupported_precisions,
-    )
-    return ranked, skipped
-
-
 @dataclass
 class FitAnswer:
     """``instinct fit``'s answer: the report with its catalog context and alternatives."""
@@ -369,76 +309,3 @@ class FitAnswer:
         doc["alternatives"] = [a.to_dict() for a in self.alternatives]
         doc["alternatives_skipped"] = self.skipped
         return doc
-
-
-# metadata errors an estimate from the recipe stands in for (offline, the Hub refusing)
-_ESTIMABLE = ("model_metadata_unavailable", "hub_refused")
-
-
-def _estimated(
-    exc: InstinctError, model: str, ctx: LaunchContext, hw: HardwareSpec, opts: FitOptions
-) -> EstimatedFit | None:
-    """The ``estimated`` fit of a catalog model whose metadata cannot be had here."""
-    from instinct_serve.fit.estimated import estimated_fit
-
-    if exc.id not in _ESTIMABLE or not ctx.parameter_count:
-        return None
-    # the precision of this very checkpoint (a recipe id matches its default variant, which
-    # may be another checkpoint: dots3-note-prev is bf16, its default variant the -fp8 one)
-    own = [p for mid, p, _key in ctx.variants if mid.lower() == model.lower()]
-    return estimated_fit(
-        model,
-        parameter_count=ctx.parameter_count,
-        precision=own[0] if own else ctx.precision,
-        hw=hw,
-        utilization=opts.gpu_memory_utilization,
-        vllm_version=opts.vllm_version,
-        tp=opts.tp,
-    )
-
-
-def fit_model(
-    model: str,
-    hw: HardwareSpec,
-    *,
-    gpu: str | None = None,
-    revision: str | None = None,
-    alternatives: bool = True,
-    stage: Callable[[str], AbstractContextManager[Any]] | None = None,
-    **options: Any,
-) -> FitAnswer:
-    """Fit MODEL (a Hub id or a local directory) on ``hw``: the one path of the CLI and MCP.
-
-    ``gpu`` names the profile for the catalog lookup (else the detected gfx); ``options``
-    are ``fit_options``'s; ``stage`` wraps the slow steps (a spinner in the CLI).
-    """
-    from contextlib import nullcontext
-
-    from instinct_serve.fit.estimate import estimate
-    from instinct_serve.fit.sources import is_local_dir, load_model_meta
-
-    def step(text: str) -> AbstractContextManager[Any]:
-        return stage(text) if stage is not None else nullcontext()
-
-    is_dir = is_local_dir(model)
-    ctx = (launch_context(model, gpu or hw.gfx_version) if not is_dir else None) or (
-        LaunchContext()
-    )
-    opts, option_notes = fit_options(ctx, **options)
-    with step(f"Reading metadata of {model}"):
-        try:
-            meta = load_model_meta(model, revision=revision, suggest=close_matches)
-        except InstinctError as exc:
-            rough = _estimated(exc, model, ctx, hw, opts)
-            if rough is None:
-                raise
-            rough.notes[:0] = [*option_notes, *ctx.notes, exc.message]
-            return FitAnswer(None, ctx, [], [], options.get("tp") is not None, rough)
-    report = estimate(meta, hw, opts)
-    report.notes = option_notes + ctx.notes + report.notes
-    alts: list[Alternative] = []
-    skipped: list[str] = []
-    if not report.fits and report.verdict != "needs_tp" and alternatives and not is_dir:
-        with step("Looking for checkpoints that fit"):
-            alts, skipped = find_alternatives(model, ctx, hw, opts, meta.notes)
-    return FitAnswer(report, ctx, alts, skipped, tp_asked=options.get("tp") is not None)

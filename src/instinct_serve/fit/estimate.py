@@ -17,7 +17,6 @@ retry with ``--enforce-eager`` if graph capture runs out of memory), ``too_tight
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,11 +39,11 @@ FALLBACK_CONTEXT = 4096
 VERDICTS = ("safe", "tight", "too_tight", "needs_tp", "does_not_fit")
 
 
-def _gb(n: float) -> float:
+def in_gb(n: float) -> float:
     return round(n / GB, 2)
 
 
-def _gib(n: float) -> float:
+def in_gib(n: float) -> float:
     return round(n / GIB, 2)
 
 
@@ -90,8 +89,8 @@ class HardwareSpec:
             "gfx_version": self.gfx_version,
             "gpu_count": self.gpu_count,
             "vram_per_gpu_bytes": self.vram_bytes,
-            "vram_per_gpu_gb": _gb(self.vram_bytes),
-            "vram_per_gpu_gib": _gib(self.vram_bytes),
+            "vram_per_gpu_gb": in_gb(self.vram_bytes),
+            "vram_per_gpu_gib": in_gib(self.vram_bytes),
             "source": self.source,
         }
 
@@ -281,22 +280,57 @@ class FitReport:
             "kv_cache_bytes": kv,
             "over_budget_bytes": over,
             "outside_budget_bytes": vram - self.budget_bytes,
-            "weights_gb": _gb(weights),
-            "weights_gib": _gib(weights),
-            "overhead_gb": _gb(overhead),
-            "overhead_gib": _gib(overhead),
-            "kv_cache_gb": _gb(kv),
-            "kv_cache_gib": _gib(kv),
-            "outside_budget_gb": _gb(vram - self.budget_bytes),
-            "outside_budget_gib": _gib(vram - self.budget_bytes),
+            "weights_gb": in_gb(weights),
+            "weights_gib": in_gib(weights),
+            "overhead_gb": in_gb(overhead),
+            "overhead_gib": in_gib(overhead),
+            "kv_cache_gb": in_gb(kv),
+            "kv_cache_gib": in_gib(kv),
+            "outside_budget_gb": in_gb(vram - self.budget_bytes),
+            "outside_budget_gib": in_gib(vram - self.budget_bytes),
         }
 
     def to_dict(self) -> dict[str, Any]:
-        w, o, lay = self.weights, self.overhead, self.layout
-        kv_per_token_gpu = sum(
-            lay.attention_bytes_per_token for s in self.layers.layers if s.kind.grows_with_context
-        )
-        by_kind = self.layers.bytes_per_token_by_kind(2)
+        return {
+            "model": self.model_id,
+            "source": self.meta.source,
+            "metadata": self._metadata_doc(),
+            "architecture": next(iter(ModelConfig(self.meta.config).architectures), None),
+            "attention_kind": self.layers.attention_kind,
+            "attention": self._attention_doc(),
+            **self._weights_doc(),
+            "overhead": self._overhead_doc(),
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "gpu_memory_utilization_source": self.utilization_source,
+            "budget_per_gpu_gb": in_gb(self.budget_bytes),
+            "budget_per_gpu_gib": in_gib(self.budget_bytes),
+            "remaining_for_kv_bytes": self.remaining_bytes,
+            "remaining_for_kv_gb": in_gb(self.remaining_bytes),
+            "remaining_for_kv_gib": in_gib(self.remaining_bytes),
+            "per_gpu": self.per_gpu(),
+            "kv_cache": self._kv_doc(),
+            "fit": self._fit_doc(),
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
+            "hardware": self.hardware.to_dict(),
+            "vllm": self._vllm_doc(),
+            "options": self._options_doc(),
+            "notes": list(self.notes),
+        }
+
+    def _metadata_doc(self) -> dict[str, Any]:
+        return {
+            "size_basis": self.meta.size_basis,
+            "source": self.meta.source,
+            "weights_source": self.meta.weights_source,
+            "detail": self.meta.source_detail,
+            "revision": self.meta.revision,
+            "components_source": self.meta.components_source,
+            "gated": self.meta.gated,
+        }
+
+    def _attention_doc(self) -> dict[str, Any]:
+        lay = self.layout
         sliding = [s for s in self.layers.layers if s.kind is LayerKind.SLIDING]
         sliding_tokens = 0
         if sliding and sliding[0].window:
@@ -308,115 +342,108 @@ class FitReport:
             s.attention.bytes_per_token(1, 2) * sliding_tokens for s in sliding if s.attention
         )
         return {
-            "model": self.model_id,
-            "source": self.meta.source,
-            "metadata": {
-                "size_basis": self.meta.size_basis,
-                "source": self.meta.source,
-                "weights_source": self.meta.weights_source,
-                "detail": self.meta.source_detail,
-                "revision": self.meta.revision,
-                "components_source": self.meta.components_source,
-                "gated": self.meta.gated,
-            },
-            "architecture": next(iter(ModelConfig(self.meta.config).architectures), None),
-            "attention_kind": self.layers.attention_kind,
-            "attention": {
-                "layers_by_kind": self.layers.counts(),
-                "kv_cache_bytes_per_token_by_kind": by_kind,
-                "block_size": lay.block_size,
-                "page_size_bytes": lay.page_bytes,
-                "kv_cache_groups": lay.num_groups,
-                "group_size": lay.group_size,
-                "sliding_window_tokens_per_seq": sliding_tokens,
-                "sliding_window_bytes_per_seq": sliding_bytes,
-                "recurrent_state_bytes_per_seq": self.layers.recurrent_state_bytes(
-                    1, self.options.speculative_mtp
-                ),
-                "recurrent_state_blocks_per_seq": lay.recurrent_blocks_per_request
-                * sum(t.groups for t in lay.types if t.kind is LayerKind.MAMBA),
-            },
+            "layers_by_kind": self.layers.counts(),
+            "kv_cache_bytes_per_token_by_kind": self.layers.bytes_per_token_by_kind(2),
+            "block_size": lay.block_size,
+            "page_size_bytes": lay.page_bytes,
+            "kv_cache_groups": lay.num_groups,
+            "group_size": lay.group_size,
+            "sliding_window_tokens_per_seq": sliding_tokens,
+            "sliding_window_bytes_per_seq": sliding_bytes,
+            "recurrent_state_bytes_per_seq": self.layers.recurrent_state_bytes(
+                1, self.options.speculative_mtp
+            ),
+            "recurrent_state_blocks_per_seq": lay.recurrent_blocks_per_request
+            * sum(t.groups for t in lay.types if t.kind is LayerKind.MAMBA),
+        }
+
+    def _weights_doc(self) -> dict[str, Any]:
+        """The flat weight and KV-per-token keys (between ``attention`` and ``overhead``)."""
+        w, lay = self.weights, self.layout
+        kv_per_token_gpu = sum(
+            lay.attention_bytes_per_token for s in self.layers.layers if s.kind.grows_with_context
+        )
+        return {
             "checkpoint_bytes": w.checkpoint_bytes,
-            "checkpoint_gb": _gb(w.checkpoint_bytes),
+            "checkpoint_gb": in_gb(w.checkpoint_bytes),
             "weight_memory_bytes": w.loaded_bytes,
-            "weight_memory_gb": _gb(w.loaded_bytes),
-            "weight_memory_gib": _gib(w.loaded_bytes),
+            "weight_memory_gb": in_gb(w.loaded_bytes),
+            "weight_memory_gib": in_gib(w.loaded_bytes),
             "weights_skipped_bytes": w.skipped,
             "weight_memory_per_gpu_bytes": w.per_rank_bytes,
-            "weight_memory_per_gpu_gb": _gb(w.per_rank_bytes),
-            "weight_memory_per_gpu_gib": _gib(w.per_rank_bytes),
+            "weight_memory_per_gpu_gb": in_gb(w.per_rank_bytes),
+            "weight_memory_per_gpu_gib": in_gib(w.per_rank_bytes),
             "weight_replicated_per_gpu_bytes": w.replicated_bytes_per_rank,
             "weight_padding_per_gpu_bytes": w.padding_bytes_per_rank,
             "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
             "kv_cache_bytes_per_token_per_gpu": kv_per_token_gpu,
             "kv_cache_dtype": self.options.kv_cache_dtype,
-            "overhead": {
-                "method": o.method,
-                "activation_peak_bytes": o.activation_bytes,
-                "activation_peak_gib": _gib(o.activation_bytes),
-                "forward_bytes": o.forward_bytes,
-                "sampler_bytes": o.sampler_bytes,
-                "encoder_bytes": o.encoder_bytes,
-                "non_torch_bytes": o.non_torch_bytes,
-                "non_torch_gib": _gib(o.non_torch_bytes),
-                "graph_bytes": o.graph_bytes,
-                "graph_gib": _gib(o.graph_bytes),
-                "graph_captures": {"piecewise": o.graph_captures[0], "full": o.graph_captures[1]},
-                "total_bytes": o.total_bytes,
-                "total_gb": _gb(o.total_bytes),
-                "total_gib": _gib(o.total_bytes),
-                "max_num_batched_tokens": o.max_num_batched_tokens,
-                "max_num_seqs": o.max_num_seqs,
-                "notes": list(o.notes),
-            },
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "gpu_memory_utilization_source": self.utilization_source,
-            "budget_per_gpu_gb": _gb(self.budget_bytes),
-            "budget_per_gpu_gib": _gib(self.budget_bytes),
-            "remaining_for_kv_bytes": self.remaining_bytes,
-            "remaining_for_kv_gb": _gb(self.remaining_bytes),
-            "remaining_for_kv_gib": _gib(self.remaining_bytes),
-            "per_gpu": self.per_gpu(),
-            "kv_cache": {
-                "tokens": self.kv_tokens,
-                "num_blocks": self.kv_num_blocks,
-                "max_concurrency": round(self.max_concurrency, 2),
-                "at_max_model_len": self.requested_max_model_len or self.recommended_max_model_len,
-                "reproduces": f'"GPU KV cache size: N tokens" of vLLM {self.vllm.version}: '
-                + self.vllm.kv_tokens_text,
-            },
-            "fit": {
-                "tp": self.tp,
-                "weights_fit": self.weights_fit,
-                "recommended_max_model_len": self.recommended_max_model_len,
-                "native_max_model_len": self.native_max_model_len,
-                "native_max_model_len_source": self.native_source,
-                "context_limited": self.context_limited,
-                "requested_max_model_len": self.requested_max_model_len,
-                "requested_max_model_len_fits": self.requested_fits,
-                "min_tp_required": self.min_tp_required,
-                "min_tp_if_more_gpus": self.min_tp_unbounded,
-                "max_seq_len_fp8_kv": self.max_seq_len_fp8_kv,
-                "headroom": self.headroom,
-            },
-            "verdict": self.verdict,
-            "verdict_reason": self.verdict_reason,
-            "hardware": self.hardware.to_dict(),
-            "vllm": {
-                "version": self.vllm.version,
-                "engine": "V0" if self.vllm.v0_engine else "V1",
-                "engine_basis": self.vllm.engine_note,
-                "graph_memory_in_budget": self.vllm.graph_memory_in_budget,
-                "kv_tokens_formula": self.vllm.kv_tokens_text,
-            },
-            "options": {
-                "kv_cache_dtype": self.options.kv_cache_dtype,
-                "language_model_only": self.options.language_model_only,
-                "speculative_mtp": self.options.speculative_mtp,
-                "enforce_eager": self.options.enforce_eager,
-                "enable_prefix_caching": self.options.enable_prefix_caching,
-            },
-            "notes": list(self.notes),
+        }
+
+    def _overhead_doc(self) -> dict[str, Any]:
+        o = self.overhead
+        return {
+            "method": o.method,
+            "activation_peak_bytes": o.activation_bytes,
+            "activation_peak_gib": in_gib(o.activation_bytes),
+            "forward_bytes": o.forward_bytes,
+            "sampler_bytes": o.sampler_bytes,
+            "encoder_bytes": o.encoder_bytes,
+            "non_torch_bytes": o.non_torch_bytes,
+            "non_torch_gib": in_gib(o.non_torch_bytes),
+            "graph_bytes": o.graph_bytes,
+            "graph_gib": in_gib(o.graph_bytes),
+            "graph_captures": {"piecewise": o.graph_captures[0], "full": o.graph_captures[1]},
+            "total_bytes": o.total_bytes,
+            "total_gb": in_gb(o.total_bytes),
+            "total_gib": in_gib(o.total_bytes),
+            "max_num_batched_tokens": o.max_num_batched_tokens,
+            "max_num_seqs": o.max_num_seqs,
+            "notes": list(o.notes),
+        }
+
+    def _kv_doc(self) -> dict[str, Any]:
+        return {
+            "tokens": self.kv_tokens,
+            "num_blocks": self.kv_num_blocks,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "at_max_model_len": self.requested_max_model_len or self.recommended_max_model_len,
+            "reproduces": f'"GPU KV cache size: N tokens" of vLLM {self.vllm.version}: '
+            + self.vllm.kv_tokens_text,
+        }
+
+    def _fit_doc(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp,
+            "weights_fit": self.weights_fit,
+            "recommended_max_model_len": self.recommended_max_model_len,
+            "native_max_model_len": self.native_max_model_len,
+            "native_max_model_len_source": self.native_source,
+            "context_limited": self.context_limited,
+            "requested_max_model_len": self.requested_max_model_len,
+            "requested_max_model_len_fits": self.requested_fits,
+            "min_tp_required": self.min_tp_required,
+            "min_tp_if_more_gpus": self.min_tp_unbounded,
+            "max_seq_len_fp8_kv": self.max_seq_len_fp8_kv,
+            "headroom": self.headroom,
+        }
+
+    def _vllm_doc(self) -> dict[str, Any]:
+        return {
+            "version": self.vllm.version,
+            "engine": "V0" if self.vllm.v0_engine else "V1",
+            "engine_basis": self.vllm.engine_note,
+            "graph_memory_in_budget": self.vllm.graph_memory_in_budget,
+            "kv_tokens_formula": self.vllm.kv_tokens_text,
+        }
+
+    def _options_doc(self) -> dict[str, Any]:
+        return {
+            "kv_cache_dtype": self.options.kv_cache_dtype,
+            "language_model_only": self.options.language_model_only,
+            "speculative_mtp": self.options.speculative_mtp,
+            "enforce_eager": self.options.enforce_eager,
+            "enable_prefix_caching": self.options.enable_prefix_caching,
         }
 
 
@@ -595,8 +622,10 @@ class _Estimator:
             tp *= 2
         return out or [1]
 
-    def run(self) -> FitReport:
-        opts, hw = self.opts, self.hw
+    def _choose_tp(self) -> tuple[int, int | None, int | None]:
+        """The TP to report (asked, else the smallest that fits here, else the most GPUs
+        present), the smallest that fits on the GPUs present, and with more of them."""
+        opts = self.opts
         cands = self.candidates()
         if opts.tp is not None and opts.tp not in cands:
             raise UsageError(
@@ -605,7 +634,7 @@ class _Estimator:
                 id="bad_tp_for_model",
             )
         min_unbounded = next((t for t in cands if self.evaluate(t).fits), None)
-        present = [t for t in cands if t <= hw.gpu_count]
+        present = [t for t in cands if t <= self.hw.gpu_count]
         min_required = next((t for t in present if self.evaluate(t).fits), None)
         if opts.tp is not None:
             tp = opts.tp
@@ -613,20 +642,29 @@ class _Estimator:
             tp = min_required
         else:
             tp = present[-1] if present else 1
+        return tp, min_required, min_unbounded
+
+    def _recommended_len(self, ev: _TpEval) -> int:
+        """The longest context that fits at ``ev``'s TP, capped by the native one and
+        rounded down to the block size."""
+        if ev.max_len <= 0:
+            return 0
+        rec = min(ev.max_len, self.native)
+        if rec < self.native:
+            rec = max(ev.layout.block_size, rec // ev.layout.block_size * ev.layout.block_size)
+            rec = min(rec, ev.max_len)
+        return rec
+
+    def run(self) -> FitReport:
+        opts, hw = self.opts, self.hw
+        tp, min_required, min_unbounded = self._choose_tp()
         ev = self.evaluate(tp)
         notes: list[str] = list(self.meta.notes) + list(self.layers.notes)
         notes += list(ev.weights.notes) + list(ev.layout.notes)
         if opts.tp is not None and opts.tp > hw.gpu_count:
             notes.append(f"--tp {opts.tp} asks for more GPUs than the {hw.gpu_count} present")
         verdict, reason = self._verdict(ev, min_required, min_unbounded)
-        # context at the evaluated TP
-        if ev.max_len > 0:
-            rec = min(ev.max_len, self.native)
-            if rec < self.native:
-                rec = max(ev.layout.block_size, rec // ev.layout.block_size * ev.layout.block_size)
-                rec = min(rec, ev.max_len)
-        else:
-            rec = 0
+        rec = self._recommended_len(ev)
         limited = rec < self.native
         requested = opts.max_model_len
         requested_fits = None if requested is None else ev.max_len >= requested
@@ -684,7 +722,7 @@ class _Estimator:
     def _verdict(
         self, ev: _TpEval, min_required: int | None, min_unbounded: int | None
     ) -> tuple[str, str]:
-        left = f"{_gb(ev.remaining_bytes)} GB left for KV cache per GPU at TP {ev.tp}"
+        left = f"{in_gb(ev.remaining_bytes)} GB left for KV cache per GPU at TP {ev.tp}"
         count = self.hw.gpu_count
         if ev.tp > count:
             return "does_not_fit", (
@@ -701,7 +739,7 @@ class _Estimator:
         if ev.headroom in ("safe", "tight") and not ev.holds_requested:
             need = ev.layout.bytes_for_request(ev.requested_len or 0)
             return "does_not_fit", (
-                f"--max-model-len {ev.requested_len} needs {_gb(need)} GB of KV cache per GPU, "
+                f"--max-model-len {ev.requested_len} needs {in_gb(need)} GB of KV cache per GPU, "
                 f"{left}; the longest that fits is {ev.max_len}"
             )
         if ev.headroom == "too_tight":
@@ -712,106 +750,12 @@ class _Estimator:
             else ""
         )
         return "does_not_fit", (
-            f"weights {_gib(ev.weights.per_rank_bytes)} GiB + overhead "
-            f"{_gib(ev.overhead.total_bytes)} GiB per GPU leave {_gb(ev.remaining_bytes)} GB "
-            f"of the {_gib(ev.budget_bytes)} GiB budget at TP {ev.tp}{more}"
+            f"weights {in_gib(ev.weights.per_rank_bytes)} GiB + overhead "
+            f"{in_gib(ev.overhead.total_bytes)} GiB per GPU leave {in_gb(ev.remaining_bytes)} GB "
+            f"of the {in_gib(ev.budget_bytes)} GiB budget at TP {ev.tp}{more}"
         )
 
 
 def estimate(meta: ModelMeta, hw: HardwareSpec, opts: FitOptions | None = None) -> FitReport:
     """Size ``meta`` on ``hw`` with the launch ``opts``; pure: no I/O."""
     return _Estimator(meta, hw, opts or FitOptions()).run()
-
-
-# -- alternatives ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A checkpoint that could replace the asked-for one (a recipe variant, a quantization)."""
-
-    model_id: str
-    precision: str
-    origin: str  # recipe_variant | provider | amd
-    meta: ModelMeta
-    native_max_model_len: int | None = None
-
-
-@dataclass(frozen=True)
-class Alternative:
-    candidate: Candidate
-    report: FitReport
-    native_precision: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        r = self.report
-        return {
-            "model": self.candidate.model_id,
-            "precision": self.candidate.precision,
-            "origin": self.candidate.origin,
-            "native_precision": self.native_precision,
-            "verdict": r.verdict,
-            "tp": r.tp,
-            "min_tp_required": r.min_tp_required,
-            "weight_memory_gb": _gb(r.weights.loaded_bytes),
-            "remaining_for_kv_gb": _gb(r.remaining_bytes),
-            "recommended_max_model_len": r.recommended_max_model_len,
-            "metadata_source": r.meta.source,
-        }
-
-
-_RANK = {"safe": 0, "tight": 1, "needs_tp": 2, "too_tight": 3, "does_not_fit": 4}
-PRECISION_ALIASES = {
-    "fp8": ("fp8", "fp8_ocp", "fp8_fnuz"),
-    "w8a8": ("int8",),
-    "int8": ("int8",),
-    "int4": ("int4",),
-    "fp4": ("nvfp4",),
-}
-
-
-def precision_supported(precision: str, unsupported: Iterable[str]) -> bool:
-    names = PRECISION_ALIASES.get(precision.lower(), (precision.lower(),))
-    blocked = {u.lower() for u in unsupported}
-    return not any(n in blocked for n in names)
-
-
-def alternatives(
-    candidates: Sequence[Candidate],
-    hw: HardwareSpec,
-    opts: FitOptions,
-    native_precisions: Iterable[str] | None = None,
-    unsupported_precisions: Iterable[str] = ("nvfp4",),
-) -> list[Alternative]:
-    """Each candidate sized with the same estimator; unsupported precisions dropped.
-
-    Ranked: fits first (safe, tight, then needing more GPUs), native precision before
-    emulated, then fewer GPUs, then the longest context and the most KV room.
-    """
-    native = {p.lower() for p in native_precisions} if native_precisions is not None else None
-    out: list[Alternative] = []
-    for cand in candidates:
-        if not precision_supported(cand.precision, unsupported_precisions):
-            continue
-        cand_opts = replace(
-            opts,
-            native_max_model_len=cand.native_max_model_len or opts.native_max_model_len,
-            tp=None,
-        )
-        try:
-            report = estimate(cand.meta, hw, cand_opts)
-        except UsageError:
-            continue
-        aliases = PRECISION_ALIASES.get(cand.precision.lower(), (cand.precision.lower(),))
-        is_native = native is None or any(a in native for a in aliases)
-        out.append(Alternative(cand, report, is_native))
-    out.sort(
-        key=lambda a: (
-            _RANK.get(a.report.verdict, 9),
-            not a.native_precision,
-            a.report.tp,
-            -a.report.recommended_max_model_len,
-            -a.report.remaining_bytes,
-        )
-    )
-    return out

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from instinct_serve.catalog.rough import OVERHEAD_BYTES, estimated_weight_bytes
 from instinct_serve.fit.estimate import SAFE_BYTES, TIGHT_BYTES, HardwareSpec
-from instinct_serve.fit.rough import OVERHEAD_BYTES, estimated_weight_bytes
 from instinct_serve.fit.vllm import behaviour
 from instinct_serve.units import GB, GIB
 

@@ -217,8 +217,29 @@ def estimate_overhead(
     sampler = rows * padded_vocab * sampler_bytes_per_logit if profile_sampler else 0
     encoder = _encoder_bytes(cfg) if include_vision else 0
     activation = max(forward, hidden_kept + sampler, encoder)
+    notes = _modelled_notes(fabric if tp > 1 else None, graphs, captures, max_num_seqs, encoder)
+    return Overhead(
+        forward_bytes=forward,
+        sampler_bytes=sampler,
+        encoder_bytes=encoder,
+        activation_bytes=activation,
+        non_torch_bytes=non_torch,
+        graph_bytes=graphs,
+        method="modelled",
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        notes=notes,
+        graph_captures=captures,
+    )
+
+
+def _modelled_notes(
+    fabric: str | None, graphs: int, captures: tuple[int, int], max_num_seqs: int, encoder: int
+) -> tuple[str, ...]:
+    """What a modelled overhead counted beyond the forward pass: collective buffers (TP on
+    an NVSwitch), graphs, a vision encoder."""
     notes = []
-    if tp > 1 and fabric:
+    if fabric:
         notes.append(
             f"collective buffers counted: {COLLECTIVE_BYTES[fabric] / GIB:.1f} GiB per rank "
             f"on an NVSwitch (vLLM before 0.11 measures them inside the budget)"
@@ -230,16 +251,4 @@ def estimate_overhead(
         )
     if encoder:
         notes.append("vision encoder profiling approximated for a 16,384-token image")
-    return Overhead(
-        forward_bytes=forward,
-        sampler_bytes=sampler,
-        encoder_bytes=encoder,
-        activation_bytes=activation,
-        non_torch_bytes=non_torch,
-        graph_bytes=graphs,
-        method="modelled",
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        notes=tuple(notes),
-        graph_captures=captures,
-    )
+    return tuple(notes)

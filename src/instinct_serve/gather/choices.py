@@ -21,12 +21,15 @@ from typing import TYPE_CHECKING, Any
 from instinct_serve.errors import InstinctError, UsageError
 
 if TYPE_CHECKING:
+    from instinct_serve.catalog.config import AmdConfig
     from instinct_serve.fit.catalog_link import LaunchContext
     from instinct_serve.fit.estimate import FitReport, HardwareSpec
     from instinct_serve.gather.plan import Setting, _Sizer
     from instinct_serve.hardware.inventory import GpuInventory
+    from instinct_serve.hardware.partitions import Layout
     from instinct_serve.hosts import Host
     from instinct_serve.options import PlanOptions
+    from instinct_serve.plan.constraints import Shape
 
 
 @dataclass
@@ -112,28 +115,14 @@ def plan_choices(
 ) -> ChoiceList:
     """Every checkpoint x TP for ``opts`` on its target, ranked; the plan's pick first.
     ``inventory``: GPUs the caller already detected (else the host is asked)."""
-    from instinct_serve.catalog import amd_config
-    from instinct_serve.fit.precision import checkpoint_precision
-    from instinct_serve.gather.plan import _fit_inputs, _Sizer, make_plan, setting
-    from instinct_serve.hardware.partitions import layout
-    from instinct_serve.plan.constraints import Shape, Situation, tp_problems
+    from instinct_serve.gather.plan import _fit_inputs, _Sizer, setting
 
     base = setting(opts, host, inventory)
     inv, match = base.inventory, base.match
     first = inv.gpus[0] if inv.gpus else None
     target = f"{inv.gpu_count}x {(first.market_name or first.name) if first else 'GPU'}"
     listing = ChoiceList(opts.model, target, opts.objective, warnings=list(base.warnings))
-    chosen: tuple[str, int] | None = None
-    try:
-        plan = make_plan(opts, host, inventory).plan
-        chosen = (plan.model, plan.tensor_parallel_size)
-        listing.chosen_why = next(
-            (r.why for r in plan.reasons if r.item.startswith("--tensor-parallel-size")),
-            f"TP {plan.tensor_parallel_size}: one GPU fits it",
-        )
-    except InstinctError as exc:
-        listing.plan_error = exc.to_dict()
-
+    chosen = _plans_pick(listing, opts, host, inventory)
     hw, ctx = _fit_inputs(inv, base.hardware_source, match, base.gpu_key, base.overrides)
     sizer = _Sizer(hw, ctx, opts)
     candidates: list[tuple[str, str | None, str | None]] = []
@@ -141,68 +130,106 @@ def plan_choices(
     if recipe is not None and match.kind != "base_model":
         candidates = [(v.model_id, v.precision, v.key) for v in recipe.variants.values()]
     else:
+        from instinct_serve.fit.precision import checkpoint_precision
+
         meta = sizer.meta(match.model_id)
         precision, _where = checkpoint_precision(
             match.model_id, meta.config if meta is not None else None
         )
         candidates = [(match.model_id, precision, match.variant_key)]
-    support = base.gfx_cfg.precision
-    per_gpu = layout(inv).per_gpu
-    recipe_count = recipe.parameter_count if recipe is not None else None
-    for model_id, precision, key in candidates:
-        status = support.status(precision)
-        amd = amd_config(
-            match,
-            base.gpu_key,
-            variant=key,
-            overrides=base.overrides,
-            strategies=base.catalog.strategies,
-        )
-        ctx.launch_args = [*amd.args, *opts.extra_args]
-        ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
-        sizer.reports.clear()
-        meta = sizer.meta(model_id)
-        shape = None
-        if meta is not None:
-            from instinct_serve.fit.config import ModelConfig
-
-            try:
-                shape = Shape.of(ModelConfig(meta.config))
-            except Exception:  # an odd config: no constraint rather than no list
-                shape = None
-        situation = Situation(
-            env=dict(amd.env), vllm_version=ctx.vllm_version, partitions_per_gpu=per_gpu
-        )
-        tp = 1
-        while tp <= inv.gpu_count:
-            row = Choice(model_id, precision, key, tp, status, None, False)
-            problems = tp_problems(tp, shape, situation)
-            report = None if problems else _report(sizer, model_id, tp)
-            if report is None and meta is None and not problems:
-                _estimated_row(row, recipe_count, hw, sizer)
-            if report is not None:
-                row.size_basis = report.meta.size_basis
-                row.verdict = report.verdict
-                row.weights_per_gpu_gib = round(report.weights.per_rank_bytes / 2**30, 1)
-                row.kv_cache_tokens = report.kv_tokens
-                row.max_model_len = report.recommended_max_model_len
-                native = report.native_max_model_len or 0
-                if native and report.kv_tokens:
-                    row.full_context_concurrency = round(report.kv_tokens / native, 2)
-            if status == "unsupported":
-                row.why_not = f"{precision} has no kernel on {base.gfx_cfg.gfx}"
-            elif problems:
-                row.why_not = problems[0][1]
-            elif report is not None and not report.fits:
-                row.why_not = report.verdict_reason
-            row.feasible = row.why_not is None and (report is None or report.fits)
-            row.chosen = chosen == (model_id, tp)
-            listing.choices.append(row)
-            tp *= 2
+    for candidate in candidates:
+        listing.choices += _candidate_rows(opts, base, candidate, sizer, chosen)
     listing.choices.sort(key=_rank)
     served = next((c for c in candidates if chosen and c[0] == chosen[0]), candidates[0])
     listing.partition_modes = _mode_rows(opts, base, served, hw, ctx)
     return listing
+
+
+def _plans_pick(
+    listing: ChoiceList, opts: PlanOptions, host: Host | None, inventory: GpuInventory | None
+) -> tuple[str, int] | None:
+    """The checkpoint and TP the plan takes (and why, on ``listing``), or None with the
+    plan's error on ``listing``."""
+    from instinct_serve.gather.plan import make_plan
+
+    try:
+        plan = make_plan(opts, host, inventory).plan
+    except InstinctError as exc:
+        listing.plan_error = exc.to_dict()
+        return None
+    listing.chosen_why = next(
+        (r.why for r in plan.reasons if r.item.startswith("--tensor-parallel-size")),
+        f"TP {plan.tensor_parallel_size}: one GPU fits it",
+    )
+    return (plan.model, plan.tensor_parallel_size)
+
+
+def _candidate_rows(
+    opts: PlanOptions,
+    base: Setting,
+    candidate: tuple[str, str | None, str | None],
+    sizer: _Sizer,
+    chosen: tuple[str, int] | None,
+) -> list[Choice]:
+    """One checkpoint at every power-of-two TP up to the GPUs there are."""
+    from instinct_serve.gather.plan import model_shape
+    from instinct_serve.hardware.partitions import layout
+    from instinct_serve.plan.constraints import Situation, tp_problems
+
+    model_id, precision, key = candidate
+    inv, ctx, recipe = base.inventory, sizer.ctx, base.match.recipe
+    status = base.gfx_cfg.precision.status(precision)
+    amd = _variant_config(opts, base, key, ctx)
+    sizer.reports.clear()
+    meta = sizer.meta(model_id)
+    shape = model_shape(meta)
+    situation = Situation(
+        env=dict(amd.env), vllm_version=ctx.vllm_version, partitions_per_gpu=layout(inv).per_gpu
+    )
+    rows: list[Choice] = []
+    tp = 1
+    while tp <= inv.gpu_count:
+        row = Choice(model_id, precision, key, tp, status, None, False)
+        problems = tp_problems(tp, shape, situation)
+        report = None if problems else _report(sizer, model_id, tp)
+        if report is None and meta is None and not problems:
+            count = recipe.parameter_count if recipe is not None else None
+            _estimated_row(row, count, sizer.hw, sizer)
+        if report is not None:
+            row.size_basis = report.meta.size_basis
+            row.verdict = report.verdict
+            row.weights_per_gpu_gib = round(report.weights.per_rank_bytes / 2**30, 1)
+            row.kv_cache_tokens = report.kv_tokens
+            row.max_model_len = report.recommended_max_model_len
+            native = report.native_max_model_len or 0
+            if native and report.kv_tokens:
+                row.full_context_concurrency = round(report.kv_tokens / native, 2)
+        if status == "unsupported":
+            row.why_not = f"{precision} has no kernel on {base.gfx_cfg.gfx}"
+        elif problems:
+            row.why_not = problems[0][1]
+        elif report is not None and not report.fits:
+            row.why_not = report.verdict_reason
+        row.feasible = row.why_not is None and (report is None or report.fits)
+        row.chosen = chosen == (model_id, tp)
+        rows.append(row)
+        tp *= 2
+    return rows
+
+
+def _variant_config(
+    opts: PlanOptions, base: Setting, key: str | None, ctx: LaunchContext
+) -> AmdConfig:
+    """The AMD configuration of one variant; the fit's launch context follows it."""
+    from instinct_serve.catalog import amd_config
+    from instinct_serve.gather.plan import follow_config
+
+    amd = amd_config(
+        base.match, base.gpu_key, variant=key, overrides=base.overrides,
+        strategies=base.catalog.strategies,
+    )  # fmt: skip
+    follow_config(ctx, amd, opts)
+    return amd
 
 
 def _estimated_row(
@@ -247,46 +274,51 @@ def _mode_rows(
     ctx: LaunchContext,
 ) -> list[ModeChoice]:
     """The target's partition modes for one checkpoint: the current mode first."""
-    from dataclasses import replace
-
-    from instinct_serve.catalog import amd_config
-    from instinct_serve.gather.plan import _Sizer
-    from instinct_serve.hardware.inventory import gb, gib
-    from instinct_serve.hardware.partitions import (
-        check_mode,
-        layout,
-        paired,
-        replicas,
-        switch_steps,
-    )
-    from instinct_serve.plan.constraints import Shape, Situation, tp_problems
+    from instinct_serve.hardware.partitions import check_mode, layout, paired
 
     where = layout(base.inventory)
     part = where.product.partitioning if where.product is not None else None
     if part is None:
         return []
     model_id, _precision, key = served
-    amd = amd_config(
-        base.match, base.gpu_key, variant=key, overrides=base.overrides,
-        strategies=base.catalog.strategies,
-    )  # fmt: skip
-    ctx.launch_args = [*amd.args, *opts.extra_args]
-    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
-    shape = None
+    amd = _variant_config(opts, base, key, ctx)
     modes = paired(part)
     current = None
     if where.mode is not None:
         current = check_mode(part, where.mode) if where.mode.memory is None else where.mode
         modes = [current, *(m for m in modes if m != current)]
-    rows = []
-    for mode in modes:
+    sizing = _ModeSizing(opts, hw, ctx, model_id, dict(amd.env))
+    return [
+        sizing.row(where, part, mode, current is not None and mode == current) for mode in modes
+    ]
+
+
+@dataclass
+class _ModeSizing:
+    """Sizes the served checkpoint in each partition mode (its shape read once)."""
+
+    opts: PlanOptions
+    hw: HardwareSpec
+    ctx: LaunchContext
+    model_id: str
+    env: dict[str, str]
+    shape: Shape | None = None
+
+    def row(self, where: Layout, part: Any, mode: Any, here: bool) -> ModeChoice:
+        """One mode: its logical GPUs and their memory, the commands that switch to it, and
+        the smallest TP that fits with the endpoints of it the host holds."""
+        from dataclasses import replace
+
+        from instinct_serve.gather.plan import _Sizer, model_shape
+        from instinct_serve.hardware.inventory import gb, gib
+        from instinct_serve.hardware.partitions import replicas, switch_steps
+        from instinct_serve.plan.constraints import Situation, tp_problems
+
         k = next(m.partitions for m in part.modes if m.name == mode.compute)
-        here = current is not None and mode == current
-        groups = (
-            where.groups
-            if here
-            else [list(range(g * k, g * k + k)) for g in range(where.physical_gpus)]
-        )
+        if here:
+            groups = where.groups
+        else:
+            groups = [list(range(g * k, g * k + k)) for g in range(where.physical_gpus)]
         devices = sum(len(g) for g in groups)
         mem = where.memory_per_device if here else where.device_memory(k)
         steps = [] if here else switch_steps(part, where.mode, mode)
@@ -297,42 +329,36 @@ def _mode_rows(
             logical_gpus=devices,
             memory_per_device_gb=gb(mem) if mem else None,
             memory_per_device_gib=gib(mem) if mem else None,
-            model_id=model_id,
+            model_id=self.model_id,
             tp=None,
             replicas=0,
             verdict=None,
             commands=[s.shell for s in steps],
             steps=[s.to_dict() for s in steps],
         )
-        rows.append(row)
         if not mem:
             row.why_not = "the memory of a logical GPU is not known (--vram-gb)"
-            continue
-        sizer = _Sizer(replace(hw, vram_bytes=mem, gpu_count=devices), ctx, opts)
-        meta = sizer.meta(model_id)
+            return row
+        sizer = _Sizer(replace(self.hw, vram_bytes=mem, gpu_count=devices), self.ctx, self.opts)
+        meta = sizer.meta(self.model_id)
         if meta is None:
-            row.why_not = sizer.problems.get(model_id, "the model could not be sized")
-            continue
-        if shape is None:
-            from instinct_serve.fit.config import ModelConfig
-
-            try:
-                shape = Shape.of(ModelConfig(meta.config))
-            except Exception:  # an odd config: no constraint rather than no row
-                shape = None
-        situation = Situation(env=dict(amd.env), vllm_version=ctx.vllm_version,
+            row.why_not = sizer.problems.get(self.model_id, "the model could not be sized")
+            return row
+        if self.shape is None:
+            self.shape = model_shape(meta)
+        situation = Situation(env=dict(self.env), vllm_version=self.ctx.vllm_version,
                               partitions_per_gpu=k)  # fmt: skip
         tp, last = 1, None
         while tp <= devices:
-            report = None if tp_problems(tp, shape, situation) else _report(sizer, model_id, tp)
+            problems = tp_problems(tp, self.shape, situation)
+            report = None if problems else _report(sizer, self.model_id, tp)
             if report is not None:
                 last = report
                 if report.fits:
                     row.tp, row.verdict = tp, report.verdict
                     row.replicas = len(replicas(groups, tp))
-                    break
+                    return row
             tp *= 2
-        if row.tp is None:
-            row.verdict = last.verdict if last is not None else None
-            row.why_not = last.verdict_reason if last is not None else f"no TP up to {devices} fits"
-    return rows
+        row.verdict = last.verdict if last is not None else None
+        row.why_not = last.verdict_reason if last is not None else f"no TP up to {devices} fits"
+        return row

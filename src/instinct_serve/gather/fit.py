@@ -1,5 +1,6 @@
-"""``instinct fit`` minus printing: resolve the GPUs (``hardware.target``), then fit the model
-(``fit.fit_model``). The CLI and the MCP ``fit`` tool both call ``fit_request``."""
+"""``instinct fit`` minus printing: resolve the GPUs (``hardware.target``), read the model's
+metadata (``gather.model_meta``), then fit it (``fit.estimate``) and look for checkpoints
+that fit when it does not. The CLI and the MCP ``fit`` tool both call ``fit_request``."""
 
 from __future__ import annotations
 
@@ -7,17 +8,22 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve.errors import InstinctError
+from instinct_serve.fit.catalog_link import FitAnswer, LaunchContext, fit_options, launch_context
+from instinct_serve.fit.precision import precision_from_name
 from instinct_serve.gather.detect import resolve_on
 from instinct_serve.hardware.target import Target, catalog_key
 
 if TYPE_CHECKING:
-    from instinct_serve.fit.catalog_link import FitAnswer
-    from instinct_serve.fit.estimate import HardwareSpec
+    from instinct_serve.fit.alternatives import Alternative
+    from instinct_serve.fit.estimate import FitOptions, HardwareSpec
+    from instinct_serve.fit.estimated import EstimatedFit
     from instinct_serve.hosts import Host
     from instinct_serve.options import FitRequest
 
 # A machine with no GPU fits for this profile, as ``plan`` does (with a note saying so).
 FALLBACK_GPU = "mi300x"
+MAX_ALTERNATIVES = 8
 
 
 def hardware_spec(target: Target) -> HardwareSpec:
@@ -51,8 +57,6 @@ def fit_request(
     ``fallback``: with no GPU found on a local host, fit for an MI300X node (as ``plan``).
     Returns the answer and the notes about the hardware.
     """
-    from instinct_serve.fit.catalog_link import fit_model
-
     target = resolve_on(
         req,
         lambda: host,
@@ -74,3 +78,134 @@ def fit_request(
         **req.estimate_kwargs(),
     )
     return answer, target.notes
+
+
+def close_matches(model_id: str) -> list[str]:
+    """Catalog ids near ``model_id`` for "not found" errors (empty when unavailable)."""
+    try:
+        from instinct_serve.catalog import close_matches as catalog_close
+
+        return list(catalog_close(model_id, 5))
+    except Exception:
+        return []
+
+
+def find_alternatives(
+    model_id: str,
+    ctx: LaunchContext,
+    hw: HardwareSpec,
+    opts: FitOptions,
+    meta_notes: tuple[str, ...] = (),
+) -> tuple[list[Alternative], list[str]]:
+    """Smaller checkpoints that fit: the recipe's other variants, the provider's and AMD's
+    quantized siblings on the Hub; each verified with ``estimate``, ranked. Also returns
+    why a candidate was skipped."""
+    from instinct_serve.fit.alternatives import Candidate, alternatives, precision_supported
+    from instinct_serve.gather.model_meta import load_model_meta, quantized_siblings
+
+    wanted: list[tuple[str, str | None, str]] = [
+        (mid, prec, "recipe_variant") for mid, prec, _key in ctx.variants if mid != model_id
+    ]
+    hub_down = any(n.startswith("Hub unreachable") for n in meta_notes)
+    for mid in [] if hub_down else quantized_siblings(model_id):
+        origin = "amd" if mid.lower().startswith("amd/") else "provider"
+        wanted.append((mid, precision_from_name(mid), origin))
+    seen: set[str] = set()
+    candidates: list[Candidate] = []
+    skipped: list[str] = []
+    for mid, prec, origin in wanted:
+        if mid in seen or len(candidates) >= MAX_ALTERNATIVES:
+            continue
+        seen.add(mid)
+        precision = prec or precision_from_name(mid) or "bf16"
+        if not precision_supported(precision, ctx.unsupported_precisions):
+            skipped.append(f"{mid}: {precision} is not supported on this GPU")
+            continue
+        try:
+            meta = load_model_meta(mid)
+        except InstinctError as exc:
+            skipped.append(f"{mid}: {exc.message}")
+            continue
+        candidates.append(Candidate(mid, precision, origin, meta, ctx.context_length))
+    ranked = alternatives(
+        candidates,
+        hw,
+        opts,
+        native_precisions=ctx.native_precisions,
+        unsupported_precisions=ctx.unsupported_precisions,
+    )
+    return ranked, skipped
+
+
+# metadata errors an estimate from the recipe stands in for (offline, the Hub refusing)
+_ESTIMABLE = ("model_metadata_unavailable", "hub_refused")
+
+
+def _estimated(
+    exc: InstinctError, model: str, ctx: LaunchContext, hw: HardwareSpec, opts: FitOptions
+) -> EstimatedFit | None:
+    """The ``estimated`` fit of a catalog model whose metadata cannot be had here."""
+    from instinct_serve.fit.estimated import estimated_fit
+
+    if exc.id not in _ESTIMABLE or not ctx.parameter_count:
+        return None
+    # the precision of this very checkpoint (a recipe id matches its default variant, which
+    # may be another checkpoint: dots3-note-prev is bf16, its default variant the -fp8 one)
+    own = [p for mid, p, _key in ctx.variants if mid.lower() == model.lower()]
+    return estimated_fit(
+        model,
+        parameter_count=ctx.parameter_count,
+        precision=own[0] if own else ctx.precision,
+        hw=hw,
+        utilization=opts.gpu_memory_utilization,
+        vllm_version=opts.vllm_version,
+        tp=opts.tp,
+    )
+
+
+def fit_model(
+    model: str,
+    hw: HardwareSpec,
+    *,
+    gpu: str | None = None,
+    revision: str | None = None,
+    alternatives: bool = True,
+    stage: Callable[[str], AbstractContextManager[Any]] | None = None,
+    **options: Any,
+) -> FitAnswer:
+    """Fit MODEL (a Hub id or a local directory) on ``hw``: the one path of the CLI and MCP.
+
+    ``gpu`` names the profile for the catalog lookup (else the detected gfx); ``options``
+    are ``fit_options``'s; ``stage`` wraps the slow steps (a spinner in the CLI).
+    """
+    from contextlib import nullcontext
+
+    from instinct_serve.fit.estimate import estimate
+    from instinct_serve.gather.model_dir import is_local_dir
+    from instinct_serve.gather.model_meta import load_model_meta
+
+    def step(text: str) -> AbstractContextManager[Any]:
+        return stage(text) if stage is not None else nullcontext()
+
+    is_dir = is_local_dir(model)
+    ctx = (launch_context(model, gpu or hw.gfx_version) if not is_dir else None) or (
+        LaunchContext()
+    )
+    opts, option_notes = fit_options(ctx, **options)
+    with step(f"Reading metadata of {model}"):
+        try:
+            meta = load_model_meta(model, revision=revision, suggest=close_matches)
+        except InstinctError as exc:
+            rough = _estimated(exc, model, ctx, hw, opts)
+            if rough is None:
+                raise
+            rough.notes[:0] = [*option_notes, *ctx.notes, exc.message]
+            return FitAnswer(None, ctx, [], [], options.get("tp") is not None, rough)
+    report = estimate(meta, hw, opts)
+    report.notes = option_notes + ctx.notes + report.notes
+    alts: list[Alternative] = []
+    skipped: list[str] = []
+    if not report.fits and report.verdict != "needs_tp" and alternatives and not is_dir:
+        with step("Looking for checkpoints that fit"):
+            alts, skipped = find_alternatives(model, ctx, hw, opts, meta.notes)
+    return FitAnswer(report, ctx, alts, skipped, tp_asked=options.get("tp") is not None)

@@ -24,6 +24,7 @@ from instinct_serve.hardware.partitions import (
     paired,
     switch_steps,
 )
+from instinct_serve.hardware.profiles import PARTITIONED, products
 from instinct_serve.hosts import Host
 
 # amd-smi's memory (NPS) change can take minutes ("140 secs remain" in AMD's quick start
@@ -122,9 +123,10 @@ def plan_change(found: Survey, compute: str, memory: str | None = None) -> Chang
     part = product.partitioning if product is not None else None
     if part is None:
         name = product.market_name if product is not None else "these GPUs"
+        *most, last = products(PARTITIONED)
         raise UsageError(
             f"{name} on {found.host} have no partition modes this tool knows",
-            fix="partition modes exist on MI300X, MI325X, MI300A, MI308X, MI350X and MI355X",
+            fix=f"partition modes exist on {', '.join(most)} and {last}",
             id="no_partition_modes",
         )
     target = check_mode(part, Mode(compute.upper(), memory.upper() if memory else None))

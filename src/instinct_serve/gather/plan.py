@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from instinct_serve.fit.meta import ModelMeta
     from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.hosts import Host
+    from instinct_serve.plan.constraints import Shape
     from instinct_serve.plan.refusals import Refusal
 
 
@@ -205,7 +206,8 @@ class _Sizer:
             return self.metas[model_id]
         if model_id in self.problems:
             return None
-        from instinct_serve.fit.sources import is_local_dir, load_model_meta
+        from instinct_serve.gather.model_dir import is_local_dir
+        from instinct_serve.gather.model_meta import load_model_meta
 
         try:
             meta = load_model_meta(model_id)
@@ -300,6 +302,20 @@ def _after_parallel_flag(layer: str) -> bool:
     )
 
 
+def model_shape(meta: ModelMeta | None) -> Shape | None:
+    """The shape the kernel constraints check (``plan.constraints``), or None: an odd
+    config means no constraint rather than no plan."""
+    if meta is None:
+        return None
+    from instinct_serve.fit.config import ModelConfig
+    from instinct_serve.plan.constraints import Shape
+
+    try:
+        return Shape.of(ModelConfig(meta.config))
+    except Exception:
+        return None
+
+
 def _decide_tp(
     opts: PlanOptions,
     inv: GpuInventory,
@@ -313,18 +329,11 @@ def _decide_tp(
     per_gpu: int = 1,
 ) -> TpDecision:
     """``plan.decisions.choose_tp`` with the fits, the rough size and the model's shape."""
-    from instinct_serve.fit.rough import rough_size
-    from instinct_serve.plan.constraints import Shape, Situation
+    from instinct_serve.catalog.rough import rough_size
+    from instinct_serve.plan.constraints import Situation
 
     meta = sizer.meta(variant.model_id)
-    shape = None
-    if meta is not None:
-        from instinct_serve.fit.config import ModelConfig
-
-        try:
-            shape = Shape.of(ModelConfig(meta.config))
-        except Exception:  # an odd config: no constraint rather than no plan
-            shape = None
+    shape = model_shape(meta)
     params, count_from = None, "the recipe's parameter count"
     if meta is None:  # no metadata: the recipe's count (the legacy entry's, the name's)
         if match.recipe is not None:
@@ -332,7 +341,7 @@ def _decide_tp(
         elif match.legacy is not None:
             params, count_from = match.legacy.parameter_count, "the catalog's parameter count"
         else:
-            from instinct_serve.fit.rough import parameter_count_from_name
+            from instinct_serve.catalog.rough import parameter_count_from_name
 
             params, count_from = parameter_count_from_name(variant.model_id), "its name's count"
     rough = rough_size(
@@ -429,39 +438,73 @@ def make_plan(
 
     ``target``: the hardware when the caller resolved it (``cpu_plan_target`` for a
     CPU-only engine: the plan is then vLLM's CPU backend's, ``plan.cpu``)."""
-    from instinct_serve import __version__
-    from instinct_serve.catalog import amd_config
-    from instinct_serve.catalog.matching import vllm_gate
-
     on_cpu = target is not None and target.cpu
     if on_cpu:  # no device is picked on a CPU: --gpus does not apply (the target says so)
         opts = copy.copy(opts)
         opts.gpus = None
     base = setting(opts, host, inventory, target)
-    catalog, inv, hw_source, warnings = (
-        base.catalog,
-        base.inventory,
-        base.hardware_source,
-        base.warnings,
+    chosen = _configure(opts, base, on_cpu)
+    inputs = _inputs(opts, base, chosen, on_cpu, host)
+    plan = build_plan(inputs)
+    fit = chosen.fit
+    if on_cpu:
+        from instinct_serve.plan.cpu import on_cpu as for_cpu
+
+        for_cpu(
+            plan,
+            kv_bytes_per_token=fit.kv_cache_bytes_per_token if fit is not None else None,
+            native_max_model_len=fit.native_max_model_len if fit is not None else None,
+            weight_bytes=fit.weights.loaded_bytes if fit is not None else None,
+            memory_bytes=base.inventory.vram_bytes,
+        )
+    else:
+        _cross_check(plan, base.catalog, base.match, chosen.amd)
+    if opts.engine == "docker" and _local_model_dir(plan.model, host):
+        _mount_model_dir(plan)
+    _compile_cache(plan, opts, host)
+    return PlanResult(
+        plan=plan,
+        inventory=base.inventory,
+        match=base.match,
+        fit=inputs.fit,
+        hardware_source=base.hardware_source,
+        warnings=plan.warnings,
     )
-    match, overrides, gpu_key, gfx_cfg = base.match, base.overrides, base.gpu_key, base.gfx_cfg
 
-    # features: the recipe's defaults plus opt-ins asked for
-    features = None
-    if opts.features:
-        defaults = amd_config(match, gpu_key, overrides=overrides, strategies=catalog.strategies)
-        features = list(dict.fromkeys([*defaults.features, *opts.features]))
 
-    hw, ctx = _fit_inputs(inv, hw_source, match, gpu_key, overrides)
-    sizer = _Sizer(hw, ctx, opts)
-    requested_meta = sizer.meta(match.model_id) if match.kind in ("base_model", "generic") else None
+@dataclass
+class _Chosen:
+    """The checkpoint and its configuration, with the sizer and launch context they set."""
+
+    hw: HardwareSpec
+    ctx: LaunchContext
+    sizer: _Sizer
+    variant: VariantChoice
+    amd: AmdConfig
+    tp: TpDecision | None = None  # decided with the image known (``_inputs``)
+    fit: FitReport | None = None  # at that TP
+
+
+def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
+    """The variant to serve and its AMD configuration (the CPU's model layers on a CPU);
+    the fit's launch context follows them."""
+    from instinct_serve.catalog import amd_config
     from instinct_serve.fit.precision import checkpoint_precision
 
+    match, gpu_key, overrides = base.match, base.gpu_key, base.overrides
+    strategies = base.catalog.strategies
+    features = None  # the recipe's defaults plus opt-ins asked for
+    if opts.features:
+        defaults = amd_config(match, gpu_key, overrides=overrides, strategies=strategies)
+        features = list(dict.fromkeys([*defaults.features, *opts.features]))
+    hw, ctx = _fit_inputs(base.inventory, base.hardware_source, match, gpu_key, overrides)
+    sizer = _Sizer(hw, ctx, opts)
+    requested_meta = sizer.meta(match.model_id) if match.kind in ("base_model", "generic") else None
     checkpoint = checkpoint_precision(
         match.model_id, requested_meta.config if requested_meta is not None else None
     )
     variant = choose_variant(
-        match, gfx_cfg.precision.status, sizer.verdict, opts.precision, checkpoint
+        match, base.gfx_cfg.precision.status, sizer.verdict, opts.precision, checkpoint
     )
     served_meta = sizer.meta(variant.model_id)
     amd = amd_config(
@@ -471,79 +514,102 @@ def make_plan(
         features=features,
         overrides=overrides,
         model_config=served_meta.config if served_meta is not None else None,
-        strategies=catalog.strategies,
+        strategies=strategies,
     )
     if on_cpu:
         from instinct_serve.plan.cpu import cpu_config
 
         amd = cpu_config(amd)
-    ctx.launch_args = [*amd.args, *opts.extra_args]
-    ctx.env = {**amd.env, **opts.extra_env}  # VLLM_USE_V1 and the like
+    follow_config(ctx, amd, opts)
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
+    return _Chosen(hw, ctx, sizer, variant, amd)
 
-    # image
+
+def follow_config(ctx: LaunchContext, amd: AmdConfig, opts: PlanOptions) -> None:
+    """The fit sizes the launch as configured: its arguments and environment (the user's
+    after the configuration's; VLLM_USE_V1 and the like change the memory)."""
+    ctx.launch_args = [*amd.args, *opts.extra_args]
+    ctx.env = {**amd.env, **opts.extra_env}
+
+
+def _image(opts: PlanOptions, amd: AmdConfig, catalog: Catalog) -> tuple[str, str]:
+    """The image and why: ``--image``, the recipe's pin, else the catalog's newest."""
     if opts.image:
-        image, image_reason = opts.image, "--image given"
-    elif amd.image:
-        image, image_reason = amd.image, "pinned by the recipe for AMD GPUs"
-    else:
-        image = catalog.docker_image or FALLBACK_IMAGE
-        image_reason = (
-            f"the newest vllm/vllm-openai-rocm release known to the catalog ({catalog.source}"
-            + (f", fetched {catalog.fetched_at[:10]}" if catalog.fetched_at else "")
-            + ")"
-        )
-    image_problem = vllm_gate(match, image)
-    from instinct_serve.catalog.matching import image_version
+        return opts.image, "--image given"
+    if amd.image:
+        return amd.image, "pinned by the recipe for AMD GPUs"
+    return catalog.docker_image or FALLBACK_IMAGE, (
+        f"the newest vllm/vllm-openai-rocm release known to the catalog ({catalog.source}"
+        + (f", fetched {catalog.fetched_at[:10]}" if catalog.fetched_at else "")
+        + ")"
+    )
 
-    version = image_version(image)
-    if version:
-        ctx.vllm_version = ".".join(str(p) for p in version)
 
-    # what must not launch here (refused unless --force)
+def _refusals(opts: PlanOptions, base: Setting, chosen: _Chosen, image: str) -> list[Refusal]:
+    """What must not launch here (refused unless ``--force``: ``plan.refusals``)."""
     from instinct_serve.plan import refusals
 
-    found_refusals = refusals.refusals(
+    variant, amd = chosen.variant, chosen.amd
+    return refusals.refusals(
         refusals.Target(
-            gfx=gfx_cfg.gfx,
+            gfx=base.gfx_cfg.gfx,
             hw_id=amd.hardware_id,
             precision=variant.precision,
             precision_from=variant.precision_from,
             model_id=variant.model_id,
-            support=gfx_cfg.precision,
-            args=ctx.launch_args,
+            support=base.gfx_cfg.precision,
+            args=chosen.ctx.launch_args,
             image=image,
             image_pinned=bool(opts.image or amd.image),
         ),
-        match,
+        base.match,
     )
 
+
+def _inputs(
+    opts: PlanOptions, base: Setting, chosen: _Chosen, on_cpu: bool, host: Host | None
+) -> PlanInputs:
+    """Everything ``build_plan`` decides from: the image, what must not launch here, the
+    TP, the fit at it (and smaller checkpoints when it does not fit), the HF cache mount.
+    The TP and the fit are also kept on ``chosen``."""
+    from instinct_serve import __version__
+    from instinct_serve.catalog.matching import image_version, vllm_gate
+
+    match, inv, variant, amd, ctx = (
+        base.match,
+        base.inventory,
+        chosen.variant,
+        chosen.amd,
+        chosen.ctx,
+    )
+    image, image_reason = _image(opts, amd, base.catalog)
+    image_problem = vllm_gate(match, image)
+    version = image_version(image)
+    if version:
+        ctx.vllm_version = ".".join(str(p) for p in version)
+    found_refusals = _refusals(opts, base, chosen, image)
     # TP: from the objective, the fits at each TP, the recipe, the kernel constraints; on
     # partitions (CPX...) the recipe's per-GPU TP, stated for whole GPUs, does not apply
     where = layout(inv)
     recipe_tp = _recipe_tp(match, variant, amd, inv.gpu_count)
     if where.partitioned:
         recipe_tp = None
+    sizer = chosen.sizer
     tp = _decide_tp(
         opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp, where.per_gpu
     )
-    fit = sizer.report(variant.model_id, tp.tp)
+    fit = chosen.fit = sizer.report(variant.model_id, tp.tp)
+    chosen.tp = tp
     alternatives: list[dict[str, Any]] = []
     if fit is not None and not fit.fits and not on_cpu:
-        from instinct_serve.fit.catalog_link import find_alternatives
+        from instinct_serve.gather.fit import find_alternatives
 
-        alts, _skipped = find_alternatives(variant.model_id, ctx, hw, sizer.options(tp.tp))
+        alts, _skipped = find_alternatives(variant.model_id, ctx, chosen.hw, sizer.options(tp.tp))
         alternatives = [a.to_dict() for a in alts]
-
-    hf_mount: Mount | None = None
-    hf_reason = ""
-    if opts.engine == "docker":
-        hf_mount, hf_reason = resolve_hf_mount(opts, host)
-    # the CPU's own sizing replaces the GPU fit (plan.cpu.on_cpu)
-    planned_fit = None if on_cpu else fit
-
-    inputs = PlanInputs(
+    hf_mount, hf_reason = resolve_hf_mount(opts, host) if opts.engine == "docker" else (None, "")
+    meta = sizer.metas.get(variant.model_id)
+    return PlanInputs(
         options=opts,
         inventory=inv,
         match=match,
@@ -551,47 +617,23 @@ def make_plan(
         variant=variant,
         docker_flags=[]  # a CPU-only engine runs natively, and opens no GPU device
         if on_cpu
-        else [(" ".join(f.argv), f.reason) for f in overrides.docker_flags],
+        else [(" ".join(f.argv), f.reason) for f in base.overrides.docker_flags],
         image=image,
         image_reason=image_reason,
         hf_mount=hf_mount,
         hf_mount_reason=hf_reason,
-        fit=planned_fit,
+        fit=None if on_cpu else fit,  # the CPU's own sizing replaces it (plan.cpu.on_cpu)
         fit_problem=None if on_cpu else sizer.problems.get(variant.model_id),
-        is_moe=_is_moe(sizer.metas.get(variant.model_id), amd, match),
-        moe_density=_moe_density(sizer.metas.get(variant.model_id)),
+        is_moe=_is_moe(meta, amd, match),
+        moe_density=_moe_density(meta),
         tp=tp,
         refusals=found_refusals,
         alternatives=alternatives,
         image_problem=image_problem,
-        warnings=warnings,
+        warnings=base.warnings,
         tool_version=__version__,
-        env_reasons=_env_reasons(gfx_cfg, variant.model_id, match),
+        env_reasons=_env_reasons(base.gfx_cfg, variant.model_id, match),
         partitions=where if inv.gpus else None,
-    )
-    plan = build_plan(inputs)
-    if on_cpu:
-        from instinct_serve.plan.cpu import on_cpu as for_cpu
-
-        for_cpu(
-            plan,
-            kv_bytes_per_token=fit.kv_cache_bytes_per_token if fit is not None else None,
-            native_max_model_len=fit.native_max_model_len if fit is not None else None,
-            weight_bytes=fit.weights.loaded_bytes if fit is not None else None,
-            memory_bytes=inv.vram_bytes,
-        )
-    else:
-        _cross_check(plan, catalog, match, amd)
-    if opts.engine == "docker" and _local_model_dir(plan.model, host):
-        _mount_model_dir(plan)
-    _compile_cache(plan, opts, host)
-    return PlanResult(
-        plan=plan,
-        inventory=inv,
-        match=match,
-        fit=planned_fit,
-        hardware_source=hw_source,
-        warnings=plan.warnings,
     )
 
 

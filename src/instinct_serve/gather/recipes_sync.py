@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from instinct_serve.catalog.api import DEFAULT_API_URL
-from instinct_serve.catalog.hub import DEFAULT_HUB_URL, ROCM_REPOSITORY
+from instinct_serve.catalog.hub import ROCM_REPOSITORY
 from instinct_serve.catalog.parse import ParseResult, RecipeFileError
-from instinct_serve.catalog.store import cache_document, cache_path, parse_time, write_cache
+from instinct_serve.catalog.store import cache_document, cache_path, parse_time
 from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.gather.docker_hub import DEFAULT_HUB_URL
+from instinct_serve.gather.recipes_api import DEFAULT_API_URL
+from instinct_serve.gather.recipes_cache import write_cache
 from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
 from instinct_serve.hosts import Host
 
@@ -136,6 +138,21 @@ def _git_recipes(repo_url: str, host: Host | None) -> tuple[ParseResult, dict[st
     }
 
 
+def _source_recipes(
+    source: str, client: Any, repo_url: str, api_url: str, host: Host | None
+) -> tuple[ParseResult, dict[str, Any], dict[str, Any], str]:
+    """The recipes of ``source``: parsed, AMD-rendered (the API only), the source's timings
+    and facts, and its URL."""
+    from instinct_serve.gather.recipes_api import fetch_api
+
+    if source == "git":
+        parsed, info = _git_recipes(repo_url, host)
+        return parsed, {}, info, repo_url
+    api_result, api_s = _timed(fetch_api, client, api_url)
+    info = {"api_s": api_s, "api_requests": api_result.requests}
+    return api_result.parsed, api_result.rendered, info, api_url
+
+
 def sync(
     *,
     source: str = "git",
@@ -147,8 +164,7 @@ def sync(
     timeout: float = HTTP_TIMEOUT_S,
 ) -> SyncReport:
     """Refresh the recipes cache from ``source`` (git|api) and Docker Hub; SyncError if not."""
-    from instinct_serve.catalog.api import fetch_api
-    from instinct_serve.catalog.hub import resolve_rocm_image
+    from instinct_serve.gather.docker_hub import resolve_rocm_image
 
     if source not in ("git", "api"):
         raise UsageError(f"unknown source {source!r}", fix="use --source git or --source api")
@@ -162,16 +178,10 @@ def sync(
             repository=ROCM_REPOSITORY,
             max_pages=max_pages,
         )
-        rendered: dict[str, Any] = {}
         try:
-            if source == "git":
-                parsed, info = _git_recipes(repo_url, host)
-                source_url = repo_url
-            else:
-                api_result, api_s = _timed(fetch_api, client, api_url)
-                parsed, rendered = api_result.parsed, api_result.rendered
-                info = {"api_s": api_s, "api_requests": api_result.requests}
-                source_url = api_url
+            parsed, rendered, info, source_url = _source_recipes(
+                source, client, repo_url, api_url, host
+            )
         except InstinctError as exc:
             hub_future.cancel()
             raise _fail(f"{source} source", exc) from exc
@@ -221,11 +231,8 @@ def sync(
     )
 
 
-def import_cache(file: str) -> SyncReport:
-    """Import a recipes cache file: the agent skill's ``recipes_cache.json`` or ours."""
-    from instinct_serve.catalog.parse import ParsedRecipe, Skipped, validate_data
-
-    start = time.monotonic()
+def _read_import(file: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cache file's document and its ``models`` mapping; UsageError if it is not one."""
     try:
         with open(file, encoding="utf-8") as fh:
             doc = json.load(fh)
@@ -248,6 +255,15 @@ def import_cache(file: str) -> SyncReport:
             fix="pass a recipes_cache.json written by the agent skill or by instinct-serve",
             id="import_bad_file",
         )
+    return doc, models
+
+
+def import_cache(file: str) -> SyncReport:
+    """Import a recipes cache file: the agent skill's ``recipes_cache.json`` or ours."""
+    from instinct_serve.catalog.parse import ParsedRecipe, Skipped, validate_data
+
+    start = time.monotonic()
+    doc, models = _read_import(file)
     parsed = ParseResult()
     rendered: dict[str, Any] = {}
     for key in sorted(models, key=str.lower):

@@ -9,6 +9,7 @@ memory modes), which ``hardware.partitions`` reads: this table is the one list o
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from instinct_serve.errors import UsageError
@@ -98,6 +99,11 @@ class GpuProfile(NamedTuple):
     @property
     def vram_bytes(self) -> int | None:
         return self.vram_mib * MIB if self.vram_mib is not None else None
+
+    @property
+    def product(self) -> str:
+        """The product name without the brand ("MI300X"), for lists in help and fix text."""
+        return self.market_name.removeprefix("AMD Instinct ")
 
     def inventory(self, count: int | None = None) -> GpuInventory:
         """``count`` identical GPUs of this model, as ``detect`` would report them."""
@@ -240,9 +246,23 @@ def _key(name: str) -> str:
     return key.removeprefix("amd").removeprefix("instinct")
 
 
+# Two lists that differ: the GPUs this tool has a profile for (and so plans for), and the
+# gfx targets the vLLM ROCm image ships GPU code for. A GPU can get a profile before the
+# image carries kernels for it, and the image carries targets with no profile (Radeon).
+
 # Every gfx target with a profile, in table order (gfx942, gfx950, gfx90a): the one list of
 # the Instinct generations this tool plans for.
 GFX_TARGETS: tuple[str, ...] = tuple(dict.fromkeys(p.gfx_version for p in PROFILES.values()))
+
+# The gfx targets the vLLM ROCm images are compiled for, whichever release or --image runs:
+# the Instinct ones, in every base image's PYTORCH_ROCM_ARCH (gfx90a;gfx942 in the ROCm 6.3
+# images, with gfx950 since ROCm 7; vllm-project/vllm docker/Dockerfile.rocm_base). Newer
+# bases add Radeon targets (gfx1100, gfx1101, gfx1200, gfx1201, gfx1150, gfx1151), but an
+# older or pinned image lacks them, so a "no kernel image" fix does not promise them.
+IMAGE_GFX_TARGETS: tuple[str, ...] = ("gfx942", "gfx950", "gfx90a")
+
+# The profiles with compute partition modes (``hardware.partitions``), in table order.
+PARTITIONED: tuple[str, ...] = tuple(k for k, p in PROFILES.items() if p.partitioning)
 
 
 # The AMD GPUs the vllm-project/recipes taxonomy names (recipes carry overrides for them).
@@ -252,6 +272,20 @@ UPSTREAM_HARDWARE: tuple[str, ...] = tuple(k for k, p in PROFILES.items() if p.u
 def gpu_choices() -> str:
     """The accepted ``--gpu`` values, for help and error text (derived from the table)."""
     return ", ".join(PROFILES) + " (or a gfx target: " + ", ".join(GFX_TARGETS) + ")"
+
+
+def products(keys: Iterable[str]) -> list[str]:
+    """The product names of profiles ("MI300X", ...), in the order given."""
+    return [PROFILES[key].product for key in keys]
+
+
+def product_families() -> str:
+    """Every profiled GPU, a gfx target's products joined by "/": "MI300X/MI325X/MI300A/
+    MI308X, MI350X/MI355X, MI250X/MI210" (the list SKILL.md's description carries)."""
+    return ", ".join(
+        "/".join(p.product for p in PROFILES.values() if p.gfx_version == gfx)
+        for gfx in GFX_TARGETS
+    )
 
 
 def family(gfx: str) -> GpuProfile | None:

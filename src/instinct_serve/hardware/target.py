@@ -176,19 +176,24 @@ def resolve_target(
         unit = f"{opts.vram_gb:g} GB" if opts.vram_gb is not None else f"{opts.vram_gib:g} GiB"
         notes.append(f"VRAM per GPU set to {unit} ({manual / MIB:.0f} MiB)")
     if opts.gpus is not None:
-        by_index = {g.index: g for g in inv.gpus}
-        missing = [i for i in opts.gpus if i not in by_index]
-        if missing:
-            raise UsageError(
-                f"--gpus names GPU {', '.join(map(str, missing))}, but the host has "
-                f"{', '.join(str(i) for i in sorted(by_index)) or 'none'}",
-                fix="run `instinct detect` to list the GPU indices",
-                id="bad_gpus",
-            )
-        inv = _subset(inv, [by_index[i] for i in opts.gpus])
+        inv = _select(inv, opts.gpus)
     if inv.gfx_version == "mixed":
         notes.append("the GPUs differ: sized for the smallest; restrict with --gpus")
     return Target(inv, source, notes)
+
+
+def _select(inv: GpuInventory, indices: list[int]) -> GpuInventory:
+    """The GPUs ``--gpus`` names, in its order; an index the host lacks is an error."""
+    by_index = {g.index: g for g in inv.gpus}
+    missing = [i for i in indices if i not in by_index]
+    if missing:
+        raise UsageError(
+            f"--gpus names GPU {', '.join(map(str, missing))}, but the host has "
+            f"{', '.join(str(i) for i in sorted(by_index)) or 'none'}",
+            fix="run `instinct detect` to list the GPU indices",
+            id="bad_gpus",
+        )
+    return _subset(inv, [by_index[i] for i in indices])
 
 
 def _scope_check(inv: GpuInventory, host_name: str, refuse: bool, notes: list[str]) -> None:

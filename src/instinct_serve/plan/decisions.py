@@ -10,7 +10,7 @@
   with safe headroom, leaving GPUs for more replicas. Every TP obeys the kernel constraints
   (``plan.constraints``) and is at least what the weights need: from the fit when the
   metadata is known, else from the recipe's parameter count or stated VRAM
-  (``fit.rough``). When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
+  (``catalog.rough``). When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
 
 Pure: the fits at each TP come in through a callable the adapter builds.
 """
@@ -27,8 +27,8 @@ from instinct_serve.plan.model import FitSummary
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.matching import Match
+    from instinct_serve.catalog.rough import RoughSize
     from instinct_serve.fit.estimate import FitReport
-    from instinct_serve.fit.rough import RoughSize
     from instinct_serve.options import PlanOptions
 
 FIT_OK = ("safe", "tight")
@@ -77,58 +77,82 @@ def choose_variant(
         return VariantChoice(
             None, match.model_id, precision, "the model has no variants", None, where
         )
-    variants = list(recipe.variants.values())
-    default = recipe.default_variant
-
     if match.kind == "base_model":
-        same = [v for v in variants if own and (v.precision or "").lower() == own]
-        lent = same[0] if same else default
-        if forced and own and forced.strip().lower() != own:
-            raise UsageError(
-                f"{match.model_id} stores {own} weights ({own_from}); --precision {forced} "
-                f"names another checkpoint",
-                fix=f"drop --precision, or name the {forced} checkpoint itself "
-                f"(`instinct recipes show {recipe.model_id}` lists them)",
-                id="conflicting_precision",
-            )
-        lends = f"its {lent.precision} variant's" if same else f"its default ({lent.key}) variant's"
-        if own is None:  # neither its config nor its name says: a release of the same line
-            own, own_from = lent.precision, f"assumed from the recipe's {lent.key} variant"
-            how = own_from
-        else:
-            how = f"read from {own_from}"
-        return VariantChoice(
-            lent.key,
-            match.model_id,
-            own,
-            f"you asked for {match.model_id}: it is served as asked ({own or 'its precision'}, "
-            f"{how}); the recipe {recipe.model_id} lends {lends} flags and env",
-            lent.vram_minimum_gb if same or own == lent.precision else None,
-            own_from,
-        )
-
+        return _as_asked(match, recipe, forced, own, own_from)
+    variants = list(recipe.variants.values())
     if forced:
-        want = forced.strip().lower()
-        chosen = [v for v in variants if (v.precision or "").lower() == want]
-        if not chosen:
-            have = sorted({(v.precision or "?") for v in variants})
-            raise UsageError(
-                f"{recipe.model_id} has no {forced} variant",
-                fix="available precisions: " + ", ".join(have),
-                id="unknown_precision",
-            )
-        var = chosen[0]
-        if precision_status(var.precision) == "unsupported":
-            raise UsageError(
-                f"{var.precision} weights do not run on this GPU ({var.model_id})",
-                fix="pick another --precision (NVFP4 is an NVIDIA-only format)",
-                id="unsupported_precision",
-            )
-        return _choice(var, f"--precision {forced} selects variant {var.key!r}")
-
+        return _forced(recipe, variants, forced, precision_status)
     if match.kind == "variant" and match.variant is not None:
         var = match.variant
         return _choice(var, f"you asked for the {var.precision or var.key} checkpoint")
+    return _fitting(variants, recipe.default_variant, precision_status, fits)
+
+
+def _as_asked(
+    match: Match, recipe: Any, forced: str | None, own: str | None, own_from: str
+) -> VariantChoice:
+    """A base-model match: the checkpoint asked for, with the flags of the recipe's variant
+    of its precision (else its default)."""
+    variants = list(recipe.variants.values())
+    default = recipe.default_variant
+    same = [v for v in variants if own and (v.precision or "").lower() == own]
+    lent = same[0] if same else default
+    if forced and own and forced.strip().lower() != own:
+        raise UsageError(
+            f"{match.model_id} stores {own} weights ({own_from}); --precision {forced} "
+            f"names another checkpoint",
+            fix=f"drop --precision, or name the {forced} checkpoint itself "
+            f"(`instinct recipes show {recipe.model_id}` lists them)",
+            id="conflicting_precision",
+        )
+    lends = f"its {lent.precision} variant's" if same else f"its default ({lent.key}) variant's"
+    if own is None:  # neither its config nor its name says: a release of the same line
+        own, own_from = lent.precision, f"assumed from the recipe's {lent.key} variant"
+        how = own_from
+    else:
+        how = f"read from {own_from}"
+    return VariantChoice(
+        lent.key,
+        match.model_id,
+        own,
+        f"you asked for {match.model_id}: it is served as asked ({own or 'its precision'}, "
+        f"{how}); the recipe {recipe.model_id} lends {lends} flags and env",
+        lent.vram_minimum_gb if same or own == lent.precision else None,
+        own_from,
+    )
+
+
+def _forced(
+    recipe: Any, variants: list[Any], forced: str, precision_status: Callable[[str | None], str]
+) -> VariantChoice:
+    """``--precision``: the variant of that precision, refused when it cannot run here."""
+    want = forced.strip().lower()
+    chosen = [v for v in variants if (v.precision or "").lower() == want]
+    if not chosen:
+        have = sorted({(v.precision or "?") for v in variants})
+        raise UsageError(
+            f"{recipe.model_id} has no {forced} variant",
+            fix="available precisions: " + ", ".join(have),
+            id="unknown_precision",
+        )
+    var = chosen[0]
+    if precision_status(var.precision) == "unsupported":
+        raise UsageError(
+            f"{var.precision} weights do not run on this GPU ({var.model_id})",
+            fix="pick another --precision (NVFP4 is an NVIDIA-only format)",
+            id="unsupported_precision",
+        )
+    return _choice(var, f"--precision {forced} selects variant {var.key!r}")
+
+
+def _fitting(
+    variants: list[Any],
+    default: Any,
+    precision_status: Callable[[str | None], str],
+    fits: Callable[[str], str | None],
+) -> VariantChoice:
+    """The default variant when it runs and fits; else one that fits, native precisions
+    before emulated ones."""
 
     def status(v: Any) -> str:
         return precision_status(v.precision)
@@ -235,20 +259,7 @@ def choose_tp(
         else:
             allowed.append(tp)
     if options.tp is not None:
-        if options.tp > gpu_count:
-            raise UsageError(
-                f"--tp {options.tp} needs {options.tp} GPUs, but {gpu_count} are available",
-                fix=f"use --tp {_powers(gpu_count)[-1]} or more GPUs",
-                id="tp_exceeds_gpus",
-            )
-        problems = tp_problems(options.tp, shape, situation)
-        if problems and not options.force:
-            raise UsageError(
-                f"--tp {options.tp}: {problems[0][1]}",
-                fix=f"use one of {', '.join(map(str, allowed)) or 'none'} (or --force)",
-                id="tp_not_allowed",
-                details={"allowed": allowed},
-            )
+        _check_given(options, gpu_count, allowed, shape, situation)
         return TpDecision(options.tp, "--tp given", None, "", skipped)
 
     need, need_why, exact = _need(fit_at, rough)
@@ -264,66 +275,113 @@ def choose_tp(
         )
     fitting = [tp for tp in allowed if tp >= need]
     if not fitting:
-        gpus = need if need < 1 << 20 else None
-        first = fit_at(1)
-        raise InstinctError(
-            f"{options.model} needs {need_why}; this host has {_label(gpu_count)} "
-            f"({gpu_label})" + (f"; ruled out: {'; '.join(skipped)}" if skipped else ""),
-            fix=(f"use a host with {gpus} such GPUs" if gpus else "use a larger host")
-            + " (several nodes are planned in a later release), a smaller or quantized "
-            "checkpoint (`instinct plan --list`), or --tp with --force",
-            id="does_not_fit",
-            details={
-                "need_tp": gpus,
-                "gpu_count": gpu_count,
-                "skipped": skipped,
-                "fit": FitSummary.of(first).to_dict() if first is not None else None,
-            },
-        )
-    objective = getattr(options, "objective", "latency")
+        raise _too_large(options, gpu_count, need, need_why, skipped, fit_at(1), gpu_label)
+    need_of = _Need(need, need_why, skipped)
+    if getattr(options, "objective", "latency") != "latency":
+        return _throughput(fitting, fit_at, need_of)
     per_gpu = situation.partitions_per_gpu
     grow = fitting
     if per_gpu > 1:
         grow = [tp for tp in fitting if tp <= max(per_gpu, need)] or fitting[:1]
-    if objective == "latency":
-        if recipe_tp is not None and recipe_tp in fitting:
-            return TpDecision(
-                recipe_tp, f"the recipe's TP for this GPU ({recipe_tp})", need, need_why, skipped
-            )
-        start, start_why = need, ""
-        stated = rough.stated if rough is not None else None
-        if stated is not None and rough is not None and rough.stated_spans_gpus:
-            # the recipe's own command for this GPU spans the node when its stated VRAM is
-            # more than one GPU holds (upstream autoFitTp: 1 or all GPUs, never between)
-            tp = grow[-1]
-            why = (
-                f"latency: the recipe's command for this GPU spans the node (TP {tp}): "
-                f"{stated.why}, more than one GPU holds"
-            )
-            return TpDecision(tp, why, need, need_why, skipped)
-        candidates = [tp for tp in grow if tp >= start]
-        if not exact:
-            why = f"latency: the smallest TP the estimate allows ({start}){start_why}"
-            return TpDecision(start, why, need, need_why, skipped)
-        for tp in candidates:
-            if _full(fit_at(tp)):
-                why = (
-                    f"latency: the smallest TP that holds the full context with safe headroom "
-                    f"({tp}){start_why}"
-                )
-                return TpDecision(tp, why, need, need_why, skipped)
-        tp = candidates[-1]
-        why = f"latency: no TP holds the full context with safe headroom; TP {tp} holds the most"
-        if per_gpu > 1 and len(grow) < len(fitting):
-            why += f" on one GPU's {per_gpu} partitions"
-        return TpDecision(tp, why, need, need_why, skipped)
+    if recipe_tp is not None and recipe_tp in fitting:
+        return need_of.decide(recipe_tp, f"the recipe's TP for this GPU ({recipe_tp})")
+    stated = rough.stated if rough is not None else None
+    if stated is not None and rough is not None and rough.stated_spans_gpus:
+        # the recipe's own command for this GPU spans the node when its stated VRAM is
+        # more than one GPU holds (upstream autoFitTp: 1 or all GPUs, never between)
+        tp = grow[-1]
+        why = (
+            f"latency: the recipe's command for this GPU spans the node (TP {tp}): "
+            f"{stated.why}, more than one GPU holds"
+        )
+        return need_of.decide(tp, why)
+    if not exact:
+        return need_of.decide(need, f"latency: the smallest TP the estimate allows ({need})")
+    for tp in (candidates := [tp for tp in grow if tp >= need]):
+        if _full(fit_at(tp)):
+            why = f"latency: the smallest TP that holds the full context with safe headroom ({tp})"
+            return need_of.decide(tp, why)
+    tp = candidates[-1]
+    why = f"latency: no TP holds the full context with safe headroom; TP {tp} holds the most"
+    if per_gpu > 1 and len(grow) < len(fitting):
+        why += f" on one GPU's {per_gpu} partitions"
+    return need_of.decide(tp, why)
+
+
+@dataclass(frozen=True)
+class _Need:
+    """What every automatic TP decision carries: the weights' need and the TPs ruled out."""
+
+    need: int
+    why: str
+    skipped: list[str]
+
+    def decide(self, tp: int, why: str) -> TpDecision:
+        return TpDecision(tp, why, self.need, self.why, self.skipped)
+
+
+def _check_given(
+    options: PlanOptions,
+    gpu_count: int,
+    allowed: list[int],
+    shape: Shape | None,
+    situation: Situation,
+) -> None:
+    """``--tp``: at most the GPUs there are, and one the kernels take (unless ``--force``)."""
+    assert options.tp is not None
+    if options.tp > gpu_count:
+        raise UsageError(
+            f"--tp {options.tp} needs {options.tp} GPUs, but {gpu_count} are available",
+            fix=f"use --tp {_powers(gpu_count)[-1]} or more GPUs",
+            id="tp_exceeds_gpus",
+        )
+    problems = tp_problems(options.tp, shape, situation)
+    if problems and not options.force:
+        raise UsageError(
+            f"--tp {options.tp}: {problems[0][1]}",
+            fix=f"use one of {', '.join(map(str, allowed)) or 'none'} (or --force)",
+            id="tp_not_allowed",
+            details={"allowed": allowed},
+        )
+
+
+def _too_large(
+    options: PlanOptions,
+    gpu_count: int,
+    need: int,
+    need_why: str,
+    skipped: list[str],
+    first: FitReport | None,
+    gpu_label: str,
+) -> InstinctError:
+    """No allowed TP holds the weights: the GPUs it would take, what was ruled out."""
+    gpus = need if need < 1 << 20 else None
+    return InstinctError(
+        f"{options.model} needs {need_why}; this host has {_label(gpu_count)} "
+        f"({gpu_label})" + (f"; ruled out: {'; '.join(skipped)}" if skipped else ""),
+        fix=(f"use a host with {gpus} such GPUs" if gpus else "use a larger host")
+        + " (several nodes are planned in a later release), a smaller or quantized "
+        "checkpoint (`instinct plan --list`), or --tp with --force",
+        id="does_not_fit",
+        details={
+            "need_tp": gpus,
+            "gpu_count": gpu_count,
+            "skipped": skipped,
+            "fit": FitSummary.of(first).to_dict() if first is not None else None,
+        },
+    )
+
+
+def _throughput(
+    fitting: list[int], fit_at: Callable[[int], FitReport | None], need: _Need
+) -> TpDecision:
+    """The smallest TP with safe headroom: the GPUs left serve more replicas."""
     for tp in fitting:
         report = fit_at(tp)
         if report is None or report.verdict == "safe":
             why = f"throughput: the smallest TP with safe headroom ({tp}), GPUs left for replicas"
-            return TpDecision(tp, why, need, need_why, skipped)
-    why = f"throughput: the smallest TP that fits ({fitting[0]})"
-    return TpDecision(fitting[0], why, need, need_why, skipped)
+            return need.decide(tp, why)
+    return need.decide(fitting[0], f"throughput: the smallest TP that fits ({fitting[0]})")
 
 
 def _need(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from instinct_serve.errors import UsageError
 from instinct_serve.names import CONTAINER_NAME, is_env_name
@@ -29,6 +29,8 @@ __all__ = [
     "API_KEY_ENV",
     "CONTAINER_HF_CACHE",
     "DEFAULT_PORT",
+    "Assigned",
+    "Conflict",
     "FitSummary",
     "LaunchPlan",
     "Mount",
@@ -58,6 +60,35 @@ class Reason(NamedTuple):
 
     def to_dict(self) -> dict[str, str]:
         return {"item": self.item, "source": self.source, "why": self.why}
+
+
+class Assigned(NamedTuple):
+    """One value a source gave a flag or variable."""
+
+    source: str
+    value: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"source": self.source, "value": self.value}
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A flag (``kind="flag"``) or variable (``kind="env"``) set to different values: every
+    value in precedence order, and the one the plan keeps. Typed until the JSON edge, where
+    it is ``{"flag"|"env": name, "values": [...], "winner": {...}}``."""
+
+    kind: Literal["flag", "env"]
+    name: str
+    values: tuple[Assigned, ...]
+    winner: Assigned
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            self.kind: self.name,
+            "values": [v.to_dict() for v in self.values],
+            "winner": self.winner.to_dict(),
+        }
 
 
 class Mount(NamedTuple):
@@ -183,7 +214,7 @@ class LaunchPlan:
     verdict: str | None = None
     reasons: list[Reason] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
     fit: FitSummary | None = None
     recipe_cross_check: dict[str, Any] | None = None
     # the GPUs as partitions and the endpoints of this TP the host holds (replica_gpus)
@@ -290,7 +321,7 @@ class LaunchPlan:
             "plan_hash": self.plan_hash,
             "reasons": [r.to_dict() for r in self.reasons],
             "warnings": list(self.warnings),
-            "conflicts": list(self.conflicts),
+            "conflicts": [c.to_dict() for c in self.conflicts],
             "fit": self.fit.to_dict() if self.fit is not None else None,
             "recipe_cross_check": self.recipe_cross_check,
             "partitions": self.partitions,

@@ -33,6 +33,7 @@ from typing import Any
 
 from instinct_serve import vllm_args
 from instinct_serve.errors import UsageError
+from instinct_serve.plan.builder import PlanBuilder
 from instinct_serve.plan.labels import (
     LABEL_GROUP,
     LABEL_NODE_RANK,
@@ -262,8 +263,57 @@ def plan_multinode(
 
     ``why``: why one node is not enough (or that it was asked for); it leads the reasons.
     """
-    nodes = len(opts.hosts)
-    if nodes < 2:
+    _check_request(base, opts)
+    strategy, strategy_why = choose_strategy(compatible, moe, opts.strategy)
+    if strategy == "multi_node_dep" and opts.backend == "ray":
+        raise UsageError(
+            "multi_node_dep uses vLLM's data-parallel rendezvous, not Ray",
+            fix="drop --backend ray, or use --strategy multi_node_tp_pp",
+            id="bad_backend",
+            details={"option": "backend"},
+        )
+    group = base.container_name
+    if opts.master_addr:
+        master = opts.master_addr
+    elif opts.network:
+        master = group  # docker's DNS on a user-defined network resolves container names
+    else:
+        master = _host_address(opts.hosts[0])
+    doc = (strategies or {}).get(strategy)
+    cleaned = list(base.vllm_args)
+    for flag in (*_RANK_FLAGS, "--enable-expert-parallel"):
+        cleaned = vllm_args.remove(cleaned, flag)
+    ranks = _Ranks(
+        base=base,
+        opts=opts,
+        strategy=strategy,
+        master=master,
+        env=strategy_env(doc, opts.ifname),
+        # the strategy's flags, the plan's own without those a rank decides, the split
+        args=[
+            *cleaned,
+            *(a for a in (doc or {}).get("vllm_args") or [] if a != "--data-parallel-hybrid-lb"),
+        ],
+        shared=parallel_args(strategy, opts.gpus_per_node, len(opts.hosts)),
+    )
+    reasons = ranks.reasons(why, strategy_why)
+    return MultiNodePlan(
+        group=group,
+        strategy=strategy,
+        backend=opts.backend,
+        nodes=[ranks.launch(rank, host, reasons) for rank, host in enumerate(opts.hosts)],
+        gpus_per_node=opts.gpus_per_node,
+        master_addr=master,
+        master_port=opts.master_port,
+        ifname=opts.ifname,
+        network=opts.network,
+        reasons=reasons,
+    )
+
+
+def _check_request(base: LaunchPlan, opts: MultiNodeOptions) -> None:
+    """Refuse what cannot be split: one host, an unknown backend, the native engine."""
+    if len(opts.hosts) < 2:
         raise UsageError(
             "--hosts needs at least two hosts to split a model across",
             fix="name every node: --hosts user@node1,user@node2",
@@ -284,77 +334,70 @@ def plan_multinode(
             id="bad_hosts",
             details={"option": "engine"},
         )
-    strategy, strategy_why = choose_strategy(compatible, moe, opts.strategy)
-    if strategy == "multi_node_dep" and opts.backend == "ray":
-        raise UsageError(
-            "multi_node_dep uses vLLM's data-parallel rendezvous, not Ray",
-            fix="drop --backend ray, or use --strategy multi_node_tp_pp",
-            id="bad_backend",
-            details={"option": "backend"},
-        )
-    group = base.container_name
-    if opts.master_addr:
-        master = opts.master_addr
-    elif opts.network:
-        master = group  # docker's DNS on a user-defined network resolves container names
-    else:
-        master = _host_address(opts.hosts[0])
-    doc = (strategies or {}).get(strategy)
-    env = strategy_env(doc, opts.ifname)
-    common = [a for a in (doc or {}).get("vllm_args") or [] if a != "--data-parallel-hybrid-lb"]
-    shared = parallel_args(strategy, opts.gpus_per_node, nodes)
-    cleaned = list(base.vllm_args)
-    for flag in (*_RANK_FLAGS, "--enable-expert-parallel"):
-        cleaned = vllm_args.remove(cleaned, flag)
-    reasons = [
-        Reason("multi-node", "fit", why),
-        Reason(f"strategy {strategy}", "recipe", strategy_why),
-        Reason(
-            " ".join(shared),
+
+
+@dataclass
+class _Ranks:
+    """What every rank shares: the plan, the strategy, rank 0's address, the strategy's
+    environment, the arguments (``args`` then the split, ``shared``)."""
+
+    base: LaunchPlan
+    opts: MultiNodeOptions
+    strategy: str
+    master: str
+    env: dict[str, str]
+    args: list[str]
+    shared: list[str]
+
+    def reasons(self, why: str, strategy_why: str) -> list[Reason]:
+        """Why the model is split this way (every rank's plan carries them too)."""
+        opts, strategy, b = self.opts, self.strategy, PlanBuilder()
+        b.reason("multi-node", "fit", why)
+        b.reason(f"strategy {strategy}", "recipe", strategy_why)
+        b.reason(
+            " ".join(self.shared),
             f"strategy {strategy}",
-            f"{opts.gpus_per_node} GPUs on each of {nodes} nodes",
-        ),
-        Reason(
+            f"{opts.gpus_per_node} GPUs on each of {len(opts.hosts)} nodes",
+        )
+        b.reason(
             f"backend {opts.backend}",
             "option",
             "vLLM's own rendezvous (--nnodes/--node-rank/--master-addr, --headless on ranks > 0)"
             if opts.backend == "mp"
             else "a Ray cluster (ray start on every node), vLLM's ray executor on the head",
-        ),
-        Reason(
-            ", ".join(f"{k}={v}" for k, v in env.items()),
+        )
+        b.reason(
+            ", ".join(f"{k}={v}" for k, v in self.env.items()),
             f"strategy {strategy}",
             "the interface Gloo and RCCL bootstrap over",
-        ),
-    ]
-    launches: list[NodeLaunch] = []
-    for rank, host in enumerate(opts.hosts):
+        )
+        return b.reasons
+
+    def launch(self, rank: int, host: str, reasons: list[Reason]) -> NodeLaunch:
+        """One rank's plan: its name, the strategy's environment (no GPU visibility
+        variables: every rank uses its node's GPUs), its flags, labels and network."""
+        base, opts = self.base, self.opts
+        group = base.container_name
         role = ROLE_HEAD if rank == 0 else ROLE_WORKER
         plan = copy.deepcopy(base)
         plan.container_name = group if rank == 0 else worker_name(group, rank)
         plan.env = {k: v for k, v in plan.env.items() if k not in VISIBILITY_VARS}
-        plan.env.update(env)
+        plan.env.update(self.env)
         if opts.backend == "ray":
             plan.env.update(RAY_ROCM_ENV)
         plan.gpu_indices = None
         plan.gpu_count = opts.gpus_per_node
-        plan.tensor_parallel_size = int(vllm_args.value(shared, "--tensor-parallel-size") or 1)
-        plan.vllm_args = vllm_args.dedupe(
-            [
-                *cleaned,
-                *common,
-                *shared,
-                *rank_args(
-                    strategy=strategy,
-                    backend=opts.backend,
-                    rank=rank,
-                    nodes=nodes,
-                    gpus_per_node=opts.gpus_per_node,
-                    master_addr=master,
-                    master_port=opts.master_port,
-                ),
-            ]
+        plan.tensor_parallel_size = int(vllm_args.value(self.shared, "--tensor-parallel-size") or 1)
+        own = rank_args(
+            strategy=self.strategy,
+            backend=opts.backend,
+            rank=rank,
+            nodes=len(opts.hosts),
+            gpus_per_node=opts.gpus_per_node,
+            master_addr=self.master,
+            master_port=opts.master_port,
         )
+        plan.vllm_args = vllm_args.dedupe([*self.args, *self.shared, *own])
         if rank == 0 and opts.network is None and not base.public:
             # host networking: the API must stay on the node's loopback, as -p 127.0.0.1 keeps it
             plan.vllm_args = vllm_args.set_flag(plan.vllm_args, "--host", LOOPBACK)
@@ -367,20 +410,7 @@ def plan_multinode(
         }
         plan.docker_flags = _network_flags(base.docker_flags, opts.network)
         plan.reasons = [*base.reasons, *reasons]
-        argv = _docker_argv(plan, rank, opts, master)
-        launches.append(NodeLaunch(rank, host, role, plan, argv))
-    return MultiNodePlan(
-        group=group,
-        strategy=strategy,
-        backend=opts.backend,
-        nodes=launches,
-        gpus_per_node=opts.gpus_per_node,
-        master_addr=master,
-        master_port=opts.master_port,
-        ifname=opts.ifname,
-        network=opts.network,
-        reasons=reasons,
-    )
+        return NodeLaunch(rank, host, role, plan, _docker_argv(plan, rank, opts, self.master))
 
 
 def _host_address(spec: str) -> str:

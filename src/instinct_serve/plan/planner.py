@@ -17,7 +17,6 @@ different values is reported in ``conflicts``):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hardware.partitions import Layout, endpoints, spanning_warning
 from instinct_serve.names import is_env_name
 from instinct_serve.options import PlanOptions
+from instinct_serve.plan.builder import ArgMerge, PlanBuilder
 from instinct_serve.plan.decisions import (
     FIT_OK,
     TpDecision,
@@ -37,16 +37,15 @@ from instinct_serve.plan.labels import managed_labels
 from instinct_serve.plan.model import (
     API_KEY_ENV,
     DEFAULT_PORT,
+    Assigned,
+    Conflict,
     FitSummary,
     LaunchPlan,
     Mount,
-    Reason,
 )
 from instinct_serve.plan.refusals import Refusal
 from instinct_serve.plan.replicas import GroupInputs, decide_group, with_router_image
 from instinct_serve.units import token_count
-from instinct_serve.vllm_args import Unit
-from instinct_serve.vllm_args import units as arg_units
 
 __all__ = [
     "FIT_OK",
@@ -98,62 +97,6 @@ class PlanInputs:
     partitions: Layout | None = None  # how the GPUs sit as partitions (hardware.partitions)
 
 
-# ----------------------------------------------------------------- argument helpers
-
-
-@dataclass
-class ArgMerge:
-    """Merge argv from sources in precedence order; remember who set what."""
-
-    units: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # name → (tokens, src)
-    order: list[str] = field(default_factory=list)
-    positional: list[str] = field(default_factory=list)
-    history: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # name → (src, val)
-
-    def add(self, args: Iterable[str], source: str) -> None:
-        for name, tokens in arg_units(list(args)):
-            if name is None:
-                self.positional.extend(tokens)
-                continue
-            self.history.setdefault(name, []).append((source, Unit(name, tokens).value or ""))
-            if name not in self.units:
-                self.order.append(name)
-            self.units[name] = (tokens, source)
-
-    def remove(self, name: str) -> None:
-        if name in self.units:
-            del self.units[name]
-            self.order.remove(name)
-
-    def has(self, name: str) -> bool:
-        return name in self.units
-
-    def value(self, name: str) -> str | None:
-        return Unit(name, self.units[name][0]).value if name in self.units else None
-
-    def source(self, name: str) -> str | None:
-        return self.units[name][1] if name in self.units else None
-
-    def argv(self) -> list[str]:
-        out = list(self.positional)
-        for name in self.order:
-            out.extend(self.units[name][0])
-        return out
-
-    def conflicts(self) -> list[dict[str, Any]]:
-        found = []
-        for name, seen in self.history.items():
-            if len({value for _src, value in seen}) > 1 and name in self.units:
-                found.append(
-                    {
-                        "flag": name,
-                        "values": [{"source": src, "value": val} for src, val in seen],
-                        "winner": {"source": self.units[name][1], "value": self.value(name)},
-                    }
-                )
-        return found
-
-
 # ---------------------------------------------------------------- pure decisions
 
 
@@ -164,348 +107,333 @@ def container_name(model_id: str, port: int) -> str:
     return f"vllm-{slug}" if port == DEFAULT_PORT else f"vllm-{slug}-{port}"
 
 
-def _env_with_conflicts(
-    amd: AmdConfig,
-    reasons: list[Reason],
-    conflicts: list[dict[str, Any]],
-    why: dict[str, str],
-) -> dict[str, str]:
-    """The AMD env, with a reason per variable and every overridden value reported."""
-    seen: dict[str, list[tuple[str, str]]] = {}
-    for layer in amd.layers:
-        for key, value in layer.env.items():
-            seen.setdefault(key, []).append((layer.name, value))
-    env: dict[str, str] = {}
-    for key, value in amd.env.items():
-        source = amd.env_sources.get(key, "recipe")
-        if key in DEVICE_ENV and value.strip() == "":
-            reasons.append(Reason(key, source, "dropped: an empty value hides every GPU"))
-            continue
-        env[key] = value
-        explained = why.get(key) if source.startswith("gpu ") else None
-        reasons.append(Reason(f"{key}={value}", source, explained or f"set by the {source}"))
-        values = seen.get(key, [])
-        if len({v for _s, v in values}) > 1:
-            conflicts.append(
-                {
-                    "env": key,
-                    "values": [{"source": s, "value": v} for s, v in values],
-                    "winner": {"source": source, "value": value},
-                }
-            )
-    return env
-
-
 def build_plan(inp: PlanInputs) -> LaunchPlan:
-    """Decide every flag. Raises ``InstinctError`` for plans that must not launch."""
-    opts, amd, fit = inp.options, inp.amd, inp.fit
-    reasons: list[Reason] = []
-    warnings = list(inp.warnings)
-    conflicts: list[dict[str, Any]] = []
-    gpu_count = inp.inventory.gpu_count
+    """Decide every flag. Raises ``InstinctError`` for plans that must not launch.
 
+    The steps below run in this order (the order of the plan's reasons and warnings)."""
+    tp = _decided_tp(inp)
+    b = PlanBuilder(warnings=list(inp.warnings))
+    _forced(b, inp)
+    _hardware(b, inp)
+    _environment(b, inp)
+    gpu_indices, partitions = _devices(b, inp, tp.tp)
+    api_key = _secrets(b, inp.options)
+    _check_env(b.env)
+    _recipe_args(b, inp.amd)
+    _parallelism(b, inp, tp)
+    max_len, context_limited = _context(b, inp)
+    _user_args(b, inp.options)
+    _check_args(b.args, inp.options)
+    max_len = _planned_length(b, inp, max_len)
+    b.flag_conflicts()
+    mounts = _image_and_mounts(b, inp, tp)
+    plan = _assemble(
+        b,
+        inp,
+        mounts=mounts,
+        tensor_parallel_size=tp.tp,
+        max_model_len=max_len,
+        context_limited=context_limited,
+        gpu_indices=gpu_indices,
+        partitions=partitions,
+        api_key=api_key,
+    )
+    _group(plan, inp)
+    return plan
+
+
+def _decided_tp(inp: PlanInputs) -> TpDecision:
+    """Refuse what must not launch here; the TP decision gather made."""
     _refuse(inp)
     if inp.tp is None:
         raise InstinctError("the plan has no TP decision", id="internal_plan_error")
-    tp, tp_why = inp.tp.tp, inp.tp.why
     _guard_fit(inp)
+    return inp.tp
 
-    for refusal in inp.refusals:  # only here with --force
-        warnings.append(f"--force: launching although {refusal.message}")
-        reasons.append(Reason(f"forced past {refusal.id}", refusal.source, refusal.message))
-    # --- hardware and docker flags
-    reasons.append(Reason("model", inp.match.kind, inp.match.explanation))
-    reasons.append(Reason("variant", "planner", inp.variant.reason))
-    docker_flags: list[str] = []
+
+def _forced(b: PlanBuilder, inp: PlanInputs) -> None:
+    """What ``--force`` launched past (``inp.refusals`` is only non-empty with it)."""
+    for refusal in inp.refusals:
+        b.warn(f"--force: launching although {refusal.message}")
+        b.reason(f"forced past {refusal.id}", refusal.source, refusal.message)
+
+
+# --- hardware and docker flags
+
+
+def _hardware(b: PlanBuilder, inp: PlanInputs) -> None:
+    b.reason("model", inp.match.kind, inp.match.explanation)
+    b.reason("variant", "planner", inp.variant.reason)
     for flag, why in inp.docker_flags:
-        docker_flags.append(flag)
-        reasons.append(Reason(flag, "gpu_overrides.docker_flags", why))
+        b.docker_flag(flag, "gpu_overrides.docker_flags", why)
 
-    # --- environment
-    env = _env_with_conflicts(amd, reasons, conflicts, inp.env_reasons)
-    for key, value in opts.extra_env.items():
-        if key in env and env[key] != value:
-            conflicts.append(
-                {
-                    "env": key,
-                    "values": [
-                        {"source": amd.env_sources.get(key, "recipe"), "value": env[key]},
-                        {"source": "--env", "value": value},
-                    ],
-                    "winner": {"source": "--env", "value": value},
-                }
-            )
-        env[key] = value
-        reasons.append(Reason(f"{key}={value}", "--env", "given by you"))
+
+# --- environment
+
+
+def _environment(b: PlanBuilder, inp: PlanInputs) -> None:
+    """The AMD env, with a reason per variable and every overridden value reported, then
+    the user's ``--env`` values over it."""
+    amd, why = inp.amd, inp.env_reasons
+    seen: dict[str, list[Assigned]] = {}
+    for layer in amd.layers:
+        for key, value in layer.env.items():
+            seen.setdefault(key, []).append(Assigned(layer.name, value))
+    for key, value in amd.env.items():
+        source = amd.env_sources.get(key, "recipe")
+        if key in DEVICE_ENV and value.strip() == "":
+            b.drop_env(key, source, "dropped: an empty value hides every GPU")
+            continue
+        explained = why.get(key) if source.startswith("gpu ") else None
+        b.set_env(key, value, source, explained or f"set by the {source}")
+        values = seen.get(key, [])
+        if len({v.value for v in values}) > 1:
+            b.conflicts.append(Conflict("env", key, tuple(values), Assigned(source, value)))
+    for key, value in inp.options.extra_env.items():
+        b.override_env(key, value, "--env", "given by you")
+
+
+def _devices(
+    b: PlanBuilder, inp: PlanInputs, tp: int
+) -> tuple[list[int] | None, dict[str, Any] | None]:
+    """The GPUs vLLM sees (``--gpus``, else a TP group's partitions) and the partition
+    layout's endpoints."""
     gpu_indices = None
-    if opts.gpus is not None:
-        gpu_indices = list(opts.gpus)
-        env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
-        reasons.append(
-            Reason(
-                f"HIP_VISIBLE_DEVICES={env['HIP_VISIBLE_DEVICES']}",
-                "--gpus",
-                "restricts vLLM to these GPUs (HIP_VISIBLE_DEVICES only: vLLM is deprecating "
-                "CUDA_VISIBLE_DEVICES on ROCm)",
-            )
+    if inp.options.gpus is not None:
+        gpu_indices = list(inp.options.gpus)
+        b.set_env(
+            "HIP_VISIBLE_DEVICES",
+            ",".join(str(i) for i in gpu_indices),
+            "--gpus",
+            "restricts vLLM to these GPUs (HIP_VISIBLE_DEVICES only: vLLM is deprecating "
+            "CUDA_VISIBLE_DEVICES on ROCm)",
         )
         for other in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
-            if other in env:
-                env.pop(other)
-                reasons.append(Reason(other, "--gpus", "dropped: HIP_VISIBLE_DEVICES decides"))
-    partitions = None
-    if inp.partitions is not None:
-        partitions = endpoints(inp.partitions, tp)
-        first_set = partitions["replica_gpus"][0] if partitions["replica_gpus"] else None
-        if inp.partitions.partitioned and tp > 1 and gpu_indices is None and first_set:
-            gpu_indices = list(first_set)
-            env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
-            reasons.append(
-                Reason(
-                    f"HIP_VISIBLE_DEVICES={env['HIP_VISIBLE_DEVICES']}",
-                    "partitions",
-                    "the TP group on the partitions of one GPU (or whole GPUs), never a GPU "
-                    "split between groups",
-                )
-            )
-        spanning = spanning_warning(inp.partitions, tp)
-        if spanning:
-            warnings.append(spanning)
-    secrets = ["HF_TOKEN"]  # vLLM and huggingface_hub read it; the value stays outside
-    reasons.append(
-        Reason(
-            "--env HF_TOKEN",
-            "planner",
-            "passed by name: docker copies it from your environment, so the "
-            "token never appears in the command line or in this output",
+            if other in b.env:
+                b.drop_env(other, "--gpus", "dropped: HIP_VISIBLE_DEVICES decides")
+    if inp.partitions is None:
+        return gpu_indices, None
+    partitions = endpoints(inp.partitions, tp)
+    first_set = partitions["replica_gpus"][0] if partitions["replica_gpus"] else None
+    if inp.partitions.partitioned and tp > 1 and gpu_indices is None and first_set:
+        gpu_indices = list(first_set)
+        b.set_env(
+            "HIP_VISIBLE_DEVICES",
+            ",".join(str(i) for i in gpu_indices),
+            "partitions",
+            "the TP group on the partitions of one GPU (or whole GPUs), never a GPU "
+            "split between groups",
         )
+    spanning = spanning_warning(inp.partitions, tp)
+    if spanning:
+        b.warn(spanning)
+    return gpu_indices, partitions
+
+
+def _secrets(b: PlanBuilder, opts: PlanOptions) -> str | None:
+    """The variables passed by name; returns where the API key comes from (if any)."""
+    # vLLM and huggingface_hub read it; the value stays outside
+    b.secret(
+        "HF_TOKEN",
+        "planner",
+        "passed by name: docker copies it from your environment, so the "
+        "token never appears in the command line or in this output",
     )
     for key in opts.env_by_name:
-        if key in env:
-            env.pop(key)
-            reasons.append(Reason(key, "--env", "passed by name: your value replaces this one"))
-        if key not in secrets:
-            secrets.append(key)
-            reasons.append(
-                Reason(
-                    f"--env {key}",
-                    "--env",
-                    "passed by name: its value is taken from your environment at launch and "
-                    "never written in the plan, an argument or a label",
-                )
-            )
-    api_key = _api_key(opts, secrets, reasons)
-
-    _check_env(env)
-
-    # --- vLLM arguments
-    merge = ArgMerge()
-    for layer in amd.layers:
-        if layer.args:
-            merge.add(layer.args, layer.name)
-    # our gfx model overrides may remove args: honour the merged result
-    final_amd = {name for name, _t in arg_units(list(amd.args)) if name}
-    for name in list(merge.units):
-        if name not in final_amd:
-            merge.remove(name)
-    for name in merge.order:
-        reasons.append(
-            Reason(
-                " ".join(merge.units[name][0]),
-                merge.units[name][1],
-                "from the recipe / AMD configuration",
-            )
+        if key in b.env:
+            b.drop_env(key, "--env", "passed by name: your value replaces this one")
+        b.secret(
+            key,
+            "--env",
+            "passed by name: its value is taken from your environment at launch and "
+            "never written in the plan, an argument or a label",
         )
-    if merge.has("--tool-call-parser") and not merge.has("--enable-auto-tool-choice"):
-        merge.add(["--enable-auto-tool-choice"], "planner")
-        reasons.append(
-            Reason(
-                "--enable-auto-tool-choice",
-                "planner",
-                "a tool-call parser is set; let the model decide when to call "
-                "tools (OpenAI tool_choice=auto)",
-            )
+    return _api_key(b, opts)
+
+
+# --- vLLM arguments
+
+
+def _recipe_args(b: PlanBuilder, amd: AmdConfig) -> None:
+    """The AMD configuration's arguments (our gfx model overrides may remove some: the
+    merged result decides), and what a tool-call parser needs."""
+    b.layered_args(amd.layers, amd.args, "from the recipe / AMD configuration")
+    if b.args.has("--tool-call-parser") and not b.args.has("--enable-auto-tool-choice"):
+        b.flag(
+            ["--enable-auto-tool-choice"],
+            "planner",
+            "a tool-call parser is set; let the model decide when to call "
+            "tools (OpenAI tool_choice=auto)",
         )
 
-    if tp > 1 or merge.has("--tensor-parallel-size"):
-        merge.add(["--tensor-parallel-size", str(tp)], "planner (fit)")
-        reasons.append(Reason(f"--tensor-parallel-size {tp}", "planner", tp_why))
-    if inp.tp.need_why:
-        reasons.append(Reason("tp minimum", "fit", inp.tp.need_why))
-    for skipped in inp.tp.skipped:
-        reasons.append(Reason("tp constraint", "kernels", skipped))
-    if tp > 1 and inp.is_moe and not merge.has("--distributed-executor-backend"):
-        merge.add(["--distributed-executor-backend", "mp"], "planner")
-        reasons.append(
-            Reason(
-                "--distributed-executor-backend mp",
-                "planner",
-                "MoE across several GPUs: multiprocessing workers (no Ray needed on one node)",
-            )
+
+def _parallelism(b: PlanBuilder, inp: PlanInputs, decision: TpDecision) -> None:
+    tp = decision.tp
+    if tp > 1 or b.args.has("--tensor-parallel-size"):
+        b.flag(["--tensor-parallel-size", str(tp)], "planner", decision.why, setter="planner (fit)")
+    if decision.need_why:
+        b.reason("tp minimum", "fit", decision.need_why)
+    for skipped in decision.skipped:
+        b.reason("tp constraint", "kernels", skipped)
+    if tp > 1 and inp.is_moe and not b.args.has("--distributed-executor-backend"):
+        b.flag(
+            ["--distributed-executor-backend", "mp"],
+            "planner",
+            "MoE across several GPUs: multiprocessing workers (no Ray needed on one node)",
         )
 
-    max_len: int | None = None
-    context_limited = False
+
+def _context(b: PlanBuilder, inp: PlanInputs) -> tuple[int | None, bool]:
+    """The context length: yours, else the fit's when the KV room limits it (with the
+    utilization it was sized at), else the recipe's. Returns it and whether the fit capped it."""
+    opts, fit = inp.options, inp.fit
     if opts.max_model_len is not None:
         max_len = opts.max_model_len
-        merge.add(["--max-model-len", str(max_len)], "--max-model-len")
-        reasons.append(Reason(f"--max-model-len {max_len}", "--max-model-len", "given by you"))
-    elif fit is not None and fit.context_limited:
-        max_len = fit.recommended_max_model_len
-        context_limited = True
-        merge.add(["--max-model-len", str(max_len)], "planner (fit)")
-        gain = ""
-        fp8_len = fit.max_seq_len_fp8_kv
-        if fp8_len > max_len and not merge.has("--kv-cache-dtype") and not opts.kv_cache_dtype:
-            gain = (
-                "; --kv-cache-dtype fp8 would fit the full context"
-                if fp8_len >= fit.native_max_model_len
-                else f"; --kv-cache-dtype fp8 would hold {fp8_len} ({fp8_len / max_len:.1f}x)"
-            )
-        warnings.append(
-            f"context limited to {max_len} of {fit.native_max_model_len} tokens by the KV "
-            f"cache room{gain}"
+        b.flag(["--max-model-len", str(max_len)], "--max-model-len", "given by you")
+        return max_len, False
+    if fit is None or not fit.context_limited:
+        recipe_len = b.args.value("--max-model-len") or ""
+        return (int(recipe_len) if recipe_len.isdigit() else None), False
+    max_len = fit.recommended_max_model_len
+    gain = ""
+    fp8_len = fit.max_seq_len_fp8_kv
+    if fp8_len > max_len and not b.args.has("--kv-cache-dtype") and not opts.kv_cache_dtype:
+        gain = (
+            "; --kv-cache-dtype fp8 would fit the full context"
+            if fp8_len >= fit.native_max_model_len
+            else f"; --kv-cache-dtype fp8 would hold {fp8_len} ({fp8_len / max_len:.1f}x)"
         )
-        reasons.append(
-            Reason(
-                f"--max-model-len {max_len}",
-                "fit",
-                f"the KV cache room holds {max_len} tokens, less than the "
-                f"model's {fit.native_max_model_len}{gain}",
-            )
+    b.warn(
+        f"context limited to {max_len} of {fit.native_max_model_len} tokens by the KV "
+        f"cache room{gain}"
+    )
+    b.flag(
+        ["--max-model-len", str(max_len)],
+        "fit",
+        f"the KV cache room holds {max_len} tokens, less than the "
+        f"model's {fit.native_max_model_len}{gain}",
+        setter="planner (fit)",
+    )
+    if not b.args.has("--gpu-memory-utilization") and opts.gpu_memory_utilization is None:
+        b.flag(
+            ["--gpu-memory-utilization", f"{fit.gpu_memory_utilization:g}"],
+            "fit",
+            "the context limit was sized at this utilization; pinning it keeps vLLM "
+            "and the estimate in agreement whatever the image's default",
+            setter="planner (fit)",
         )
-        if not merge.has("--gpu-memory-utilization") and opts.gpu_memory_utilization is None:
-            util = f"{fit.gpu_memory_utilization:g}"
-            merge.add(["--gpu-memory-utilization", util], "planner (fit)")
-            reasons.append(
-                Reason(
-                    f"--gpu-memory-utilization {util}",
-                    "fit",
-                    "the context limit was sized at this utilization; pinning it keeps vLLM "
-                    "and the estimate in agreement whatever the image's default",
-                )
-            )
-    elif merge.has("--max-model-len"):
-        recipe_len = merge.value("--max-model-len") or ""
-        max_len = int(recipe_len) if recipe_len.isdigit() else None
+    return max_len, True
+
+
+def _user_args(b: PlanBuilder, opts: PlanOptions) -> None:
+    """Your options, the port, then your arguments after ``--`` (the highest precedence)."""
     if opts.kv_cache_dtype:
-        merge.add(["--kv-cache-dtype", opts.kv_cache_dtype], "--kv-cache-dtype")
-        reasons.append(
-            Reason(f"--kv-cache-dtype {opts.kv_cache_dtype}", "--kv-cache-dtype", "given by you")
-        )
+        b.flag(["--kv-cache-dtype", opts.kv_cache_dtype], "--kv-cache-dtype", "given by you")
     if opts.gpu_memory_utilization is not None:
-        merge.add(
+        b.flag(
             ["--gpu-memory-utilization", f"{opts.gpu_memory_utilization:g}"],
             "--gpu-memory-utilization",
+            "given by you",
         )
-        reasons.append(
-            Reason(
-                f"--gpu-memory-utilization {opts.gpu_memory_utilization:g}",
-                "--gpu-memory-utilization",
-                "given by you",
-            )
-        )
-    merge.add(["--port", str(opts.port)], "planner")
-    reasons.append(
-        Reason(
-            f"--port {opts.port}",
-            "planner",
-            "the server's port inside the container, published as the same port on the host",
-        )
+    b.flag(
+        ["--port", str(opts.port)],
+        "planner",
+        "the server's port inside the container, published as the same port on the host",
     )
     if opts.extra_args:
-        merge.add(opts.extra_args, "arguments after --")
-        reasons.append(Reason(" ".join(opts.extra_args), "arguments after --", "given by you"))
-    _check_args(merge, opts)
-    # The plan's figure is what will run: a recipe's or an after-`--` --max-model-len counts.
-    merged_len = token_count(merge.value("--max-model-len") or "")
+        b.flag(list(opts.extra_args), "arguments after --", "given by you")
+
+
+def _planned_length(b: PlanBuilder, inp: PlanInputs, max_len: int | None) -> int | None:
+    """The plan's figure is what will run: a recipe's or an after-`--` --max-model-len
+    counts; past the model's own length it is warned about."""
+    merged_len = token_count(b.args.value("--max-model-len") or "")
     if merged_len is not None:
         max_len = merged_len
+    fit = inp.fit
     native = fit.native_max_model_len if fit else None
-    if max_len and native and max_len > native and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1":
-        warnings.append(
+    allowed = b.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1"
+    if max_len and native and max_len > native and not allowed:
+        b.warn(
             f"--max-model-len {max_len} exceeds the model's {native} tokens "
             f"({fit.native_source if fit else 'config'}): vLLM refuses to start unless "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (--env), and positions past it are untrained "
             f"unless RoPE scaling is configured; use {native} or less"
         )
-    conflicts.extend(merge.conflicts())
-    for conflict in merge.conflicts():
-        warnings.append(
-            f"{conflict['flag']} set to different values; {conflict['winner']['source']} wins "
-            f"({conflict['winner']['value']})"
-        )
+    return max_len
 
-    # --- image, mounts, names
-    reasons.append(Reason(inp.image, "image", inp.image_reason))
+
+# --- image, mounts, names
+
+
+def _image_and_mounts(b: PlanBuilder, inp: PlanInputs, tp: TpDecision) -> list[Mount]:
+    """The image and the HF cache mount with their reasons, and the warnings about the
+    launch as a whole."""
+    fit = inp.fit
+    b.reason(inp.image, "image", inp.image_reason)
     if inp.image_problem:
-        warnings.append(
+        b.warn(
             f"{inp.image_problem} (the symptom is 'Engine core initialization failed' at startup)"
         )
     mounts = [inp.hf_mount] if inp.hf_mount is not None else []
     if inp.hf_mount is not None:
-        reasons.append(Reason(f"-v {inp.hf_mount.docker_arg()}", "hf cache", inp.hf_mount_reason))
+        b.reason(f"-v {inp.hf_mount.docker_arg()}", "hf cache", inp.hf_mount_reason)
     for key in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-        if env.get(key, None) == "":
-            env.pop(key)
+        if b.env.get(key, None) == "":
+            b.env.pop(key)
     if fit is None and inp.fit_problem:
-        basis = f"; TP {tp} rests on an estimate ({inp.tp.need_why})" if inp.tp.need_why else ""
-        warnings.append(
+        basis = f"; TP {tp.tp} rests on an estimate ({tp.need_why})" if tp.need_why else ""
+        b.warn(
             f"no exact size for the model: {inp.fit_problem}{basis}; the context limit is the "
             "model's own, unchecked against the KV room"
         )
     if fit is not None and fit.verdict == "tight":
-        warnings.append(
+        b.warn(
             "memory is tight: if graph capture runs out of memory, serve relaunches once with "
             "--enforce-eager"
         )
-    warnings.extend(amd.warnings)
+    b.warnings.extend(inp.amd.warnings)
+    return mounts
 
-    name = opts.name or container_name(inp.variant.model_id, opts.port)
-    first = inp.inventory.gpus[0] if inp.inventory.gpus else None
-    plan = LaunchPlan(
+
+def _assemble(b: PlanBuilder, inp: PlanInputs, **decided: Any) -> LaunchPlan:
+    """The plan of what was recorded and ``decided``, with the hardware and fit it was made
+    for."""
+    opts, amd, fit, inv = inp.options, inp.amd, inp.fit, inp.inventory
+    first = inv.gpus[0] if inv.gpus else None
+    return b.plan(
         model=inp.variant.model_id,
         requested_model=opts.model,
         image=inp.image,
-        container_name=name,
+        container_name=opts.name or container_name(inp.variant.model_id, opts.port),
         port=opts.port,
         engine=opts.engine,
-        docker_flags=docker_flags,
-        mounts=mounts,
-        env=env,
-        secret_env=secrets,
-        vllm_args=merge.argv(),
-        tensor_parallel_size=tp,
-        max_model_len=max_len,
         precision=inp.variant.precision,
         variant=inp.variant.key,
-        gpu_indices=gpu_indices,
-        gpu_count=gpu_count,
+        gpu_count=inv.gpu_count,
         match_kind=inp.match.kind,
         match_explanation=inp.match.explanation,
-        gfx_version=inp.inventory.gfx_version,
+        gfx_version=inv.gfx_version,
         gpu_name=(first.market_name or first.name) if first else "",
-        vram_gb_per_gpu=round(inp.inventory.vram_bytes / 1e9, 2)
-        if inp.inventory.vram_bytes
-        else None,
+        vram_gb_per_gpu=round(inv.vram_bytes / 1e9, 2) if inv.vram_bytes else None,
         weight_memory_gb=round(fit.weights.loaded_bytes / 1e9, 2) if fit else None,
         native_max_model_len=fit.native_max_model_len if fit else amd.context_length,
-        context_limited=context_limited,
         verdict=fit.verdict if fit else None,
-        reasons=reasons,
-        warnings=_unique(warnings),
-        conflicts=conflicts,
         fit=FitSummary.of(fit) if fit else None,
         recipe_cross_check=inp.cross_check,
-        partitions=partitions,
         public=opts.public,
-        api_key=api_key,
+        **decided,
     )
+
+
+def _group(plan: LaunchPlan, inp: PlanInputs) -> None:
+    """Copies of the endpoint over the GPUs left (``plan.replicas``), then the labels."""
+    opts = inp.options
     decide_group(
         plan,
         GroupInputs(
             options=opts,
-            gpu_count=gpu_count,
+            gpu_count=inp.inventory.gpu_count,
             layout=inp.partitions,
             is_moe=inp.is_moe,
             moe_density=inp.moe_density,
@@ -518,34 +446,28 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         plan_hash=plan.plan_hash,
         version=inp.tool_version or __version__,
     )
-    return plan
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def _api_key(opts: PlanOptions, secrets: list[str], reasons: list[Reason]) -> str | None:
+def _api_key(b: PlanBuilder, opts: PlanOptions) -> str | None:
     """Where the endpoint's API key comes from, if it has one (``LaunchPlan.api_key``)."""
     if API_KEY_ENV in opts.env_by_name:
-        reasons.append(
-            Reason(
-                f"--env {API_KEY_ENV}",
-                "--env",
-                "vLLM requires this key (Authorization: Bearer) on /v1/*; serve's own probes "
-                "send it too",
-            )
+        b.reason(
+            f"--env {API_KEY_ENV}",
+            "--env",
+            "vLLM requires this key (Authorization: Bearer) on /v1/*; serve's own probes "
+            "send it too",
         )
         return "environment"
     if not opts.public:
         return None
-    secrets.append(API_KEY_ENV)
-    reasons.append(
-        Reason(
-            f"--env {API_KEY_ENV}",
-            "--public",
-            "an endpoint open to the network needs a key: serve generates one, keeps it in a "
-            "file only you can read on the host, and passes it by name",
-        )
+    b.secret(
+        API_KEY_ENV,
+        "--public",
+        "an endpoint open to the network needs a key: serve generates one, keeps it in a "
+        "file only you can read on the host, and passes it by name",
     )
     return "generated"
 
@@ -595,10 +517,6 @@ def _check_args(merge: ArgMerge, opts: PlanOptions) -> None:
         id="bad_extra_args",
         details={"option": "extra_args", "flag": "--host"},
     )
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(items))
 
 
 def _refuse(inp: PlanInputs) -> None:

@@ -42,6 +42,7 @@ from instinct_serve import vllm_args
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.partitions import Layout, replicas
 from instinct_serve.names import CONTAINER_NAME
+from instinct_serve.plan.builder import PlanBuilder
 from instinct_serve.plan.labels import (
     LABEL_GROUP,
     LABEL_PLAN_HASH,
@@ -55,7 +56,6 @@ from instinct_serve.plan.model import (
     LOOPBACK,
     RESTART_POLICY,
     LaunchPlan,
-    Reason,
     docker_argv,
 )
 
@@ -260,10 +260,9 @@ def decide_group(plan: LaunchPlan, inputs: GroupInputs) -> None:
     wanted = getattr(opts, "replicas", None)
     if not getattr(opts, "local_group", True):
         return  # the cluster replicates (Kubernetes): one endpoint per pod
+    b = PlanBuilder.extending(plan)
     if vllm_args.has(plan.vllm_args, "--data-parallel-size", "-dp"):
-        plan.reasons.append(
-            Reason("replicas", "arguments after --", "--data-parallel-size given: vLLM's own")
-        )
+        b.reason("replicas", "arguments after --", "--data-parallel-size given: vLLM's own")
         return
     sets = gpu_sets(inputs, tp)
     throughput = opts.objective == "throughput"
@@ -273,14 +272,12 @@ def decide_group(plan: LaunchPlan, inputs: GroupInputs) -> None:
         if not throughput:
             if len(sets) > 1:
                 idle = sum(len(s) for s in sets[1:])
-                plan.reasons.append(
-                    Reason(
-                        "replicas",
-                        "planner",
-                        f"one endpoint of TP {tp} leaves {idle} GPU(s) idle: "
-                        f"{len(sets)} copies fit; --objective throughput (or --replicas "
-                        f"{len(sets)}) serves them all behind one endpoint",
-                    )
+                b.reason(
+                    "replicas",
+                    "planner",
+                    f"one endpoint of TP {tp} leaves {idle} GPU(s) idle: "
+                    f"{len(sets)} copies fit; --objective throughput (or --replicas "
+                    f"{len(sets)}) serves them all behind one endpoint",
                 )
             return
         count = len(sets)
@@ -297,24 +294,23 @@ def decide_group(plan: LaunchPlan, inputs: GroupInputs) -> None:
             details={"replicas": count, "tp": tp, "fit": len(sets)},
         )
     if count <= 1 and getattr(opts, "router", False) and sets:
-        _replicas(plan, 1, sets[:1], "--router")
+        _replicas(plan, b, 1, sets[:1], "--router")
         return
     if count <= 1:
-        plan.reasons.append(
-            Reason(
-                "replicas",
-                "--replicas" if wanted is not None else "--objective throughput",
-                f"one copy of TP {tp}: "
-                + ("as asked" if wanted is not None else "no GPUs left for a second one"),
-            )
+        b.reason(
+            "replicas",
+            "--replicas" if wanted is not None else "--objective throughput",
+            f"one copy of TP {tp}: "
+            + ("as asked" if wanted is not None else "no GPUs left for a second one"),
         )
         return
     used = sets[:count]
     asked = "--replicas" if wanted is not None else "--objective throughput"
     if inputs.is_moe:
-        _data_parallel(plan, inputs, count, used, asked)
+        _data_parallel(plan, b, inputs, count, used, asked)
+        b.finish(plan)
     else:
-        _replicas(plan, count, used, asked)
+        _replicas(plan, b, count, used, asked)
 
 
 def _all_gpus(inputs: GroupInputs) -> list[int]:
@@ -323,18 +319,20 @@ def _all_gpus(inputs: GroupInputs) -> list[int]:
     return list(range(inputs.gpu_count))
 
 
-def _restrict(plan: LaunchPlan, gpus: list[int], source: str, why: str) -> None:
+def _restrict(plan: LaunchPlan, b: PlanBuilder, gpus: list[int], source: str, why: str) -> None:
     plan.gpu_indices = list(gpus)
-    plan.env["HIP_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    b.set_env("HIP_VISIBLE_DEVICES", ",".join(map(str, gpus)), source, why)
     for other in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
-        plan.env.pop(other, None)
-    plan.reasons.append(
-        Reason(f"HIP_VISIBLE_DEVICES={plan.env['HIP_VISIBLE_DEVICES']}", source, why)
-    )
+        b.env.pop(other, None)
 
 
 def _data_parallel(
-    plan: LaunchPlan, inputs: GroupInputs, count: int, used: list[list[int]], asked: str
+    plan: LaunchPlan,
+    b: PlanBuilder,
+    inputs: GroupInputs,
+    count: int,
+    used: list[list[int]],
+    asked: str,
 ) -> None:
     tp = plan.tensor_parallel_size
     gpus = sorted(i for s in used for i in s)
@@ -363,21 +361,18 @@ def _data_parallel(
     args = ["--data-parallel-size", str(count), DP_FLAG]
     if ep and not vllm_args.has(plan.vllm_args, "--enable-expert-parallel"):
         args.append("--enable-expert-parallel")
-    plan.vllm_args = [*plan.vllm_args, *args]
-    plan.reasons.append(Reason(" ".join(args), "replicas", why))
+    b.flag(args, "replicas", why)  # after the plan's own arguments
     for key, value in DP_ENV.items():
-        if key not in plan.env:
-            plan.env[key] = value
-            plan.reasons.append(
-                Reason(
-                    f"{key}={value}",
-                    "replicas",
-                    "AMD's setting for data parallelism on ROCm (vLLM V1 performance "
-                    "optimization guide)",
-                )
+        if key not in b.env:
+            b.set_env(
+                key,
+                value,
+                "replicas",
+                "AMD's setting for data parallelism on ROCm (vLLM V1 performance "
+                "optimization guide)",
             )
     if gpus != _all_gpus(inputs):
-        _restrict(plan, gpus, "replicas", f"the {count} data-parallel ranks' GPUs")
+        _restrict(plan, b, gpus, "replicas", f"the {count} data-parallel ranks' GPUs")
     plan.group = GroupPlan(
         mode="data_parallel",
         count=count,
@@ -388,7 +383,9 @@ def _data_parallel(
     )
 
 
-def _replicas(plan: LaunchPlan, count: int, used: list[list[int]], asked: str) -> None:
+def _replicas(
+    plan: LaunchPlan, b: PlanBuilder, count: int, used: list[list[int]], asked: str
+) -> None:
     tp = plan.tensor_parallel_size
     name = plan.container_name
     members = []
@@ -428,7 +425,7 @@ def _replicas(plan: LaunchPlan, count: int, used: list[list[int]], asked: str) -
         router=Router(name=name, port=plan.port, bind=plan.bind_address),
         gpus=tuple(i for s in used for i in s),
     )
-    plan.reasons.append(Reason(f"{count} replicas", "replicas", why))
+    b.reason(f"{count} replicas", "replicas", why)
 
 
 def moved(plan: LaunchPlan, ports: list[int], suffix: str) -> LaunchPlan:

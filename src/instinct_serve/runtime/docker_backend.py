@@ -20,7 +20,8 @@ from instinct_serve.runtime.backend import (
     launch_labels,
     same_command,
 )
-from instinct_serve.runtime.docker import ContainerInfo, Docker, PortHolder
+from instinct_serve.runtime.docker import Docker
+from instinct_serve.runtime.docker_data import ContainerInfo, PortHolder
 from instinct_serve.runtime.follower import LogFollower
 from instinct_serve.runtime.native import native_on_port
 

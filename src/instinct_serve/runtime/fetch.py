@@ -296,12 +296,8 @@ class Fetcher:
     # -- what there is to fetch, and whether it fits
 
     def _plan_weights(self) -> None:
-        from instinct_serve.fit.sources import (
-            hub_endpoint,
-            hub_offline,
-            hub_token,
-            is_local_dir,
-        )
+        from instinct_serve.gather.model_dir import is_local_dir
+        from instinct_serve.gather.model_meta import hub_endpoint, hub_offline, hub_token
 
         model = self.plan.model
         if is_local_dir(model) or model.startswith("/"):
@@ -412,7 +408,7 @@ class Fetcher:
         from huggingface_hub import constants, snapshot_download
         from huggingface_hub.utils.tqdm import disable_progress_bars
 
-        from instinct_serve.fit.sources import hub_endpoint, hub_offline, hub_token
+        from instinct_serve.gather.model_meta import hub_endpoint, hub_offline, hub_token
 
         self.weights.status, self.weights.start = "running", time.time()
         offline = hub_offline()
@@ -509,7 +505,7 @@ def _repo_folder(model: str) -> str:
 def _hub_error(
     model: str, exc: BaseException, *, offline: bool = False, where: str | None = None
 ) -> InstinctError:
-    from instinct_serve.fit.sources import gated_error, hub_endpoint, hub_token
+    from instinct_serve.gather.model_meta import gated_error, hub_endpoint, hub_token
 
     name = type(exc).__name__
     if offline:
@@ -533,3 +529,34 @@ def _hub_error(
         "again: the files it finished are kept",
         id="weights_download_failed",
     )
+
+
+def prefetch(
+    host: Host,
+    plan: LaunchPlan,
+    backend: Backend,
+    *,
+    phase: Callable[[str, str], None],
+    note: Callable[[str], None],
+    feed: Callable[[str], None],
+) -> None:
+    """Serve's ``--prefetch``: the image and the weights at once; a failed weight
+    download is only a note (vLLM fetches what is missing itself)."""
+
+    def progress(what: str, span: Span) -> None:
+        if what == "weights" and span.status == "running":
+            total = f" of {span.total_bytes / 1e9:.2f} GB" if span.total_bytes else ""
+            phase(
+                "downloading_weights",
+                f"prefetching weights: {span.done_bytes / 1e9:.2f} GB{total}",
+            )
+
+    report = Fetcher(host, plan, backend).run(progress, feed, strict_weights=False)
+    weights = report.weights
+    if weights.error is not None:
+        note(f"weights not prefetched ({weights.error.message}): vLLM downloads them")
+    elif weights.status == "done":
+        note(
+            f"prefetched {weights.done_bytes / 1e9:.2f} GB of weights in "
+            f"{weights.seconds or 0:.1f} s, {report.overlap_s:.1f} s of it beside the pull"
+        )

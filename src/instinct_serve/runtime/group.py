@@ -20,7 +20,7 @@
    ``/health`` answers through it and a warm-up completion comes back through it.
 
 5. ``serve --upgrade`` keeps the router and swaps the replicas behind it
-   (``runtime.upgrade.upgrade_group``): the configuration rewritten in place
+   (``runtime.upgrade_group``): the configuration rewritten in place
    (``write_config``), a graceful reload (``reload_router``), the old worker drained
    (``wait_drained``). The group's plan is recorded under the router's name
    (``runtime.plans``), with where its replicas run after such a swap.
@@ -60,13 +60,23 @@ from instinct_serve.plan.replicas import (
     restart_argv,
     router_argv,
 )
-from instinct_serve.runtime import health, keys, plans, verified
-from instinct_serve.runtime.docker import ContainerInfo, Docker
+from instinct_serve.runtime import health, keys, plans
+from instinct_serve.runtime.deploying import Interrupted
+from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.docker_backend import DockerBackend, container_instance, rooted_devices
+from instinct_serve.runtime.docker_data import ContainerInfo
 from instinct_serve.runtime.documents import Endpoint, ServeOutcome, Status
 from instinct_serve.runtime.events import EventSink, Launched, Note, PhaseUpdate, Reused
-from instinct_serve.runtime.serve import Deployer, Interrupted
+from instinct_serve.runtime.proof import (
+    endpoint_of,
+    probe_coherence,
+    record_proof,
+    serve_outcome,
+    warm_up,
+)
+from instinct_serve.runtime.serve import Deployer
 from instinct_serve.runtime.settings import ServeSettings
+from instinct_serve.runtime.tunnel import LazyTunnel
 
 if TYPE_CHECKING:
     from instinct_serve.hosts import Host
@@ -124,8 +134,7 @@ class GroupDeployer:
         self.started = time.monotonic()
         self.api_key: str | None = None
         self._current: Deployer | None = None
-        self._tunnel: Any = None
-        self._base_url: str | None = None
+        self._tunnel = LazyTunnel(host)
 
     # -- plumbing
 
@@ -150,20 +159,12 @@ class GroupDeployer:
 
     @property
     def base_url(self) -> str:
-        if self._base_url is None:
-            from instinct_serve.runtime.tunnel import Tunnel
-
-            tun = Tunnel(self.host, self.router.port)
-            self._base_url = tun.open()
-            self._tunnel = tun
-        return self._base_url
+        return self._tunnel.url(self.router.port)
 
     def close(self) -> None:
         if self._current is not None:
             self._current.close()
-        if self._tunnel is not None:
-            self._tunnel.close()
-            self._tunnel = self._base_url = None
+        self._tunnel.close()
 
     # -- the Deployer's interface
 
@@ -308,13 +309,7 @@ class GroupDeployer:
         )
         model = self.plan.served_model_name
         use_chat = all(o.endpoint is None or o.endpoint.use_chat for o in outcomes)
-        first = health.warmup(
-            self.base_url,
-            model,
-            use_chat=use_chat,
-            timeout=self.settings.warmup_timeout_s,
-            api_key=self.api_key,
-        )
+        first = warm_up(self.base_url, model, self.settings, self.api_key, use_chat=use_chat)
         for outcome in outcomes:
             name = outcome.plan.container_name
             states.append(
@@ -347,14 +342,7 @@ class GroupDeployer:
         """The coherence probe through the router (each replica passed its own): what
         clients get; kept, with the warm-up, as what ``ps`` shows proven for the router."""
         self.sink(PhaseUpdate(phase="coherence_probe", message=f"through {self.router.name}"))
-        probe = health.coherence_probe(
-            self.base_url,
-            endpoint.model,
-            use_chat=endpoint.use_chat,
-            timeout=self.settings.probe_timeout_s,
-            api_key=self.api_key,
-        )
-        endpoint.coherence = probe.to_dict()
+        probe = probe_coherence(self.base_url, endpoint, self.settings, self.api_key)
         if not probe.ok:
             raise NotReadyError(
                 f"the replicas answer coherently, but not through the router {self.router.name}: "
@@ -365,14 +353,8 @@ class GroupDeployer:
             )
         router = self._router()
         if router is not None and router.state.running:
-            verified.save(
-                self.host,
-                router.name,
-                container_instance(router),
-                plan_hash=self.plan.plan_hash,
-                warmup_latency_s=endpoint.warmup_latency_s,
-                coherence=endpoint.coherence,
-            )
+            instance = container_instance(router)
+            record_proof(self.host, router.name, instance, self.plan.plan_hash, endpoint)
 
     def _router(self) -> ContainerInfo | None:
         return self.docker.get(self.router.name)
@@ -469,24 +451,18 @@ class GroupDeployer:
         key_file = (
             keys.key_path(self.host, self.router.name) if plan.api_key == "generated" else None
         )
-        return Endpoint(
-            base_url=f"http://{address}:{plan.port}/v1",
-            model=plan.served_model_name,
+        return endpoint_of(
+            plan,
+            self.host,
+            "docker",
             container=self.router.name,
-            engine="docker",
-            host=self.host.name,
-            port=plan.port,
-            tensor_parallel_size=plan.tensor_parallel_size,
-            max_model_len=member.max_model_len if member is not None else plan.max_model_len,
-            image=plan.image,
+            address=address,
             use_chat=first.endpoint.endswith("chat/completions"),
-            warmup_latency_s=round(first.latency_s, 3),
+            max_model_len=member.max_model_len if member is not None else plan.max_model_len,
+            warmup_s=round(first.latency_s, 3),
             coherence=member.coherence if member is not None else None,
-            api_key_env=plan.api_key_env,
-            api_key_source=plan.api_key,
-            api_key_file=key_file,
-            api_key_command=None if key_file is None else f"cat -- {key_file}",
-            bind_address=plan.bind_address,
+            key_file=key_file,
+            key_command=None if key_file is None else f"cat -- {key_file}",
             tunnel=member.tunnel if member is not None else None,
         )
 
@@ -500,14 +476,14 @@ class GroupDeployer:
         return outcome
 
     def _outcome(self, status: Status, *, endpoint: Endpoint | None = None) -> ServeOutcome:
-        return ServeOutcome(
-            status=status,
-            host=self.host.name,
+        return serve_outcome(
+            status,
+            host=self.host,
             engine="docker",
             plan=self.plan,
+            started=self.started,
             endpoint=endpoint,
-            notes=list(self.notes),
-            elapsed_s=time.monotonic() - self.started,
+            notes=self.notes,
         )
 
 

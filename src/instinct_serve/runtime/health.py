@@ -25,6 +25,7 @@ from typing import Any, Literal
 import httpx
 
 from instinct_serve.errors import InstinctError
+from instinct_serve.gather.http import HttpErrors, get
 from instinct_serve.plan.model import WARMUP_TIMEOUT_S
 
 DEFAULT_POLL_S = 2.0
@@ -202,26 +203,27 @@ def _server_message(response: httpx.Response) -> str:
     return str(body)[:300]
 
 
+_MODELS_ERRORS = HttpErrors(
+    unreachable=lambda url, exc: InstinctError(
+        f"cannot reach {url}: {exc}",
+        fix="check that the server is up (`instinct ps`, `instinct logs NAME`)",
+        id="endpoint_unreachable",
+    ),
+    status=lambda url, response: InstinctError(
+        f"GET {url} answered HTTP {response.status_code}: {_server_message(response)}",
+        fix="read the server log (`instinct logs NAME`)",
+        id="endpoint_error",
+    ),
+)
+
+
 def list_models(
     base_url: str, *, timeout: float = 10.0, api_key: str | None = None
 ) -> list[ServedModel]:
     """The served model names (``--served-model-name``, else the model id)."""
     url = normalize_base_url(base_url) + "/v1/models"
-    try:
-        with _client(timeout, api_key) as http:
-            response = http.get(url)
-    except httpx.HTTPError as exc:
-        raise InstinctError(
-            f"cannot reach {url}: {exc}",
-            fix="check that the server is up (`instinct ps`, `instinct logs NAME`)",
-            id="endpoint_unreachable",
-        ) from exc
-    if response.status_code != 200:
-        raise InstinctError(
-            f"GET {url} answered HTTP {response.status_code}: {_server_message(response)}",
-            fix="read the server log (`instinct logs NAME`)",
-            id="endpoint_error",
-        )
+    with _client(timeout, api_key) as http:
+        response = get(http, url, _MODELS_ERRORS)
     try:
         data = response.json()["data"]
         return [

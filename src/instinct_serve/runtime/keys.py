@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from instinct_serve.errors import HostError, UsageError
+from instinct_serve.errors import HostError, NotReadyError, UsageError
 from instinct_serve.hosts import Host
 from instinct_serve.names import CONTAINER_NAME
+from instinct_serve.plan.model import API_KEY_ENV
+
+if TYPE_CHECKING:
+    from instinct_serve.plan.model import LaunchPlan
 
 _KEY = re.compile(r"[A-Za-z0-9_-]{20,256}")
 
@@ -76,3 +82,39 @@ def remove_key(host: Host, path: str) -> None:
 def valid_key(value: str) -> bool:
     """Whether a user's own key is usable (vLLM compares it verbatim in a header)."""
     return bool(value) and "\n" not in value and "\r" not in value and len(value) <= 4096
+
+
+def caller_key(plan: LaunchPlan, secrets: Mapping[str, str]) -> str | None:
+    """``--env VLLM_API_KEY``: the caller's key, which must be there before anything
+    starts (None: the plan passes no key of the caller's)."""
+    if plan.api_key != "environment":
+        return None
+    value = secrets.get(API_KEY_ENV, "")
+    if not valid_key(value):
+        raise UsageError(
+            f"--env {API_KEY_ENV} passes your {API_KEY_ENV} by name, and it is not set "
+            "in your environment (or holds a newline)",
+            fix=f"export {API_KEY_ENV}=<your key> first, or drop --env {API_KEY_ENV} "
+            "(with --public a key is generated)",
+            id="api_key_missing",
+        )
+    return value
+
+
+def endpoint_key(host: Host, plan: LaunchPlan, *, create: bool) -> tuple[str, str] | None:
+    """A generated key: its file and the key, read from (or, at launch, made in) the key
+    file on the host (None: the plan has no generated key)."""
+    if plan.api_key != "generated":
+        return None
+    path = key_path(host, plan.container_name)
+    key = ensure_key(host, path) if create else read_key(host, path)
+    if key is None:
+        raise NotReadyError(
+            f"{plan.container_name} requires an API key and its key file {path} "
+            f"is missing on {host.name}",
+            fix=f"stop it (`instinct stop {plan.container_name}`) and serve again: "
+            "a new key is made",
+            id="api_key_missing",
+            details={"key_file": path},
+        )
+    return path, key

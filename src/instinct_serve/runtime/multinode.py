@@ -34,6 +34,7 @@ from instinct_serve.plan.labels import (
 )
 from instinct_serve.plan.multinode import MultiNodePlan, NodeLaunch
 from instinct_serve.runtime import health
+from instinct_serve.runtime.deploying import deploy_to_end
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.follower import LogFollower
 
@@ -447,6 +448,25 @@ class GroupRunner:
             nodes=[n.to_dict() for n in self.plan.nodes],
         )
 
+    def deploy(self) -> GroupOutcome:
+        """Start every rank and follow them until the head answers (through a tunnel to
+        its port), or the group fails (``runtime.deploying.Launches``)."""
+        from instinct_serve.runtime.tunnel import tunnel
+
+        failed = self.start()
+        if failed is not None:
+            return failed
+        head = self.plan.head.plan
+        with tunnel(self.hosts[0], head.port) as base_url:
+            outcome = self.wait(base_url)
+        if outcome.ok:
+            outcome.base_url = f"http://127.0.0.1:{head.port}/v1"
+        return outcome
+
+    def abandon(self) -> list[str]:
+        """Ctrl-C or an error: nothing of this run is left half-started."""
+        return self.stop()
+
     def close(self) -> None:
         """Stop following the logs (the ranks keep running)."""
         for follower in self.followers:
@@ -648,7 +668,7 @@ def plan_across(
     from instinct_serve.gather.plan import make_plan
     from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.plan.multinode import MultiNodeOptions, plan_multinode
-    from instinct_serve.runtime.serve import public_address
+    from instinct_serve.runtime.address import public_address
 
     total = _plan_part(opts)
     gpus = node_inventory.gpu_count
@@ -698,7 +718,6 @@ def serve_group(
     from instinct_serve.runtime.prepare import require_ready
     from instinct_serve.runtime.secret_env import local_secrets
     from instinct_serve.runtime.settings import startup_timeout_s
-    from instinct_serve.runtime.tunnel import tunnel
 
     def event(kind: str, **fields: Any) -> None:
         sink({"event": kind, **fields, "ts": round(time.time(), 6)})
@@ -744,17 +763,4 @@ def serve_group(
                 fix=f"stop it (instinct stop {plan.group} --hosts ...) or pass --replace",
                 id="group_exists",
             )
-    try:
-        failed = runner.start()
-        if failed is not None:
-            return failed
-        with tunnel(hosts[0], head.port) as base_url:
-            outcome = runner.wait(base_url)
-        if outcome.ok:
-            outcome.base_url = f"http://127.0.0.1:{head.port}/v1"
-        return outcome
-    except BaseException:
-        runner.stop()  # Ctrl-C or an error: nothing of this run is left half-started
-        raise
-    finally:
-        runner.close()
+    return deploy_to_end(runner)

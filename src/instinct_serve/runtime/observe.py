@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.gather.http import HttpErrors, get
 from instinct_serve.hardware.values import Unparsable
 from instinct_serve.observe.gpu import GpuSample, parse_metric
 from instinct_serve.observe.top import EndpointView, TopDocument
@@ -182,6 +183,20 @@ def gpu_samples(host: Host) -> tuple[list[GpuSample] | None, str | None]:
         return None, f"amd-smi metric failed (exit {result.returncode}): {why}"
 
 
+_SCRAPE_ERRORS = HttpErrors(
+    unreachable=lambda url, exc: InstinctError(
+        f"GET {url} failed: {type(exc).__name__}: {exc}",
+        fix="check the endpoint with `instinct ps`",
+        id="scrape_failed",
+    ),
+    status=lambda url, resp: InstinctError(
+        f"GET {url} answered HTTP {resp.status_code}",
+        fix="a vLLM still loading answers 503; wait for `instinct ps` to say healthy",
+        id="scrape_failed",
+    ),
+)
+
+
 class Scraper:
     """``GET /metrics`` of endpoints on one host; remote ports through kept-open tunnels."""
 
@@ -210,21 +225,8 @@ class Scraper:
         import httpx
 
         url = f"{self.base_url(port)}/metrics"
-        try:
-            with httpx.Client(timeout=self.timeout, trust_env=False) as client:
-                resp = client.get(url)
-        except httpx.HTTPError as exc:
-            raise InstinctError(
-                f"GET {url} failed: {type(exc).__name__}: {exc}",
-                fix="check the endpoint with `instinct ps`",
-                id="scrape_failed",
-            ) from exc
-        if resp.status_code != 200:
-            raise InstinctError(
-                f"GET {url} answered HTTP {resp.status_code}",
-                fix="a vLLM still loading answers 503; wait for `instinct ps` to say healthy",
-                id="scrape_failed",
-            )
+        with httpx.Client(timeout=self.timeout, trust_env=False) as client:
+            resp = get(client, url, _SCRAPE_ERRORS)
         return resp.text[:MAX_SCRAPE_BYTES]
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """What ``serve`` does before it launches: check the host, make the plan, pick the backend.
 
 One path for the CLI (``instinct serve``) and the MCP ``serve`` tool: both hand in an
-event sink and get back a ``Deployer`` ready to run. Progress goes to the sink as the
+event sink and get back a deployer ready to run (``runtime.deploying.Deploying``: a
+``Deployer``, or a ``GroupDeployer`` for replicas). Progress goes to the sink as the
 same events the ``Deployer`` emits (``phase`` checking/planning, ``warning``).
 """
 
@@ -22,9 +23,8 @@ if TYPE_CHECKING:
     from instinct_serve.options import PlanOptions, ServeOptions
     from instinct_serve.plan.model import PlanResult
     from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.deploying import Deploying
     from instinct_serve.runtime.documents import ServeOutcome
-    from instinct_serve.runtime.group import GroupDeployer
-    from instinct_serve.runtime.serve import Deployer
     from instinct_serve.runtime.settings import ServeSettings
 
 DOCKER_CHECKS = frozenset({"docker_installed", "docker_daemon"})
@@ -167,7 +167,7 @@ class Prepared:
         settings: ServeSettings,
         sink: EventSink,
         confirm: Callable[[str], bool] | None,
-    ) -> Deployer | GroupDeployer:
+    ) -> Deploying:
         from instinct_serve.runtime.serve import Deployer
 
         group = self.result.plan.group
@@ -207,7 +207,7 @@ class Prepared:
         """``serve --upgrade`` (CLI and MCP alike): the new plan proven beside the running
         one, then swapped in; a replica group behind its router without downtime."""
         from instinct_serve.errors import UsageError
-        from instinct_serve.runtime import upgrade
+        from instinct_serve.runtime import upgrade, upgrade_group
 
         if settings.replace:
             raise UsageError(
@@ -217,7 +217,7 @@ class Prepared:
             )
         plan = self.result.plan
         if plan.group is not None and plan.group.mode == "replicas":
-            return upgrade.upgrade_group(
+            return upgrade_group.upgrade_group(
                 self.host,
                 plan,
                 settings,

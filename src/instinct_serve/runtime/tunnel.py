@@ -217,3 +217,25 @@ def tunnel(
     return Tunnel(
         host, remote_port, remote_host=remote_host, local_port=local_port, timeout=timeout
     )
+
+
+class LazyTunnel:
+    """The base URL of one port on ``host``, its tunnel opened on first use and kept
+    until ``close``: every probe of a deployer goes through one forward."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._tunnel: Tunnel | None = None
+        self._url: str | None = None
+
+    def url(self, port: int) -> str:
+        if self._url is None:
+            tun = Tunnel(self.host, port)
+            self._url = tun.open()
+            self._tunnel = tun
+        return self._url
+
+    def close(self) -> None:
+        if self._tunnel is not None:
+            self._tunnel.close()
+            self._tunnel = self._url = None

@@ -8,8 +8,9 @@ from typing import Any
 
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.registry import Rule, words
-from instinct_serve.diagnose.rules.common import INSTINCT_GFX, ROCM_IMAGE, at_hit, gfx_of
+from instinct_serve.diagnose.rules.common import ROCM_IMAGE, at_hit, gfx_of
 from instinct_serve.diagnose.scan import Scan, exc
+from instinct_serve.hardware.profiles import IMAGE_GFX_TARGETS as IMAGE_GFX
 
 _NO_KERNEL = (
     exc(r"(?:(?:CUDA|HIP) error: )?(?:invalid device function|no kernel image is available)"),
@@ -35,10 +36,10 @@ def build_no_kernel_image(ctx: DiagnoseContext, cuda_build: bool = False, **at: 
             "wheel installed over it, or HSA_OVERRIDE_GFX_VERSION pointing at the wrong ISA."
         )
     fix = (
-        f"Use {ROCM_IMAGE} (built for {', '.join(INSTINCT_GFX)}) or a rocm/vllm image for your "
+        f"Use {ROCM_IMAGE} (built for {', '.join(IMAGE_GFX)}) or a rocm/vllm image for your "
         "GPU, and do not set HSA_OVERRIDE_GFX_VERSION on Instinct GPUs."
     )
-    if gfx and gfx not in INSTINCT_GFX:
+    if gfx and gfx not in IMAGE_GFX:
         fix += (
             f" {gfx} is not a target of these images: build vLLM from source with "
             f"PYTORCH_ROCM_ARCH={gfx}."

@@ -23,6 +23,7 @@ from urllib.parse import urljoin, urlsplit
 
 from instinct_serve.catalog.parse import ParsedRecipe, ParseResult, RecipeFileError, Skipped
 from instinct_serve.errors import InstinctError
+from instinct_serve.gather.http import HttpErrors, get, json_body
 from instinct_serve.hardware.profiles import UPSTREAM_HARDWARE
 
 if TYPE_CHECKING:
@@ -36,6 +37,22 @@ _RENDER_KEYS = ("variant", "strategy", "deploy_type", "node_count", "docker_imag
 
 class ApiError(InstinctError):
     default_id = "recipes_api_failed"
+
+
+_ERRORS = HttpErrors(
+    unreachable=lambda url, exc: ApiError(
+        f"cannot reach the recipes API at {url} ({type(exc).__name__}: {exc})",
+        fix="check the network (or --api-url), then retry",
+        id="recipes_api_unreachable",
+    ),
+    status=lambda url, resp: ApiError(
+        f"the recipes API answered HTTP {resp.status_code} for {url}",
+        fix="retry later; check --api-url",
+    ),
+    bad_json=lambda url: ApiError(
+        f"the recipes API returned invalid JSON for {url}", fix="retry later"
+    ),
+)
 
 
 @dataclass
@@ -64,32 +81,13 @@ class _Api:
         return url
 
     def get(self, path: str, *, missing_ok: bool = False) -> Any:
-        import httpx
-
         url = self.url(path)
         with self._lock:
             self.requests += 1
-        try:
-            resp = self.client.get(url)
-        except httpx.HTTPError as exc:
-            raise ApiError(
-                f"cannot reach the recipes API at {url} ({type(exc).__name__}: {exc})",
-                fix="check the network (or --api-url), then retry",
-                id="recipes_api_unreachable",
-            ) from exc
-        if resp.status_code == 404 and missing_ok:
+        resp = get(self.client, url, _ERRORS, also_ok=(404,) if missing_ok else ())
+        if resp.status_code == 404:
             return None
-        if resp.status_code != 200:
-            raise ApiError(
-                f"the recipes API answered HTTP {resp.status_code} for {url}",
-                fix="retry later; check --api-url",
-            )
-        try:
-            return resp.json()
-        except ValueError as exc:
-            raise ApiError(
-                f"the recipes API returned invalid JSON for {url}", fix="retry later"
-            ) from exc
+        return json_body(resp, url, _ERRORS)
 
 
 def _render(doc: Any) -> dict[str, Any] | None:

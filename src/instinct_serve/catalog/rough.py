@@ -1,4 +1,6 @@
-"""Sizing without the model's metadata: a parameter count times the bytes of its precision.
+"""Sizing a recipe without the model's metadata: a parameter count times the bytes of its
+precision (here, not in ``fit``, because ranking the catalog needs it and the catalog sits
+below ``fit``).
 
 When the Hub cannot be read (offline, gated, a proxy) and no metadata ships for a model,
 the planner still must not guess TP 1 for a 235B model. What is known then: the recipe's
