@@ -41,6 +41,9 @@ def test_the_fake_server_is_planned_for_by_name(env: dict[str, str]) -> None:
     assert json.loads(vllm.stdout)["plan_hash"] != plan["plan_hash"]
     native = run_cli(["plan", MODEL, "--server", "fake", "--gpu", "mi300x", "--format", "native"])
     assert "VLLM_DOUBLE_HEALTH_PATH=/livez" in native.stdout, native.explain()
+    unknown = run_cli(["plan", MODEL, "--server", "nope", "--gpu", "mi300x", "--json"], env=env)
+    error = json.loads(unknown.stdout)["error"]
+    assert unknown.returncode == 2 and error["id"] == "bad_server" and "fake" in error["fix"]
 
 
 def test_the_fake_server_is_launched_and_proven(env: dict[str, str], tmp_path: Path) -> None:

@@ -105,9 +105,10 @@ def test_the_plan_names_its_server_only_when_it_is_not_vllm() -> None:
     assert other.plan_hash != vllm.plan_hash
 
 
-def test_the_server_option_takes_the_registered_names(fake_site: Path) -> None:
+def test_the_server_option_takes_a_name() -> None:
+    """Whether the registry has it is asked when the plan is made (test_fake_server)."""
     assert PlanOptions.parse({"server": "fake"}).server == "fake"
     assert PlanOptions.parse({}).server == "vllm"
     with pytest.raises(UsageError) as caught:
-        PlanOptions.parse({"server": "sglang-not-installed"})
-    assert caught.value.id == "bad_server" and "fake" in caught.value.message
+        PlanOptions.parse({"server": "a b"})
+    assert caught.value.id == "bad_server"

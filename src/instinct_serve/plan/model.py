@@ -12,12 +12,14 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from instinct_serve import servers
 from instinct_serve.errors import UsageError
 from instinct_serve.names import CONTAINER_NAME, is_env_name
 from instinct_serve.options import DEFAULT_PORT
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
 from instinct_serve.plan import caches
 from instinct_serve.plan.caches import CacheLayout
+from instinct_serve.servers.vllm import API_KEY_ENV
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.matching import Match
@@ -46,7 +48,6 @@ __all__ = [
 WARMUP_TIMEOUT_S = 900
 
 
-API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads its API key from here (as --api-key's default)
 LOOPBACK = "127.0.0.1"
 EVERY_INTERFACE = "0.0.0.0"
 
@@ -238,7 +239,7 @@ class LaunchPlan:
     @property
     def api_key_env(self) -> str | None:
         """The variable that carries the endpoint's API key (by name), when it has one."""
-        return API_KEY_ENV if self.api_key is not None else None
+        return servers.of(self).api_key_env if self.api_key is not None else None
 
     @property
     def served_model_name(self) -> str:
@@ -331,9 +332,9 @@ class LaunchPlan:
 
 
 def container_args(plan: LaunchPlan) -> list[str]:
-    """What follows the image name: ``vllm serve``'s positional model, then its arguments
-    (the ROCm image's entrypoint is ``vllm serve``)."""
-    return [plan.model, *plan.vllm_args]
+    """What follows the image name (its entrypoint is the server): the plan's server says
+    (vLLM: ``vllm serve``'s positional model, then its arguments)."""
+    return servers.of(plan).container_args(plan)
 
 
 def startup_budget_s(plan: LaunchPlan) -> int:
@@ -428,6 +429,8 @@ def docker_argv(plan: LaunchPlan, *, restart: str | None = RESTART_POLICY) -> li
     for key, value in plan.env.items():
         argv += ["-e", f"{key}={value}"]
     for key, value in caches.container_env(plan.cache, plan.env).items():
+        argv += ["-e", f"{key}={value}"]
+    for key, value in servers.of(plan).environment(plan).items():  # vLLM: none
         argv += ["-e", f"{key}={value}"]
     for name in plan.secret_env:
         argv += ["--env", name]  # by name: docker copies the value from its own environment

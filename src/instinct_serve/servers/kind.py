@@ -17,7 +17,7 @@ checking only, so that this module stays a leaf every layer may import.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from instinct_serve.diagnose.failure_signals import FailureSignal
     from instinct_serve.diagnose.phases import PhaseTracker
     from instinct_serve.fit.vllm import VllmBehaviour
-    from instinct_serve.observe.bench import Settings
     from instinct_serve.observe.vllm import Name
     from instinct_serve.plan.model import LaunchPlan
 
@@ -107,31 +106,14 @@ class ServerKind(Protocol):
         """A fresh reader of its start-up log (phases, figures, failure)."""
         ...
 
-    def memory_behaviour(
-        self,
-        version: str | None = None,
-        *,
-        v0_engine: bool | None = None,
-        platform: str = "rocm",
-        engine: str | None = None,
-        use_v1_env: str | None = None,
-    ) -> VllmBehaviour:
-        """The memory model ``fit`` sizes this server's weights, KV cache and budget by,
-        for a release ``version`` on ``platform``."""
+    @property
+    def memory_behaviour(self) -> Callable[..., VllmBehaviour]:
+        """The memory model ``fit`` sizes this server's weights, KV cache and budget by:
+        called as ``fit.vllm.behaviour`` is (a release ``version``, ``platform``, ...)."""
         ...
 
-    def bench_argv(
-        self,
-        *,
-        base_url: str,
-        model: str,
-        served_model_name: str | None,
-        tokenizer: str | None,
-        concurrency: int,
-        settings: Settings,
-        result_dir: str,
-        result_file: str,
-    ) -> list[str]:
-        """The benchmark client's argv after ``executable`` for one step (its result is
-        read by ``observe.bench.parse_result``)."""
+    @property
+    def bench_argv(self) -> Callable[..., list[str]]:
+        """The benchmark client's argv after ``executable`` for one step: called as
+        ``observe.bench.bench_args`` is; its result is read by ``observe.bench.parse_result``."""
         ...

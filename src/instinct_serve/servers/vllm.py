@@ -4,8 +4,8 @@ Each answer is held here where it is small (the command line, the API-key variab
 routes) and delegated where a whole module knows it: the start-up log to
 ``diagnose.phases`` and ``diagnose.failure_signals``, the metric names to
 ``observe.vllm``, the memory model to ``fit.vllm``, the benchmark client to
-``observe.bench``. Those are imported when asked, so that reading a plan's server does not
-load the log reader or the fit.
+``observe.bench``. The log reader and the metric names are imported when asked, so that
+reading a plan's server does not load them.
 
 The official ``vllm/vllm-openai-rocm`` image's entrypoint is ``vllm serve``
 (docker/Dockerfile.rocm): the container's arguments are ``vllm serve``'s positional model
@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from instinct_serve import vllm_args
+from instinct_serve.fit.vllm import behaviour
+from instinct_serve.observe.bench import bench_args
 from instinct_serve.servers.kind import Routes
 
 if TYPE_CHECKING:
     from instinct_serve.diagnose.failure_signals import FailureSignal
     from instinct_serve.diagnose.phases import PhaseTracker
-    from instinct_serve.fit.vllm import VllmBehaviour
-    from instinct_serve.observe.bench import Settings
     from instinct_serve.observe.vllm import Name
     from instinct_serve.plan.model import LaunchPlan
 
@@ -78,46 +78,8 @@ class VllmServer:
 
         return PhaseTracker()
 
-    def memory_behaviour(
-        self,
-        version: str | None = None,
-        *,
-        v0_engine: bool | None = None,
-        platform: str = "rocm",
-        engine: str | None = None,
-        use_v1_env: str | None = None,
-    ) -> VllmBehaviour:
-        from instinct_serve.fit.vllm import behaviour
-
-        return behaviour(
-            version, v0_engine=v0_engine, platform=platform, engine=engine, use_v1_env=use_v1_env
-        )
-
-    def bench_argv(
-        self,
-        *,
-        base_url: str,
-        model: str,
-        served_model_name: str | None,
-        tokenizer: str | None,
-        concurrency: int,
-        settings: Settings,
-        result_dir: str,
-        result_file: str,
-    ) -> list[str]:
-        """``vllm bench serve ...`` (``observe.bench.bench_args``)."""
-        from instinct_serve.observe.bench import bench_args
-
-        return bench_args(
-            base_url=base_url,
-            model=model,
-            served_model_name=served_model_name,
-            tokenizer=tokenizer,
-            concurrency=concurrency,
-            settings=settings,
-            result_dir=result_dir,
-            result_file=result_file,
-        )
+    memory_behaviour = staticmethod(behaviour)  # fit's model of vLLM's memory
+    bench_argv = staticmethod(bench_args)  # `vllm bench serve ...`
 
 
 VLLM = VllmServer()
