@@ -60,6 +60,14 @@ environment, because the argv is produced by the real planner and must stay unch
     ``i`` of a completion leaves ``TTFT + i * ITL`` seconds after the request arrived, on a
     schedule (not by adding sleeps), so what a benchmark measures is what was set.
 
+``VLLM_DOUBLE_HEALTH_PATH`` / ``VLLM_DOUBLE_MODELS_PATH``
+    Another server's routes (``tests/infra/fake_server.py``): health answers on this path
+    only (default ``/health`` and ``/ping``, as vLLM), the model list on this one (default
+    ``/v1/models``); the vLLM paths they replace answer 404.
+``VLLM_DOUBLE_READY_LINE``
+    Another server's ready line: printed instead of vLLM's API-server lines once healthy
+    (``{host}`` and ``{port}`` filled in).
+
 ``VLLM_DOUBLE_COMPILE_S``
     Seconds of a *simulated* torch.compile (default 0: none; never with
     ``--enforce-eager``). The double looks in ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>/
@@ -360,11 +368,24 @@ ROUTES = (
 )
 
 
+def health_paths() -> tuple[str, ...]:
+    """Where health answers: vLLM's ``/health`` and ``/ping``, or ``VLLM_DOUBLE_HEALTH_PATH``."""
+    path = os.environ.get("VLLM_DOUBLE_HEALTH_PATH")
+    return (path,) if path else ("/health", "/ping")
+
+
+def models_path() -> str:
+    return os.environ.get("VLLM_DOUBLE_MODELS_PATH", "/v1/models")
+
+
 def api_server_lines(args: Args) -> list[str]:
     """What vLLM 0.32's API server prints once the engine is up (real lines, this run's
-    pid, time and address)."""
+    pid, time and address), or another server's ``VLLM_DOUBLE_READY_LINE``."""
     stamp = time.strftime("%m-%d %H:%M:%S")
     host = "0.0.0.0" if args.host in ("", "0.0.0.0") else args.host
+    ready = os.environ.get("VLLM_DOUBLE_READY_LINE")
+    if ready:
+        return [ready.format(host=host, port=args.port)]
     head = f"(APIServer pid={os.getpid()}) INFO {stamp}"
     lines = [
         f"{head} [entry.py:140] Starting vLLM server on http://{host}:{args.port}",
@@ -675,7 +696,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0]
             if not self._authorized(path):
                 return
-            if path in ("/health", "/ping"):
+            if path in health_paths():
                 self._send(200 if state.ready.is_set() else 503)
             elif path == "/version":
                 self._send(200, {"version": "0.0.0+vllm-double"})
@@ -686,7 +707,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-            elif path == "/v1/models":
+            elif path == models_path():
                 if not self._ready():
                     return
                 self._send(200, self._models())

@@ -6,6 +6,7 @@ The shared fields live in the base classes, so ``--gpu``, ``--vram-gb``, ``--tp`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,6 +23,17 @@ from instinct_serve.options.spec import (
     opt,
 )
 from instinct_serve.units import KV_CACHE_DTYPE_BYTES
+
+SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _server_name(value: str) -> str | None:
+    """A name the server registry could hold (``servers.get`` says whether it does, when
+    the plan is made: listing the registered ones reads every installed distribution)."""
+    if not SERVER_NAME.fullmatch(value):
+        return "is not a server name (letters, digits, '_', '.', '-')"
+    return None
+
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
 DEFAULT_PORT = 8000
@@ -284,6 +296,15 @@ class PlanOptions(SizingOptions):
         metavar="IMAGE",
         help="Container image (default: newest vllm/vllm-openai-rocm).",
         max_length=512,
+    )
+    server: str = opt(
+        "vllm",
+        kind="text",
+        metavar="NAME",
+        help="The inference server to plan for: vllm, or one an installed package registers "
+        "(entry points `instinct_serve.servers`).",
+        check=_server_name,
+        max_length=64,
     )
     precision: str | None = opt(
         kind="text",

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from instinct_serve import __version__
+from instinct_serve import __version__, servers
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hardware.partitions import Layout, endpoints, spanning_warning
 from instinct_serve.names import is_env_name
@@ -35,7 +35,6 @@ from instinct_serve.plan.decisions import (
 )
 from instinct_serve.plan.labels import managed_labels
 from instinct_serve.plan.model import (
-    API_KEY_ENV,
     DEFAULT_PORT,
     Assigned,
     Conflict,
@@ -408,6 +407,7 @@ def _assemble(b: PlanBuilder, inp: PlanInputs, **decided: Any) -> LaunchPlan:
         container_name=opts.name or container_name(inp.variant.model_id, opts.port),
         port=opts.port,
         engine=opts.engine,
+        server=servers.get(opts.server).name,  # bad_server unless the registry has it
         precision=inp.variant.precision,
         variant=inp.variant.key,
         gpu_count=inv.gpu_count,
@@ -453,18 +453,19 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 def _api_key(b: PlanBuilder, opts: PlanOptions) -> str | None:
     """Where the endpoint's API key comes from, if it has one (``LaunchPlan.api_key``)."""
-    if API_KEY_ENV in opts.env_by_name:
+    kind = servers.get(opts.server)
+    if kind.api_key_env in opts.env_by_name:
         b.reason(
-            f"--env {API_KEY_ENV}",
+            f"--env {kind.api_key_env}",
             "--env",
-            "vLLM requires this key (Authorization: Bearer) on /v1/*; serve's own probes "
+            f"{kind.title} requires this key (Authorization: Bearer) on /v1/*; serve's own probes "
             "send it too",
         )
         return "environment"
     if not opts.public:
         return None
     b.secret(
-        API_KEY_ENV,
+        kind.api_key_env,
         "--public",
         "an endpoint open to the network needs a key: serve generates one, keeps it in a "
         "file only you can read on the host, and passes it by name",

@@ -53,6 +53,7 @@ class Row:
     daemon_restarts: int = 0  # docker's restart count of this container (its policy)
     restarts: int = 0  # ``runtime.journal.summary``: by watch and by the daemon
     last_failure: dict[str, Any] | None = None
+    server: str = "vllm"  # the kind of server (``servers``): which route ``probe`` asks
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -164,19 +165,23 @@ def native_rows(host: Host) -> list[Row]:
                 id=str(status.process.pid),
                 fixes=",".join(meta.get("fixes") or []) or None,
                 instance=process_instance(status.process),
+                server=str(meta.get("server") or "vllm"),
             )
         )
     return rows
 
 
-def probe(host: Host, port: int) -> str:
-    """``/health`` of one endpoint: healthy, loading, an HTTP status, or why no answer."""
+def probe(host: Host, port: int, server: str = "vllm") -> str:
+    """``/health`` (the ``server`` kind's health route) of one endpoint: healthy, loading, an
+    HTTP status, or why no answer."""
+    from instinct_serve import servers
     from instinct_serve.runtime.health import probe_health
     from instinct_serve.runtime.tunnel import tunnel
 
     try:
+        routes = servers.get(server).routes
         with tunnel(host, port) as base_url:
-            sample = probe_health(base_url, timeout=HEALTH_TIMEOUT_S)
+            sample = probe_health(base_url, timeout=HEALTH_TIMEOUT_S, routes=routes)
     except InstinctError as exc:
         return f"unknown ({exc.message})"
     if sample.ok:
@@ -223,7 +228,7 @@ def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None)
     if health:
         for row in every:
             if row.running and row.port:
-                row.health = probe(host, row.port)
+                row.health = probe(host, row.port, row.server)
     return Listing(host.name, shown, len(rows), docker_problem)
 
 

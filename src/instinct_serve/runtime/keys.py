@@ -89,12 +89,13 @@ def caller_key(plan: LaunchPlan, secrets: Mapping[str, str]) -> str | None:
     starts (None: the plan passes no key of the caller's)."""
     if plan.api_key != "environment":
         return None
-    value = secrets.get(API_KEY_ENV, "")
+    name = plan.api_key_env or API_KEY_ENV
+    value = secrets.get(name, "")
     if not valid_key(value):
         raise UsageError(
-            f"--env {API_KEY_ENV} passes your {API_KEY_ENV} by name, and it is not set "
+            f"--env {name} passes your {name} by name, and it is not set "
             "in your environment (or holds a newline)",
-            fix=f"export {API_KEY_ENV}=<your key> first, or drop --env {API_KEY_ENV} "
+            fix=f"export {name}=<your key> first, or drop --env {name} "
             "(with --public a key is generated)",
             id="api_key_missing",
         )

@@ -175,7 +175,7 @@ class NativeBackend:
             "max_model_len": plan.max_model_len,
             "gpu_indices": plan.gpu_indices,
             "secret_env": sorted(secrets),
-        }
+        } | ({"server": plan.server} if plan.server != "vllm" else {})  # ps probes its route
         self._launching = plan.container_name
         launcher.launch(
             self.host, plan.container_name, native_argv(self.vllm_command, plan), env=env, meta=meta
