@@ -112,3 +112,15 @@ def test_the_server_option_takes_a_name() -> None:
     with pytest.raises(UsageError) as caught:
         PlanOptions.parse({"server": "a b"})
     assert caught.value.id == "bad_server"
+
+
+def test_a_container_of_another_server_is_labelled_with_its_kind_at_launch() -> None:
+    """ps, watch and top read the label to ask that kind's routes; a vLLM container carries
+    none, so its labels (and its plan's hash) are what they were."""
+    from instinct_serve.plan.labels import LABEL_SERVER
+    from instinct_serve.runtime.backend import launch_labels
+
+    assert LABEL_SERVER not in launch_labels(_plan(), [])
+    other = _plan(server="fake")
+    assert launch_labels(other, [])[LABEL_SERVER] == "fake"
+    assert LABEL_SERVER not in other.labels

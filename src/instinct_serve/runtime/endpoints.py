@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve import servers
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class Row:
     daemon_restarts: int = 0  # docker's restart count of this container (its policy)
     restarts: int = 0  # ``runtime.journal.summary``: by watch and by the daemon
     last_failure: dict[str, Any] | None = None
-    server: str = "vllm"  # the kind of server (``servers``): which route ``probe`` asks
+    server: str = servers.DEFAULT  # the kind of server (``servers``): which route ``probe`` asks
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +96,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
         found = Docker(host).list_managed()
     except NotReadyError as exc:
         return [], exc.message
-    from instinct_serve.plan.labels import LABEL_NODE_RANK, LABEL_ROLE, ROLE_WORKER
+    from instinct_serve.plan.labels import LABEL_NODE_RANK, LABEL_ROLE, LABEL_SERVER, ROLE_WORKER
 
     # a multi-node group is one endpoint, its head: headless ranks serve nothing themselves
     found = [
@@ -122,6 +123,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
             role=role(c),
             replica=replica_index(c.labels),
             daemon_restarts=c.restart_count,
+            server=c.labels.get(LABEL_SERVER, servers.DEFAULT),
         )
         for c in found
     ]
@@ -165,13 +167,13 @@ def native_rows(host: Host) -> list[Row]:
                 id=str(status.process.pid),
                 fixes=",".join(meta.get("fixes") or []) or None,
                 instance=process_instance(status.process),
-                server=str(meta.get("server") or "vllm"),
+                server=str(meta.get("server") or servers.DEFAULT),
             )
         )
     return rows
 
 
-def probe(host: Host, port: int, server: str = "vllm") -> str:
+def probe(host: Host, port: int, server: str = servers.DEFAULT) -> str:
     """``/health`` (the ``server`` kind's health route) of one endpoint: healthy, loading, an
     HTTP status, or why no answer."""
     from instinct_serve import servers
