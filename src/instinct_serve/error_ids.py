@@ -223,6 +223,9 @@ ERRORS: dict[str, ErrorId] = {
     ),
     "which_endpoint": ErrorId(USAGE, "name the endpoint (one watch per endpoint)"),
     # the environment is not ready (exit 3)
+    "containers_unreadable": ErrorId(
+        NOT_READY, "start Docker on the host (or wait until it answers), then try again"
+    ),
     "docker_missing": ErrorId(NOT_READY, "install Docker (docker.io or docker-ce) on the host"),
     "docker_permission": ErrorId(
         NOT_READY,
@@ -500,6 +503,7 @@ ERRORS: dict[str, ErrorId] = {
     "port_in_use_managed": ErrorId(
         FAILED, "pass --replace to stop it and launch this plan instead, or use another --port"
     ),
+    "realpath_failed": ErrorId(FAILED, "check the host (`instinct check`)"),
     "recipes_api_failed": ErrorId(FAILED, "check the network (or --api-url), then retry"),
     "recipes_api_unreachable": ErrorId(FAILED, "check the network (or --api-url), then retry"),
     "router_unhealthy": ErrorId(FAILED, "read its log: `instinct logs ROUTER`", (NOT_READY,)),
