@@ -54,6 +54,9 @@ ERRORS: dict[str, ErrorId] = {
         USAGE, "export the variable that holds the endpoint's API key, and try again"
     ),
     "bad_argv": ErrorId(USAGE, "correct the command line (`instinct COMMAND --help`)"),
+    "bad_bench_ref": ErrorId(
+        USAGE, "give a plan hash (`instinct bench list`) or the path of a result file"
+    ),
     "bad_bench_result": ErrorId(USAGE, "give a file written by `vllm bench serve --save-result`"),
     "bad_concurrency": ErrorId(
         USAGE, "give a comma-separated list of levels, e.g. --concurrency 1,4,16"
