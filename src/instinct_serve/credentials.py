@@ -10,6 +10,7 @@ Hugging Face token.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable
@@ -51,10 +52,8 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """
     env = dict(os.environ) if environ is None else environ
     found = {v.strip() for k, v in env.items() if is_secret_name(k)}
-    try:  # a regular file only: a FIFO there must not hang every output
+    with contextlib.suppress(OSError):  # a regular file only: a FIFO must not hang output
         found.add(read_regular(hf_token_file(), 4096).decode("utf-8", "replace").strip())
-    except OSError:
-        pass
     return sorted((v for v in found if len(v) >= _MIN_SECRET), key=len, reverse=True)
 
 

@@ -216,9 +216,7 @@ WORDS = st.sampled_from(
 
 
 def values(box: Sandbox) -> st.SearchStrategy[str]:
-    return st.one_of(
-        WORDS, st.sampled_from(box.special_paths()), fuzz.texts, fuzz.numbers.map(str)
-    )
+    return st.one_of(WORDS, st.sampled_from(box.special_paths()), fuzz.texts, fuzz.numbers.map(str))
 
 
 @st.composite
@@ -351,9 +349,8 @@ def run_file_case(
         for argv in PLACES[place][1]:
             argv = [a.replace("{path}", str(path)) for a in argv]
             outcome = run_command(argv, hang_s=hang_s)
-            outcome.args = [f"[{place}: {kind}]", *argv]
+            outcome.args = [f"[fz: {place}: {kind}]", *argv]
             outcomes.append(outcome)
     finally:
         clear(box.root)
     return outcomes
-

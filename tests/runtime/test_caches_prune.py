@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 
 from instinct_serve.plan.labels import LABEL_COMPILE_CACHE
 from instinct_serve.runtime.docker import Docker
+from tests.infra.ports import free_port
 from tests.infra.ssh import SshServer
 from tests.runtime.conftest import Launcher
 from tests.serve.conftest import run_cli
@@ -43,8 +45,6 @@ def mounting(launcher: Launcher, docker: Docker, label_dir: str, *, managed: boo
     """A running test double whose container mounts ``label_dir``'s vllm cache (and, when
     managed, carries serve's label naming it)."""
     name = launcher.names("cache")
-    from tests.infra.ports import free_port
-
     port = free_port()
     argv = launcher.argv(name, port, managed=managed)
     extra = ["-v", f"{label_dir}/vllm:/root/.cache/vllm"]
@@ -61,8 +61,6 @@ def answers(url: str) -> bool:
                 return True
         except httpx.HTTPError:
             pass
-        import time
-
         time.sleep(0.2)
     return False
 
@@ -134,17 +132,11 @@ def test_prune_removes_nothing_when_docker_does_not_answer(
 
 
 @pytest.mark.ssh
-def test_prune_over_ssh_canonicalises_on_the_host(
-    world: dict[str, Any], sshd: SshServer
-) -> None:
+def test_prune_over_ssh_canonicalises_on_the_host(world: dict[str, Any], sshd: SshServer) -> None:
     """The same through ``--host`` (realpath runs on the host, through the ssh boundary)."""
     root: Path = world["root"]
-    env = sshd.env()
-    run = run_cli(
-        ["cache", "prune", "--compile-cache", world["spellings"][3], "--all", "--yes"]
-        + ["--host", sshd.host_spec, "--json"],
-        env=env,
-    )
+    argv = ["cache", "prune", "--compile-cache", world["spellings"][3], "--all", "--yes"]
+    run = run_cli([*argv, "--host", sshd.host_spec, "--json"], env=sshd.env())
     assert run.returncode == 0, run.explain()
     doc = json.loads(run.stdout)
     assert doc["root"] == str(root)
