@@ -17,25 +17,9 @@ from instinct_serve.hosts import Host, LocalHost
 from instinct_serve.paths import READ_LIMIT, read_regular
 from instinct_serve.runtime import journal, keys, plans, verified
 from tests.infra import fuzz
+from tests.infra.fuzz_commands import SPECIAL_NAMES as SPECIAL
+from tests.infra.fuzz_commands import make_special
 from tests.infra.ssh import SshServer
-
-SPECIAL = ("fifo", "zero", "loop", "sparse", "dir")
-
-
-def make_special(path: Path, kind: str) -> None:
-    """``path`` as something that is not a readable regular file of sane size."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "loop":
-        path.symlink_to(path.name)
-    elif kind == "sparse":
-        with path.open("wb") as fh:
-            fh.truncate(10 * 2**30)  # 10 GB of hole: no disk used
-    elif kind == "dir":
-        path.mkdir()
 
 
 @pytest.fixture
