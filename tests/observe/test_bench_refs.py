@@ -13,11 +13,11 @@ import pytest
 from instinct_serve.observe.bench import BenchRun, Settings
 from instinct_serve.paths import data_dir
 from instinct_serve.runtime import bench as runner
-from tests.infra import fuzz
+from tests.infra import fuzz, fuzz_commands
 
 
 def cli(*args: str) -> fuzz.Outcome:
-    outcome = fuzz.run_cli(["bench", *args, "--json"])
+    outcome = fuzz_commands.run_command(["bench", *args, "--json"])
     assert not outcome.problems(), outcome.describe()
     return outcome
 
