@@ -10,12 +10,13 @@ Hugging Face token.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable
 from typing import Any
 
-from instinct_serve.paths import hf_token_file
+from instinct_serve.paths import hf_token_file, read_regular
 
 # The Hub token's names, as huggingface_hub and vLLM read them.
 HF_TOKEN_NAMES: tuple[str, ...] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -51,11 +52,8 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """
     env = dict(os.environ) if environ is None else environ
     found = {v.strip() for k, v in env.items() if is_secret_name(k)}
-    try:
-        with open(hf_token_file(), encoding="utf-8") as fh:
-            found.add(fh.read(4096).strip())
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # a regular file only: a FIFO must not hang output
+        found.add(read_regular(hf_token_file(), 4096).decode("utf-8", "replace").strip())
     return sorted((v for v in found if len(v) >= _MIN_SECRET), key=len, reverse=True)
 
 

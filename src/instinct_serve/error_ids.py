@@ -54,6 +54,9 @@ ERRORS: dict[str, ErrorId] = {
         USAGE, "export the variable that holds the endpoint's API key, and try again"
     ),
     "bad_argv": ErrorId(USAGE, "correct the command line (`instinct COMMAND --help`)"),
+    "bad_bench_ref": ErrorId(
+        USAGE, "give a plan hash (`instinct bench list`) or the path of a result file"
+    ),
     "bad_bench_result": ErrorId(USAGE, "give a file written by `vllm bench serve --save-result`"),
     "bad_concurrency": ErrorId(
         USAGE, "give a comma-separated list of levels, e.g. --concurrency 1,4,16"
@@ -223,6 +226,9 @@ ERRORS: dict[str, ErrorId] = {
     ),
     "which_endpoint": ErrorId(USAGE, "name the endpoint (one watch per endpoint)"),
     # the environment is not ready (exit 3)
+    "containers_unreadable": ErrorId(
+        NOT_READY, "start Docker on the host (or wait until it answers), then try again"
+    ),
     "docker_missing": ErrorId(NOT_READY, "install Docker (docker.io or docker-ce) on the host"),
     "docker_permission": ErrorId(
         NOT_READY,
@@ -500,6 +506,7 @@ ERRORS: dict[str, ErrorId] = {
     "port_in_use_managed": ErrorId(
         FAILED, "pass --replace to stop it and launch this plan instead, or use another --port"
     ),
+    "realpath_failed": ErrorId(FAILED, "check the host (`instinct check`)"),
     "recipes_api_failed": ErrorId(FAILED, "check the network (or --api-url), then retry"),
     "recipes_api_unreachable": ErrorId(FAILED, "check the network (or --api-url), then retry"),
     "router_unhealthy": ErrorId(FAILED, "read its log: `instinct logs ROUTER`", (NOT_READY,)),

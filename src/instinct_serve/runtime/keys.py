@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from instinct_serve.plan.model import LaunchPlan
 
 _KEY = re.compile(r"[A-Za-z0-9_-]{20,256}")
+MAX_KEY_FILE = 1024  # a key is at most 256 characters: anything larger is not one
 
 # $1: the key file. The key comes on stdin; umask 077 from the first byte written.
 _WRITE = (
@@ -49,7 +50,7 @@ def new_key() -> str:
 
 def read_key(host: Host, path: str) -> str | None:
     """The key in ``path``, or None when there is none (or it is not a key)."""
-    text = (host.read_text(path) or "").strip()
+    text = (host.read_text(path, MAX_KEY_FILE) or "").strip()
     return text if _KEY.fullmatch(text) else None
 
 

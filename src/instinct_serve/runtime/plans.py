@@ -99,7 +99,7 @@ def _path(host: Host, name: str) -> str | None:
 
 def load(host: Host, name: str) -> PlanRecord:
     path = _path(host, name)
-    text = (host.read_text(path) or "")[:MAX_RECORD_BYTES] if path else ""
+    text = (host.read_text(path, MAX_RECORD_BYTES) or "") if path else ""
     try:
         doc = json.loads(text) if text else {}
     except ValueError:

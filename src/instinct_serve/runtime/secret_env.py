@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from instinct_serve.paths import hf_token_file
+from instinct_serve.paths import hf_token_file, read_regular
 
 TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
@@ -22,8 +22,7 @@ def local_secrets(names: Sequence[str]) -> dict[str, str]:
         value = os.environ.get(name, "").strip()
         if not value and name in TOKEN_NAMES:
             try:
-                with open(hf_token_file(), encoding="utf-8") as fh:
-                    value = fh.read().strip()
+                value = read_regular(hf_token_file(), 4096).decode("utf-8", "replace").strip()
             except OSError:
                 value = ""
         if value and "\n" not in value:
