@@ -639,21 +639,24 @@ def _await_exit_file(host: Host, proc: NativeProcess, wait_s: float = 2.0) -> No
         time.sleep(0.1)
 
 
-def survivors_error(host: Host, result: StopResult) -> InstinctError:
-    """The failure of a stop that left processes running: each named (pid, command)."""
-    count = len(result.survivors)
-    listed = "; ".join(s.describe() for s in result.survivors[:5])
-    more = f" and {count - 5} more" if count > 5 else ""
+def survivors_error(
+    host: Host, left: Sequence[tuple[str, Survivor]], details: dict[str, Any]
+) -> InstinctError:
+    """The failure of a stop that left processes running, each named (its launch's name,
+    pid and command); ``details``: what the stop did."""
+    names = sorted({name for name, _ in left})
+    listed = "; ".join(f"{name}: {s.describe()}" for name, s in left[:5])
+    more = f" and {len(left) - 5} more" if len(left) > 5 else ""
     return InstinctError(
-        f"{count} process{'es' if count != 1 else ''} of native endpoint {result.name} on "
-        f"{host.name} still run{'s' if count == 1 else ''} after SIGTERM and SIGKILL: "
-        f"{listed}{more}",
+        f"{len(left)} process{'es' if len(left) != 1 else ''} of native endpoint "
+        f"{', '.join(names)} on {host.name} still run{'s' if len(left) == 1 else ''} after "
+        f"SIGTERM and SIGKILL: {listed}{more}",
         fix="one in state D waits on the kernel (a hung GPU driver call: see `dmesg`; the GPU "
         "may need a reset); one outside its process group was not signalled: check it with "
         f"`ps -o pid,stat,args -p PID`, end it with `kill -9 PID`, then `instinct stop "
-        f"{result.name}` again",
+        f"{names[0] if len(names) == 1 else 'NAME'}` again",
         id="processes_survive",
-        details=result.to_dict(),
+        details=details,
     )
 
 
