@@ -97,13 +97,13 @@ def test_ps_names_a_killed_servers_engine_processes_and_stop_ends_them(
     took = time.monotonic() - started
     assert stop.returncode == 0, stop.explain()
     (item,) = json.loads(stop.stdout)["stopped"]
-    assert item["members"] == cores and item["survivors"] == [] and not item["was_running"]
+    assert item["processes"] == cores and item["survivors"] == [] and not item["was_running"]
     assert engine_cores(port) == [] and processes_mentioning(f"--port {port}") == []
     ps = run_cli(["ps", "--json", "--no-health"], env=env)
     (row,) = [r for r in json.loads(ps.stdout)["endpoints"] if r["name"] == name]
     assert row["survivors"] == [] and row["status"] == "stopped (exit 137)"
     print(
-        f"\nstop: {len(item['members'])} survivors ended in {item['stop_s']} s ({took:.2f} s CLI)"
+        f"\nstop: {len(item['processes'])} survivors ended in {item['stop_s']} s ({took:.2f} s CLI)"
     )
 
 

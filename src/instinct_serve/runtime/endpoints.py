@@ -291,7 +291,7 @@ def _stop_native(host: Host, name: str, model: Any) -> tuple[dict[str, Any], Sto
         "model": model,
         "was_running": result.was_running,
         "removed": False,
-        "members": result.members,
+        "processes": result.members,  # the pids it ended (``members``: a group's replicas)
         "survivors": [s.to_dict() for s in result.survivors],
         "stop_s": round(result.elapsed_s, 3),
     }
