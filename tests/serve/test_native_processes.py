@@ -18,7 +18,7 @@ from instinct_serve.engine import launcher
 from instinct_serve.hosts import LocalHost
 from tests.infra.ports import free_port
 from tests.infra.vllm_double import install_fake_vllm
-from tests.serve.conftest import MODEL, parse_lines, processes_mentioning, run_cli
+from tests.serve.conftest import MODEL, Run, parse_lines, processes_mentioning, run_cli
 
 
 @pytest.fixture
@@ -42,12 +42,22 @@ def port() -> Iterator[int]:
         os.kill(pid, signal.SIGKILL)
 
 
-def serve(gpu_root: Path, port: int, name: str, env: dict[str, str]) -> None:
+def serve(gpu_root: Path, port: int, name: str, env: dict[str, str]) -> Run:
     args = ["serve", MODEL, "--engine", "native", "--gpu", "mi300x", "--gpus", "1"]
     args += ["--port", str(port), "--name", name, "--root", str(gpu_root)]
-    run = run_cli([*args, "--timeout", "60", "--yes", "--json"], env=env)
-    assert run.returncode == 0, run.explain()
-    assert run.result["status"] == "ready"
+    return run_cli([*args, "--timeout", "60", "--yes", "--json"], env=env)
+
+
+def crashed(gpu_root: Path, port: int, name: str, env: dict[str, str]) -> list[int]:
+    """Serve ``name``, then SIGKILL its API server: the engine processes it leaves."""
+    run = serve(gpu_root, port, name, env)
+    assert run.returncode == 0 and run.result["status"] == "ready", run.explain()
+    cores = engine_cores(port)
+    assert len(cores) == 2
+    kill_api_server(port)
+    wait_ended(name)
+    assert engine_cores(port) == cores  # what the issue saw: they outlive the server
+    return cores
 
 
 def engine_cores(port: int) -> list[int]:
@@ -76,12 +86,7 @@ def test_ps_names_a_killed_servers_engine_processes_and_stop_ends_them(
     env: dict[str, str], gpu_root: Path, port: int
 ) -> None:
     name = f"native-tree-{port}"
-    serve(gpu_root, port, name, env)
-    cores = engine_cores(port)
-    assert len(cores) == 2
-    kill_api_server(port)
-    wait_ended(name)
-    assert engine_cores(port) == cores  # what the issue saw: they outlive the server
+    cores = crashed(gpu_root, port, name, env)
 
     ps = run_cli(["ps", "--json", "--no-health"], env=env)
     assert ps.returncode == 0, ps.explain()
@@ -111,10 +116,7 @@ def test_stop_fails_naming_a_process_that_left_the_group(
     env: dict[str, str], gpu_root: Path, port: int
 ) -> None:
     name = f"native-leaver-{port}"
-    serve(gpu_root, port, name, {**env, "VLLM_DOUBLE_CHILDREN_DETACH": "session"})
-    cores = engine_cores(port)
-    kill_api_server(port)
-    wait_ended(name)
+    cores = crashed(gpu_root, port, name, {**env, "VLLM_DOUBLE_CHILDREN_DETACH": "session"})
     stop = run_cli(["stop", name, "--json"], env=env)
     assert stop.returncode == 1, stop.explain()
     error = json.loads(stop.stdout)["error"]
@@ -123,9 +125,7 @@ def test_stop_fails_naming_a_process_that_left_the_group(
         assert f"pid {pid} (" in error["message"] and "engine-core" in error["message"]
     (item,) = error["details"]["stopped"]
     assert sorted(s["pid"] for s in item["survivors"]) == cores == engine_cores(port)
-    again = run_cli(["serve", MODEL, "--engine", "native", "--gpu", "mi300x", "--gpus", "1",
-                     "--port", str(port), "--name", name, "--root", str(gpu_root),
-                     "--timeout", "60", "--yes", "--json"], env=env)  # fmt: skip
+    again = serve(gpu_root, port, name, env)
     assert again.returncode == 1, again.explain()  # not beside them: refused
     assert again.result["error"]["id"] == "processes_survive"
     assert engine_cores(port) == cores
@@ -135,10 +135,7 @@ def test_watch_ends_a_killed_servers_engine_processes_before_it_relaunches(
     env: dict[str, str], gpu_root: Path, port: int
 ) -> None:
     name = f"native-watch-tree-{port}"
-    serve(gpu_root, port, name, env)
-    old = engine_cores(port)
-    kill_api_server(port)
-    wait_ended(name)
+    old = crashed(gpu_root, port, name, env)
     watch = ["watch", name, "--interval", "0.2", "--backoff", "0", "--checks", "2"]
     run = run_cli([*watch, "--timeout", "60", "--json"], env=env, timeout=120)
     assert run.returncode == 0, run.explain()
