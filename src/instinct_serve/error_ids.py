@@ -507,6 +507,11 @@ ERRORS: dict[str, ErrorId] = {
         FAILED, "pass --replace to stop it and launch this plan instead, or use another --port"
     ),
     "realpath_failed": ErrorId(FAILED, "check the host (`instinct check`)"),
+    "processes_survive": ErrorId(
+        FAILED,
+        "check the processes it names (`ps -o pid,stat,args -p PID`): one in state D waits on a "
+        "hung driver call (see `dmesg`); end the others with `kill -9 PID`, then stop it again",
+    ),
     "recipes_api_failed": ErrorId(FAILED, "check the network (or --api-url), then retry"),
     "recipes_api_unreachable": ErrorId(FAILED, "check the network (or --api-url), then retry"),
     "router_unhealthy": ErrorId(FAILED, "read its log: `instinct logs ROUTER`", (NOT_READY,)),

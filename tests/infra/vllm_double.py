@@ -82,6 +82,15 @@ environment, because the argv is produced by the real planner and must stay unch
     ``die`` log and exit (a worker failing after start-up, which must fail the group).
 ``VLLM_DOUBLE_RENDEZVOUS_S``
     Multi-node only: how long rank 0 waits for every rank, and a rank for rank 0 (default 60).
+``VLLM_DOUBLE_CHILDREN``
+    ``N``: start N child processes first, standing in for vLLM's engine-core processes
+    (argv ``python vllm_double.py engine-core --port P --index I``; they only sleep). On
+    SIGTERM the double ends them first and waits for them (up to 5 s), as vLLM's shutdown
+    does; killed with SIGKILL it leaves them running, as a real vLLM whose API server was
+    killed leaves its engine processes. ``VLLM_DOUBLE_CHILDREN_TERM=ignore``: the children
+    ignore SIGTERM (only SIGKILL ends them). ``VLLM_DOUBLE_CHILDREN_DETACH``: ``group`` puts
+    them in a process group of their own (same session), ``session`` in a session of their
+    own (they leave the launch's session and group).
 
 Multi-node (``--nnodes N --node-rank R --master-addr A [--master-port P]``, ``--headless`` on
 ranks > 0, vLLM's mp-backend flags): a real TCP rendezvous, standing in for torch's store.
@@ -121,6 +130,7 @@ import random
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -1172,6 +1182,42 @@ def serve(server: ThreadingHTTPServer) -> threading.Thread:
     return thread
 
 
+def engine_core(index: str) -> int:
+    """The engine-core stand-in (``vllm_double.py engine-core --port P --index I``):
+    detaches as told, ignores SIGTERM if told, then sleeps."""
+    how = os.environ.get("VLLM_DOUBLE_CHILDREN_DETACH", "")
+    if how == "group":
+        os.setpgid(0, 0)
+    elif how == "session":
+        os.setsid()
+    if os.environ.get("VLLM_DOUBLE_CHILDREN_TERM") == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(f"vllm-double: engine core {index} pid {os.getpid()} ({how or 'same group'})", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
+def start_children(port: int) -> None:
+    """``VLLM_DOUBLE_CHILDREN``: the engine-core stand-ins (see the module docstring)."""
+    for index in range(int(os.environ.get("VLLM_DOUBLE_CHILDREN", "0") or 0)):
+        argv = [sys.executable, str(Path(__file__).resolve()), "engine-core", "--port", str(port)]
+        CHILDREN.append(subprocess.Popen([*argv, "--index", str(index)]))
+
+
+def stop_children() -> None:
+    """A clean shutdown ends the engine cores first (SIGTERM, up to 5 s for them)."""
+    for child in CHILDREN:
+        with contextlib.suppress(OSError):
+            child.terminate()
+    deadline = time.monotonic() + 5
+    for child in CHILDREN:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     mode = os.environ.get("VLLM_DOUBLE_MODE", "healthy")
@@ -1183,6 +1229,7 @@ def main(argv: list[str]) -> int:
 
     def on_term(signum: int, frame: object) -> None:
         # PID 1 in a container has no default SIGTERM action: exit as vLLM does.
+        stop_children()
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, on_term)
@@ -1191,6 +1238,7 @@ def main(argv: list[str]) -> int:
         f"enforce_eager={args.enforce_eager} argv={json.dumps(argv)}",
         flush=True,
     )
+    start_children(args.port)
 
     if args.nnodes > 1 and args.node_rank > 0:
         return headless_main(args, load_s)
@@ -1280,6 +1328,8 @@ def _exit_now(code: int) -> None:
 
 if __name__ == "__main__":
     try:
+        if sys.argv[1:2] == ["engine-core"]:
+            _exit_now(engine_core(sys.argv[-1]))
         _exit_now(main(sys.argv[1:]))
     except KeyboardInterrupt:
         _exit_now(130)

@@ -105,7 +105,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         rows = {r["name"]: r for r in json.loads(ps.stdout)["endpoints"]}
         # the launcher's own description: "stopped (exit N)", never "exited (None)"
         assert re.fullmatch(r"stopped \(exit -?\d+\)", rows[name]["status"]), rows[name]
-        # launcher.stop returns once the wrapper is gone; vLLM itself follows shortly
+        # launcher.stop returns once every process of the launch is gone
         deadline = time.monotonic() + 10
         while processes_mentioning(f"--port {port}") and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -90,6 +90,8 @@ def ps(no_health: bool, host_spec: str | None, hosts_spec: str | None, as_json: 
         for row in rows:  # restarts (the daemon's policy and instinct watch), last failure
             if row.restarts or row.last_failure:
                 con.print(f"[dim]{escape(_history(row.name, row.restarts, row.last_failure))}[/]")
+            if row.survivors:
+                con.print(f"[red]{escape(_survivors(row.name, row.survivors))}[/]")
 
     emit(listing.to_dict(), as_json, human)
     return 0
@@ -102,6 +104,15 @@ def _history(name: str, restarts: int, failure: dict[str, Any] | None) -> str:
         why = f": {failure['why']}" if failure.get("why") else ""
         parts.append(f"last failure {failure['kind']} at {failure['at']}{why}")
     return f"{name}: " + "; ".join(parts)
+
+
+def _survivors(name: str, survivors: list[dict[str, Any]]) -> str:
+    """``NAME ended, but 2 of its processes still run: pid 1 (cmd); ...; `instinct stop NAME```."""
+    listed = "; ".join(f"pid {s['pid']} ({s['command']})" for s in survivors)
+    return (
+        f"{name} ended, but {len(survivors)} of its processes still run: {listed}; "
+        f"`instinct stop {name}` ends them"
+    )
 
 
 def _ps_groups(nodes: list[Host], probe: bool, as_json: bool) -> int:

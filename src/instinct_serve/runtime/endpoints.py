@@ -22,6 +22,7 @@ from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 
 if TYPE_CHECKING:
     from instinct_serve.credentials import Redactor
+    from instinct_serve.engine.launcher import StopResult
     from instinct_serve.hosts import Host
 
 HEALTH_TIMEOUT_S = 2.0
@@ -55,6 +56,8 @@ class Row:
     restarts: int = 0  # ``runtime.journal.summary``: by watch and by the daemon
     last_failure: dict[str, Any] | None = None
     server: str = servers.DEFAULT  # the kind of server (``servers``): which route ``probe`` asks
+    # processes of an ended native endpoint that still run (``add_survivors``)
+    survivors: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +76,7 @@ class Row:
             "verified": self.verified,
             "restarts": self.restarts,
             "last_failure": self.last_failure,
+            "survivors": self.survivors,
         } | (
             {
                 "group": self.group,
@@ -227,6 +231,7 @@ def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None)
         _add_verified(host, every)
     if every:
         _add_history(host, every)
+    add_survivors(host, every)
     if health:
         for row in every:
             if row.running and row.port:
@@ -261,6 +266,52 @@ def _add_history(host: Host, rows: list[Row]) -> None:
             daemon_restarts=row.daemon_restarts,
         )
         row.restarts, row.last_failure = doc["restarts"], doc["last_failure"]
+
+
+def add_survivors(host: Host, rows: Sequence[Row]) -> None:
+    """The processes each ended (stopped or crashed) native endpoint left running, with
+    pid and command: a killed vLLM's engine processes hold GPU memory (one scan for all)."""
+    from instinct_serve.engine import launcher
+
+    ended = [r for r in rows if r.engine == "native" and not r.running]
+    if not ended:
+        return
+    try:
+        procs = [p for p in (launcher.load(host, r.name) for r in ended) if p is not None]
+        found = launcher.survivors_of(host, procs)
+    except InstinctError:
+        return
+    for row in ended:
+        row.survivors = [s.to_dict() for s in found.get(row.name, [])]
+
+
+def _stop_native(host: Host, name: str, model: Any) -> tuple[dict[str, Any], StopResult]:
+    """Stop a native endpoint's whole launch (``launcher.stop``): what it ended, and the
+    processes that survive (``stop_one``/``stop_all`` then fail, naming them)."""
+    from instinct_serve.engine import launcher
+
+    result = launcher.stop(host, name)
+    _forget_record(host, name)
+    doc = {
+        "name": name,
+        "engine": "native",
+        "model": model,
+        "was_running": result.was_running,
+        "removed": False,
+        "processes": result.members,  # the pids it ended (``members``: a group's replicas)
+        "survivors": [s.to_dict() for s in result.survivors],
+        "stop_s": round(result.elapsed_s, 3),
+    }
+    return doc, result
+
+
+def _require_gone(host: Host, results: list[StopResult], stopped: list[dict[str, Any]]) -> None:
+    """``processes_survive``, naming each survivor of what was stopped (pid and command)."""
+    from instinct_serve.engine import launcher
+
+    left = [(r.name, s) for r in results for s in r.survivors]
+    if left:
+        raise launcher.survivors_error(host, left, {"host": host.name, "stopped": stopped})
 
 
 def find(host: Host, name: str) -> tuple[str, Any]:
@@ -382,22 +433,13 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
         _forget_key(host, info.name)
         _forget_record(host, info.name)
         return {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
-    from instinct_serve.engine import launcher
-
-    result = launcher.stop(host, found.name)
-    _forget_record(host, found.name)
-    return {
-        "name": found.name,
-        "engine": "native",
-        "model": found.meta.get("model"),
-        "was_running": result.was_running,
-        "removed": False,
-    }
+    doc, result = _stop_native(host, found.name, found.meta.get("model"))
+    _require_gone(host, [result], [doc])
+    return doc
 
 
 def stop_all(host: Host) -> list[dict[str, Any]]:
     """Stop every endpoint this tool started on the host; what was stopped."""
-    from instinct_serve.engine import launcher
     from instinct_serve.runtime.docker import Docker
 
     stopped: list[dict[str, Any]] = []
@@ -414,11 +456,12 @@ def stop_all(host: Host) -> list[dict[str, Any]]:
             )
     except NotReadyError:
         pass  # no Docker here: native endpoints only
-    for row in native_rows(host):
-        if row.running:
-            launcher.stop(host, row.name)
-            _forget_record(host, row.name)
-            stopped.append(
-                {"name": row.name, "engine": "native", "model": row.model, "removed": False}
-            )
+    rows, results = native_rows(host), []
+    add_survivors(host, rows)
+    for row in rows:
+        if row.running or row.survivors:
+            doc, result = _stop_native(host, row.name, row.model)
+            stopped.append(doc)
+            results.append(result)
+    _require_gone(host, results, stopped)
     return stopped

@@ -225,10 +225,15 @@ class NativeBackend:
         return result.stdout if result.ok else ""
 
     def discard(self, name: str, *, keep: bool) -> bool:
-        """Stop the process group (SIGKILL after ``DISCARD_TERM_S``). Its state directory
-        (log) is kept either way: a relaunch under the same name appends to the same log."""
+        """Stop every process of the launch (SIGKILL after ``DISCARD_TERM_S``), also those a
+        crashed server left behind; ``processes_survive`` if any still runs (a relaunch
+        beside them would find their GPU memory taken). Its state directory (log) is kept
+        either way: a relaunch under the same name appends to the same log."""
         try:
             result = launcher.stop(self.host, name, timeout=DISCARD_TERM_S)
         except NotReadyError:
             return False
-        return result.was_running
+        if result.survivors:
+            left = [(name, s) for s in result.survivors]
+            raise launcher.survivors_error(self.host, left, result.to_dict())
+        return bool(result.members)
