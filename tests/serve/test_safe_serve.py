@@ -179,7 +179,7 @@ def test_public_listens_everywhere_and_requires_a_generated_key(serve: Serve) ->
     assert str(key_file) in human.stdout and "every interface" in human.stdout
     assert key not in human.stdout + human.stderr
 
-    stop = run_cli(["stop", name, "--json"])
+    stop = run_cli(["stop", "--yes", name, "--json"])
     assert stop.returncode == 0 and not key_file.exists()  # the key goes with its endpoint
 
 

@@ -184,35 +184,43 @@ def stop_selection(host: Host, names: Sequence[str], *, everyone: bool) -> StopS
     """The endpoints ``stop NAME...`` (any owner's: named on purpose) or ``stop --all``
     (no names: the caller's own, everyone's with ``everyone``; a native process only while
     it runs) would stop; names that are unknown or not this tool's are ``skipped``."""
-    from instinct_serve.runtime.endpoints import find, list_endpoints
+    from instinct_serve.runtime.endpoints import list_endpoints
     from instinct_serve.runtime.owner import caller, is_mine
 
-    rows = list_endpoints(host, health=False, everyone=True).rows
-    proofs = _proofs(host)
+    found_all = [(name, _find(host, name)) for name in dict.fromkeys(names)]
+    skipped = [{"name": n, **f} for n, f in found_all if isinstance(f, dict)]
+    ours = [f for _n, f in found_all if not isinstance(f, dict)]
+    listed = not names or ours  # the listing: for --all, and for a group's members
+    rows = list_endpoints(host, health=False, everyone=True).rows if listed else []
     chosen: list[Row] = []
-    skipped: list[dict[str, Any]] = []
     if not names:
         me = caller()
         chosen = [r for r in rows if (everyone or is_mine(r.owner, me))]
         chosen = [r for r in chosen if r.engine == "docker" or r.running]
     by_name = {r.name: r for r in rows}
-    for name in dict.fromkeys(names):
-        try:
-            engine, found = find(host, name)
-        except InstinctError as exc:
-            skipped.append({"name": name, "status": exc.id, "message": exc.message})
-            continue
-        if engine == "docker" and not found.managed:
-            why = f"container {found.name} was not started by instinct-serve"
-            skipped.append({"name": name, "status": "not_managed", "message": why})
-            continue
+    for engine, found in ours:
         row = by_name.get(found.name) or _row_of(found, engine)
         if row not in chosen:
             chosen.append(row)
+    proofs = _proofs(host) if chosen else {}
     touch = [item for row in chosen for item in _items(host, row, proofs)]
     keep = [_kept(r) for r in rows if r not in chosen] if not names else []
     change = Change("stop", host.name, tuple(touch), tuple(keep), tuple(skipped))
     return StopSelection(change, [r.name for r in chosen])
+
+
+def _find(host: Host, name: str) -> tuple[str, Any] | dict[str, str]:
+    """``endpoints.find``'s (engine, endpoint) for one of ours, else why not (a dict)."""
+    from instinct_serve.runtime.endpoints import find
+
+    try:
+        engine, found = find(host, name)
+    except InstinctError as exc:
+        return {"status": exc.id, "message": exc.message}
+    if engine == "docker" and not found.managed:
+        why = f"container {found.name} was not started by instinct-serve"
+        return {"status": "not_managed", "message": why}
+    return engine, found
 
 
 def _row_of(found: Any, engine: str) -> Row:
