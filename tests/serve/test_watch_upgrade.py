@@ -189,7 +189,7 @@ def test_upgrade_switches_over_and_rollback_returns_to_the_old_plan(serve: Serve
 
     # no terminal and no --yes: refused, with what it would replace; nothing touched
     asked = run_cli(["rollback", name, "--root", str(serve.root), "--json"])
-    refusal = parse_lines(asked.stdout)[-1]["error"]
+    refusal = json.loads(asked.stdout)["error"]
     assert asked.returncode == 2 and refusal["id"] == "confirmation_required", asked.explain()
     assert name in {item["name"] for item in refusal["details"]["change"]["touch"]}
     still = inspect(name)
