@@ -50,6 +50,11 @@ ERRORS: dict[str, ErrorId] = {
         "a key is generated",
         (NOT_READY,),
     ),
+    "approval_required": ErrorId(
+        USAGE,
+        "call without confirm to get the summary, show it to the user, then call again with "
+        "confirm=true and its hash (plan_hash, change_hash)",
+    ),
     "bad_api_key_env": ErrorId(
         USAGE, "export the variable that holds the endpoint's API key, and try again"
     ),
@@ -498,6 +503,9 @@ ERRORS: dict[str, ErrorId] = {
         FAILED, "narrow the request (fewer log lines, a symptom instead of a log)"
     ),
     "plan_changed": ErrorId(FAILED, "plan again, and show the new summary to the user"),
+    "change_changed": ErrorId(
+        FAILED, "show the new summary of what would be touched to the user, then confirm it"
+    ),
     "port_in_use": ErrorId(
         FAILED,
         "pick another --port, or see what holds it with `instinct ps` / `ss -tlnp`",

@@ -58,7 +58,7 @@ def test_ps_logs_and_stop_of_the_container(docker_served: DockerServed) -> None:
     logs = cli(["logs", docker_served.name, "--tail", "400"], env, timeout=60)
     assert logs.returncode == 0, logs.explain()
     assert "Starting vLLM server on http://0.0.0.0:" in logs.stdout
-    stop = cli(["stop", docker_served.name, "--json"], env, timeout=120)
+    stop = cli(["stop", "--yes", docker_served.name, "--json"], env, timeout=120)
     assert stop.returncode == 0, stop.explain()
     assert json.loads(stop.stdout)["stopped"][0]["removed"] is True
     assert inspect(docker_served.name) is None

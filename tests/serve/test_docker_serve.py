@@ -100,7 +100,7 @@ def test_whole_path_phases_connection_and_idempotent_reuse(serve: Serve) -> None
     follow.send_signal(signal.SIGINT)
     assert follow.wait(timeout=20) == 130
     assert processes_mentioning(f"logs -f --tail 5 {name}") == []
-    stop = run_cli(["stop", name, "--json"])
+    stop = run_cli(["stop", "--yes", name, "--json"])
     assert stop.returncode == 0, stop.explain()
     assert json.loads(stop.stdout)["stopped"][0]["name"] == name
     assert inspect(name) is None
@@ -294,7 +294,7 @@ def test_a_foreign_container_with_the_same_name_is_left_alone(
     info = inspect(name)
     assert info is not None and info["State"]["Running"]
     # and stop refuses it too
-    stop = run_cli(["stop", name])
+    stop = run_cli(["stop", "--yes", name])
     assert stop.returncode == 1 and "did not create it" in stop.stderr
     info = inspect(name)
     assert info is not None and info["State"]["Running"]

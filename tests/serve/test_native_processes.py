@@ -98,7 +98,7 @@ def test_ps_names_a_killed_servers_engine_processes_and_stop_ends_them(
     assert f"{name} ended, but 2 of its processes still run: pid {cores[0]} (" in human.stdout
 
     started = time.monotonic()
-    stop = run_cli(["stop", name, "--json"], env=env)
+    stop = run_cli(["stop", "--yes", name, "--json"], env=env)
     took = time.monotonic() - started
     assert stop.returncode == 0, stop.explain()
     (item,) = json.loads(stop.stdout)["stopped"]
@@ -117,7 +117,7 @@ def test_stop_fails_naming_a_process_that_left_the_group(
 ) -> None:
     name = f"native-leaver-{port}"
     cores = crashed(gpu_root, port, name, {**env, "VLLM_DOUBLE_CHILDREN_DETACH": "session"})
-    stop = run_cli(["stop", name, "--json"], env=env)
+    stop = run_cli(["stop", "--yes", name, "--json"], env=env)
     assert stop.returncode == 1, stop.explain()
     error = json.loads(stop.stdout)["error"]
     assert error["id"] == "processes_survive"

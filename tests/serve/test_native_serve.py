@@ -97,7 +97,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         assert rows[name]["engine"] == "native" and rows[name]["health"] == "healthy"
         logs = run_cli(["logs", name, "--tail", "30"], env=native_env)
         assert logs.returncode == 0 and "Application startup complete" in logs.stdout
-        stop = run_cli(["stop", name, "--json"], env=native_env)
+        stop = run_cli(["stop", "--yes", name, "--json"], env=native_env)
         assert stop.returncode == 0, stop.explain()
         status = launcher.status(host, name)
         assert status is not None and not status.running

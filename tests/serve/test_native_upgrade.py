@@ -94,7 +94,9 @@ def test_native_upgrade_switches_over_and_rollback_returns(
         assert gone is None or not gone.running
         assert _answers(port)
 
-        back = run_cli(["rollback", name, "--root", str(gpu_root), "--json"], env=native_env)
+        back = run_cli(
+            ["rollback", "--yes", name, "--root", str(gpu_root), "--json"], env=native_env
+        )
         assert back.returncode == 0, back.explain()
         assert parse_lines(back.stdout)[-1]["status"] == "ready"
         assert _length(_argv(name, native_env)) == "4096"  # the old plan again

@@ -58,6 +58,7 @@ class Row:
     server: str = servers.DEFAULT  # the kind of server (``servers``): which route ``probe`` asks
     # processes of an ended native endpoint that still run (``add_survivors``)
     survivors: list[dict[str, Any]] = field(default_factory=list)
+    owner: str | None = None  # ``user@host`` who started it (``runtime.owner``); None: nobody
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +73,7 @@ class Row:
             "image": self.image,
             "plan_hash": self.plan_hash,
             "id": self.id,
+            "owner": self.owner,
             "fixes": self.fixes.split(",") if self.fixes else [],
             "verified": self.verified,
             "restarts": self.restarts,
@@ -91,6 +93,7 @@ class Row:
 
 def docker_rows(host: Host) -> tuple[list[Row], str | None]:
     """Managed containers, or (no rows, why) when Docker is not usable on the host."""
+    from instinct_serve.runtime import owner
     from instinct_serve.runtime.backend import LABEL_FIXES
     from instinct_serve.runtime.docker import Docker
     from instinct_serve.runtime.docker_backend import container_instance
@@ -128,6 +131,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
             replica=replica_index(c.labels),
             daemon_restarts=c.restart_count,
             server=c.labels.get(LABEL_SERVER, servers.DEFAULT),
+            owner=owner.of_labels(c.labels),
         )
         for c in found
     ]
@@ -138,6 +142,7 @@ def native_rows(host: Host) -> list[Row]:
     """Native vLLM processes ``serve --engine native`` launched (not other launches)."""
     from instinct_serve.engine import launcher
     from instinct_serve.runtime.native import process_instance
+    from instinct_serve.runtime.owner import of_meta
 
     try:
         found = launcher.list_processes(host)
@@ -172,6 +177,7 @@ def native_rows(host: Host) -> list[Row]:
                 fixes=",".join(meta.get("fixes") or []) or None,
                 instance=process_instance(status.process),
                 server=str(meta.get("server") or servers.DEFAULT),
+                owner=of_meta(meta),
             )
         )
     return rows
@@ -199,12 +205,16 @@ def probe(host: Host, port: int, server: str = servers.DEFAULT) -> str:
 
 @dataclass
 class Listing:
-    """``ps``: the endpoints (at most ``limit``), how many there were, and Docker's state."""
+    """``ps``: the endpoints (at most ``limit``), how many there were, and Docker's state;
+    whose (``caller``'s own unless ``everyone``) and how many of others were ``hidden``."""
 
     host: str
     rows: list[Row]
     total: int
     docker_problem: str | None
+    caller: str = ""
+    everyone: bool = True
+    hidden: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -213,18 +223,28 @@ class Listing:
             "docker": None
             if self.docker_problem is None
             else {"available": False, "why": self.docker_problem},
+            "caller": self.caller,
+            "everyone": self.everyone,
+            "hidden": self.hidden,
         }
         if self.total > len(self.rows):
             doc["truncated"] = {"shown": len(self.rows), "total": self.total}
         return doc
 
 
-def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None) -> Listing:
-    """Every managed container and native process; ``/health`` probed for running ones."""
+def list_endpoints(
+    host: Host, *, health: bool = True, limit: int | None = None, everyone: bool = False
+) -> Listing:
+    """The caller's managed containers and native processes (everyone's with ``everyone``;
+    a replica group counts as its router's); ``/health`` probed for running ones."""
     from instinct_serve.runtime.group import fold_rows
+    from instinct_serve.runtime.owner import caller, is_mine
 
     rows, docker_problem = docker_rows(host)
     rows = fold_rows(rows) + native_rows(host)
+    me = caller()
+    mine = rows if everyone else [r for r in rows if is_mine(r.owner, me)]
+    hidden, rows = len(rows) - len(mine), mine
     shown = rows if limit is None else rows[:limit]
     every = [r for row in shown for r in (row, *row.members)]
     if any(row.running for row in every):
@@ -236,7 +256,7 @@ def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None)
         for row in every:
             if row.running and row.port:
                 row.health = probe(host, row.port, row.server)
-    return Listing(host.name, shown, len(rows), docker_problem)
+    return Listing(host.name, shown, len(rows), docker_problem, me, everyone, hidden)
 
 
 def _add_verified(host: Host, rows: list[Row]) -> None:
@@ -287,7 +307,7 @@ def add_survivors(host: Host, rows: Sequence[Row]) -> None:
 
 def _stop_native(host: Host, name: str, model: Any) -> tuple[dict[str, Any], StopResult]:
     """Stop a native endpoint's whole launch (``launcher.stop``): what it ended, and the
-    processes that survive (``stop_one``/``stop_all`` then fail, naming them)."""
+    processes that survive (``stop_one`` then fails, naming them)."""
     from instinct_serve.engine import launcher
 
     result = launcher.stop(host, name)
@@ -438,30 +458,28 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
     return doc
 
 
-def stop_all(host: Host) -> list[dict[str, Any]]:
-    """Stop every endpoint this tool started on the host; what was stopped."""
-    from instinct_serve.runtime.docker import Docker
-
+def stop_each(host: Host, names: Sequence[str], skipped: Sequence[dict[str, Any]] = ()) -> Any:
+    """Stop ``names`` one by one (``runtime.confirm.stop_selection`` chose them; ``skipped``:
+    the names it found nothing of ours for): ``{"host", "stopped", "not_stopped"}``, each
+    name reported. When nothing at all was stopped, the first failure is raised (its
+    ``details`` list every name), as for a single unknown name."""
     stopped: list[dict[str, Any]] = []
-    try:
-        from instinct_serve.runtime.group import forget_config, is_router
-
-        for info in Docker(host).stop_all_managed():
-            _forget_key(host, info.name)
-            _forget_record(host, info.name)
-            if is_router(info):
-                forget_config(host, info.name)
-            stopped.append(
-                {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
-            )
-    except NotReadyError:
-        pass  # no Docker here: native endpoints only
-    rows, results = native_rows(host), []
-    add_survivors(host, rows)
-    for row in rows:
-        if row.running or row.survivors:
-            doc, result = _stop_native(host, row.name, row.model)
-            stopped.append(doc)
-            results.append(result)
-    _require_gone(host, results, stopped)
-    return stopped
+    failed = [dict(s) for s in skipped]
+    raised: list[InstinctError] = []
+    for name in names:
+        try:
+            stopped.append(stop_one(host, name))
+        except InstinctError as exc:
+            failed.append({"name": name, "status": exc.id, "message": exc.message})
+            raised.append(exc)
+    if len(failed) == 1 and raised and not stopped:
+        raise raised[0]  # the one endpoint's own failure (e.g. processes_survive), as it was
+    if failed and not stopped:
+        first = failed[0]
+        raise InstinctError(
+            f"{first['message']}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+            fix="list the endpoints with `instinct ps --everyone`",
+            id="not_managed" if first["status"] == "not_managed" else "not_found",
+            details={"not_stopped": failed},
+        )
+    return {"host": host.name, "stopped": stopped, "not_stopped": failed}

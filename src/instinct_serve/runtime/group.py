@@ -67,6 +67,7 @@ from instinct_serve.runtime.docker_backend import DockerBackend, container_insta
 from instinct_serve.runtime.docker_data import ContainerInfo
 from instinct_serve.runtime.documents import Endpoint, ServeOutcome, Status
 from instinct_serve.runtime.events import EventSink, Launched, Note, PhaseUpdate, Reused
+from instinct_serve.runtime.owner import LABEL_OWNER, caller
 from instinct_serve.runtime.proof import (
     endpoint_of,
     probe_coherence,
@@ -428,6 +429,7 @@ class GroupDeployer:
         # HAProxy's image runs as its own user: the file must be readable (no secret in it)
         hostfs.write_text(self.host, path, text, "644")
         argv = router_argv(self.plan, path)
+        argv[2:2] = ["--label", f"{LABEL_OWNER}={caller()}"]  # who started it (runtime.owner)
         if self.device_root:
             argv = rooted_devices(argv, self.device_root)
         self.sink(PhaseUpdate(phase="launching", message=f"router {self.router.name}"))

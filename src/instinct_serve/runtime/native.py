@@ -26,6 +26,7 @@ from instinct_serve.runtime.backend import (
     same_command,
 )
 from instinct_serve.runtime.docker import Docker
+from instinct_serve.runtime.owner import META_OWNER, caller
 
 META_ENGINE = "instinct-serve"
 
@@ -175,6 +176,7 @@ class NativeBackend:
             "max_model_len": plan.max_model_len,
             "gpu_indices": plan.gpu_indices,
             "secret_env": sorted(secrets),
+            META_OWNER: caller(),  # who started it (``runtime.owner``)
         } | ({"server": plan.server} if plan.server != "vllm" else {})  # ps probes its route
         self._launching = plan.container_name
         launcher.launch(
