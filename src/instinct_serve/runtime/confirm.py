@@ -183,7 +183,8 @@ def _proofs(host: Host) -> dict[str, Any]:
 def stop_selection(host: Host, names: Sequence[str], *, everyone: bool) -> StopSelection:
     """The endpoints ``stop NAME...`` (any owner's: named on purpose) or ``stop --all``
     (no names: the caller's own, everyone's with ``everyone``; a native endpoint while it
-    runs or processes of it survive) would stop; names that are unknown or not this tool's are ``skipped``."""
+    runs or processes of it survive) would stop; names that are unknown or not this tool's
+    are ``skipped``."""
     from instinct_serve.runtime.endpoints import list_endpoints
     from instinct_serve.runtime.owner import caller, is_mine
 
