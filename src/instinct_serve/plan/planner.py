@@ -189,8 +189,8 @@ def _environment(b: PlanBuilder, inp: PlanInputs) -> None:
         values = seen.get(key, [])
         if len({v.value for v in values}) > 1:
             b.conflicts.append(Conflict("env", key, tuple(values), Assigned(source, value)))
-    for key, value in inp.options.extra_env.items():
-        b.override_env(key, value, "--env", "given by you")
+    for key, value in inp.options.env_literal.items():
+        b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
 
 
 def _devices(
@@ -239,14 +239,19 @@ def _secrets(b: PlanBuilder, opts: PlanOptions) -> str | None:
         "passed by name: docker copies it from your environment, so the "
         "token never appears in the command line or in this output",
     )
-    for key in opts.env_by_name:
+    for key in dict.fromkeys([*opts.env_by_name, *opts.extra_env]):
         if key in b.env:
             b.drop_env(key, "--env", "passed by name: your value replaces this one")
+        where = (
+            "the value given on the command line is placed in the environment of the "
+            "launching process for this run"
+            if key in opts.extra_env
+            else "its value is taken from your environment at launch"
+        )
         b.secret(
             key,
             "--env",
-            "passed by name: its value is taken from your environment at launch and "
-            "never written in the plan, an argument or a label",
+            f"passed by name: {where}, and never written in the plan, an argument or a label",
         )
     return _api_key(b, opts)
 
