@@ -81,8 +81,10 @@ def test_credential_names_are_recognised(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["TOKENIZERS_PARALLELISM", "MAX_TOKENS", "KEYS_DIR", "BYPASS", "SSH_ASKPASS", "PWD"]
-    + ["OLDPWD", "AUTH_MODE", "MONKEY", "SSH_AUTH_SOCK", "XAUTHORITY", "VLLM_USE_V1"],
+    [
+        *("TOKENIZERS_PARALLELISM", "MAX_TOKENS", "KEYS_DIR", "BYPASS", "SSH_ASKPASS", "PWD"),
+        *("OLDPWD", "AUTH_MODE", "MONKEY", "SSH_AUTH_SOCK", "XAUTHORITY", "VLLM_USE_V1"),
+    ],
 )
 def test_settings_are_not_credentials(name: str) -> None:
     """A name merely containing a word (KEYS, TOKENS, PASS in BYPASS) is a setting: its

@@ -529,8 +529,7 @@ def _check_env_options(opts: PlanOptions) -> None:
             )
         if key in PLAN_ENV or key in CACHE_VARIABLES:
             raise UsageError(
-                f"{key} shapes the plan, and a value passed by name (--env {key}=...) is "
-                "not in it",
+                f"{key} shapes the plan, and a value passed by name (--env {key}=...) is not in it",
                 fix=f"give it with --env-literal {key}=VALUE (written in the plan)",
                 id="bad_env",
                 details={"option": "extra_env", "name": key},

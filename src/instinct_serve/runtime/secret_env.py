@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
+from types import MappingProxyType
 
 from instinct_serve.paths import hf_token_file
 
 TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
-_GIVEN: ContextVar[Mapping[str, str]] = ContextVar("instinct_given_env", default={})
+_GIVEN: ContextVar[Mapping[str, str]] = ContextVar(
+    "instinct_given_env", default=MappingProxyType({})
+)
 
 
 def give(values: Mapping[str, str]) -> None:
