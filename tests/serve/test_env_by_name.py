@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.infra.ports import free_port
+from tests.infra.ssh import SshServer
 from tests.serve.conftest import Serve, inspect, run_cli
 
 pytestmark = pytest.mark.docker
@@ -29,14 +30,14 @@ pytestmark = pytest.mark.docker
 LISTED = ("SSH_KEY", "PASS", "SESSION_ID", "COOKIE", "BEARER", "AUTH_HEADER")
 
 
-def _recording_docker(tmp_path: Path, names: list[str]) -> tuple[Path, Path]:
-    """A ``docker`` that appends {argv, the values of ``names`` it saw} to a file and
-    execs the real one."""
-    real = shutil.which("docker")
+def _recording(tmp_path: Path, tool: str, names: list[str]) -> tuple[Path, Path]:
+    """A ``tool`` that appends {argv, the values of ``names`` it saw} to a file and execs
+    the real one."""
+    real = shutil.which(tool)
     assert real is not None
-    bin_dir, record = tmp_path / "bin", tmp_path / "docker-calls.jsonl"
+    bin_dir, record = tmp_path / "bin", tmp_path / f"{tool}-calls.jsonl"
     bin_dir.mkdir()
-    wrapper = bin_dir / "docker"
+    wrapper = bin_dir / tool
     wrapper.write_text(
         f"#!{sys.executable}\n"
         "import json, os, sys\n"
@@ -65,7 +66,7 @@ def _files_mentioning(root: Path, value: str) -> list[str]:
 def test_env_values_reach_the_container_by_name_only(serve: Serve, tmp_path: Path) -> None:
     given = "given-on-the-command-line-" + uuid.uuid4().hex
     listed = {name: f"{name.lower()}-value-{uuid.uuid4().hex}" for name in LISTED}
-    bin_dir, record = _recording_docker(tmp_path, ["MY_SETTING", *LISTED])
+    bin_dir, record = _recording(tmp_path, "docker", ["MY_SETTING", *LISTED])
     env = {**os.environ, **listed, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     name = serve.name("byname")
     by_name = [arg for n in LISTED for arg in ("--env", n)]
@@ -109,3 +110,24 @@ def test_a_credential_given_a_value_launches_nothing(serve: Serve) -> None:
             assert run.result["error"]["id"] == "secret_in_args"
             assert value not in run.stdout + run.stderr
             assert inspect(name) is None
+
+
+@pytest.mark.ssh
+def test_a_given_value_travels_over_ssh_on_stdin(
+    serve: Serve, sshd: SshServer, tmp_path: Path
+) -> None:
+    """--host: the value reaches the remote docker CLI's environment through ssh's stdin;
+    neither the ssh argv nor the remote docker's argv carries it."""
+    given = "given-over-ssh-" + uuid.uuid4().hex
+    bin_dir, record = _recording(tmp_path, "ssh", ["MY_SETTING"])
+    env = {**sshd.env(), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    name = serve.name("sshbyname")
+    run = serve("--host", sshd.host_spec, "--env", f"MY_SETTING={given}", name=name, env=env)
+    assert run.returncode == 0, run.explain()
+    info = inspect(name)  # the "remote" docker is this machine's
+    assert info is not None and f"MY_SETTING={given}" in info["Config"]["Env"]
+    assert given not in json.dumps([info["Args"], info["Config"]["Cmd"], info["Config"]["Labels"]])
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert calls and all(given not in json.dumps(c["argv"]) for c in calls)
+    assert any("MY_SETTING" in json.dumps(c["argv"]) for c in calls)  # the name, in the run
+    assert given not in run.stdout + run.stderr
