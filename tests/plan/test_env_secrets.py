@@ -138,13 +138,13 @@ def test_the_cli_refuses_them_without_printing_the_value(name: str, value: str) 
 
 
 def test_a_setting_the_plan_reads_must_be_literal() -> None:
-    with pytest.raises(UsageError) as refused:
-        PlanOptions.parse({"gpu": "mi300x", "extra_env": {"VLLM_USE_V1": "0"}})
-    assert refused.value.id == "bad_env" and "--env-literal VLLM_USE_V1=" in (
-        refused.value.fix or ""
-    )
-    literal = PlanOptions.parse({"gpu": "mi300x", "env_literal": {"VLLM_USE_V1": "0"}})
-    assert literal.env_literal == {"VLLM_USE_V1": "0"}
+    for name in ("VLLM_USE_V1", "VLLM_CPU_KVCACHE_SPACE", "HIP_VISIBLE_DEVICES", "VLLM_CACHE_ROOT"):
+        with pytest.raises(UsageError) as refused:
+            make_plan(PlanOptions.parse({"gpu": "mi300x", "extra_env": {name: "0"}}))
+        assert refused.value.id == "bad_env"
+        assert f"--env-literal {name}=" in (refused.value.fix or "")
+    literal = make_plan(PlanOptions.parse({"gpu": "mi300x", "env_literal": {"VLLM_USE_V1": "0"}}))
+    assert literal.plan.env["VLLM_USE_V1"] == "0"
     with pytest.raises(UsageError) as twice:
         PlanOptions.parse({"gpu": "mi300x", "extra_env": ["A=x"], "env_literal": ["A=y"]})
     assert twice.value.id == "bad_env"

@@ -496,28 +496,10 @@ class PlanOptions(SizingOptions):
         checked.check()
 
 
-# The variables the planner reads to size or check the plan (plan.cpu, fit.catalog_link,
-# plan.constraints, the planner's devices and context; plan.caches.CACHE_VARIABLES too): a
-# value it cannot see would make the plan say one thing and the server do another, so they
-# are given with --env-literal.
-PLAN_ENV = (
-    "VLLM_CPU_KVCACHE_SPACE",
-    "VLLM_USE_V1",
-    "VLLM_USE_V2_MODEL_RUNNER",
-    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
-    "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
-    "VLLM_ROCM_USE_AITER",
-    "CUDA_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-)
-
-
 def _check_env_options(opts: PlanOptions) -> None:
     """``--env`` and ``--env-literal``: no credential typed on the command line (every user
     of the host sees an argv), no value that cannot travel by name, no name given twice."""
     from instinct_serve.credentials import is_secret_name, looks_like_token
-    from instinct_serve.plan.caches import CACHE_VARIABLES
 
     for key, value in opts.extra_env.items():
         if is_secret_name(key) or looks_like_token(value):
@@ -525,13 +507,6 @@ def _check_env_options(opts: PlanOptions) -> None:
                 f"{key} must not be given a value on the command line",
                 fix=f"export {key} in your environment and pass it by name: --env {key}",
                 id="secret_in_args",
-                details={"option": "extra_env", "name": key},
-            )
-        if key in PLAN_ENV or key in CACHE_VARIABLES:
-            raise UsageError(
-                f"{key} shapes the plan, and a value passed by name (--env {key}=...) is not in it",
-                fix=f"give it with --env-literal {key}=VALUE (written in the plan)",
-                id="bad_env",
                 details={"option": "extra_env", "name": key},
             )
         if "\n" in value or "\r" in value:
