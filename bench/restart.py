@@ -73,7 +73,7 @@ def real_argv(tmp: str, env: dict[str, str]) -> list[str]:
     print(f"the REAL vLLM {setup.vllm_version} (CPU build), native, compiled")
     env.update(INSTINCT_VLLM_COMMAND=str(setup.vllm), INSTINCT_ALLOW_CPU_ENGINE="1")
     argv = ["serve", str(setup.model_dir), "--engine", "native", "--timeout", "600"]
-    return [*argv, "--env", f"VLLM_CPU_KVCACHE_SPACE={KV_CACHE_GIB}"]
+    return [*argv, "--env-literal", f"VLLM_CPU_KVCACHE_SPACE={KV_CACHE_GIB}"]
 
 
 def double_argv(tmp: str, args: argparse.Namespace) -> list[str]:

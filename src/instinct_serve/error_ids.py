@@ -74,7 +74,8 @@ ERRORS: dict[str, ErrorId] = {
     ),
     "bad_cpu_kv_space": ErrorId(
         USAGE,
-        "give the GiB of RAM for the KV cache as a number, e.g. --env VLLM_CPU_KVCACHE_SPACE=4",
+        "give the GiB of RAM for the KV cache as a number, "
+        "e.g. --env-literal VLLM_CPU_KVCACHE_SPACE=4",
     ),
     "bad_env": ErrorId(USAGE, "give NAME=VALUE with a value of one line"),
     "bad_env_name": ErrorId(

@@ -34,16 +34,23 @@ def plan(**raw: Any) -> Any:
 
 
 def test_env_by_name_is_listed_never_valued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both forms of --env pass by name (issue 26: a value given on the command line too);
+    only --env-literal writes a value."""
     monkeypatch.setenv("MY_SETTING", "value-from-the-caller-123456")
-    opts = PlanOptions.parse({"extra_env": ["MY_SETTING", "OTHER=1"], "gpu": "mi300x"})
-    assert opts.env_by_name == ["MY_SETTING"] and opts.extra_env == {"OTHER": "1"}
-    made = plan(extra_env=["MY_SETTING", "OTHER=1"])
-    assert "MY_SETTING" in made.secret_env and "MY_SETTING" not in made.env
-    assert made.env["OTHER"] == "1"
+    given = "value-given-on-the-command-line-7890"
+    raw = {"extra_env": ["MY_SETTING", f"OTHER={given}"], "env_literal": ["PLAIN=1"]}
+    opts = PlanOptions.parse({**raw, "gpu": "mi300x"})
+    assert opts.env_by_name == ["MY_SETTING"] and opts.extra_env == {"OTHER": given}
+    made = plan(**raw)
+    assert {"MY_SETTING", "OTHER"} <= set(made.secret_env)
+    assert "MY_SETTING" not in made.env and "OTHER" not in made.env
+    assert made.env["PLAIN"] == "1"
     for fmt in FORMATS:
-        assert "value-from-the-caller" not in render(made, fmt)
+        text = render(made, fmt)
+        assert "value-from-the-caller" not in text and given not in text
     argv = docker_argv(made)
-    assert argv[argv.index("MY_SETTING") - 1] == "--env"
+    assert argv[argv.index("MY_SETTING") - 1] == argv[argv.index("OTHER") - 1] == "--env"
+    assert "PLAIN=1" in argv
     # the same through the MCP-shaped mapping/list input
     assert PlanOptions.parse({"extra_env": ["A", "A", "B=2"]}).env_by_name == ["A"]
 

@@ -101,7 +101,7 @@ def serve_args(
             raise ValueError("the docker route needs a GPU root")
         argv += ["--gpu", "mi300x", "--root", str(root)]
     if kv_cache_gib is not None:  # it overrides --kv-cache-memory-bytes when set
-        argv += ["--env", f"VLLM_CPU_KVCACHE_SPACE={kv_cache_gib}"]
+        argv += ["--env-literal", f"VLLM_CPU_KVCACHE_SPACE={kv_cache_gib}"]
     argv += list(extra)
     if json_lines:
         argv.append("--json")
@@ -115,7 +115,14 @@ def docker_serve_args(
     from the tier's mounted HF cache, offline (the container has no way to the Hub)."""
     args = serve_args(model or setup.model_id, engine="docker", **kwargs)
     at = args.index("--yes") + 1
-    args[at:at] = ["--image", image, "--hf-cache", str(setup.hf_home), "--env", "HF_HUB_OFFLINE=1"]
+    args[at:at] = [
+        "--image",
+        image,
+        "--hf-cache",
+        str(setup.hf_home),
+        "--env-literal",
+        "HF_HUB_OFFLINE=1",
+    ]
     return args
 
 

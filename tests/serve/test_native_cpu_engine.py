@@ -63,7 +63,7 @@ def test_a_cpu_only_engine_serves_without_a_gpu(
     port = free_port()
     name = f"native-cpu-{port}"
     args = ["serve", str(model), "--engine", "native", "--port", str(port), "--name", name]
-    args += ["--env", "VLLM_CPU_KVCACHE_SPACE=1", "--timeout", "60", "--yes", "--json"]
+    args += ["--env-literal", "VLLM_CPU_KVCACHE_SPACE=1", "--timeout", "60", "--yes", "--json"]
     try:
         run = run_cli(args, env=cpu_engine_env, timeout=120)
         assert run.returncode == 0, run.explain()

@@ -64,7 +64,9 @@ def test_native_serve_pins_the_gpu_and_relaunches(
     host = LocalHost()
     try:
         run = run_cli(
-            native_args(gpu_root, port, name, "--env", "VLLM_DOUBLE_MODE=oom_graph_capture"),
+            native_args(
+                gpu_root, port, name, "--env-literal", "VLLM_DOUBLE_MODE=oom_graph_capture"
+            ),
             env=native_env,
         )
         assert run.returncode == 0, run.explain()
@@ -85,7 +87,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         double = [p for p in pids if "vllm_double" in Path(f"/proc/{p}/cmdline").read_text()]
         assert double and _environ(double[0])["HIP_VISIBLE_DEVICES"] == "1"
 
-        mode = ("--env", "VLLM_DOUBLE_MODE=oom_graph_capture")
+        mode = ("--env-literal", "VLLM_DOUBLE_MODE=oom_graph_capture")
         again = run_cli(native_args(gpu_root, port, name, *mode), env=native_env)
         assert again.returncode == 0, again.explain()
         assert again.result["status"] == "reused"

@@ -384,7 +384,9 @@ def deploy(
     """
     from instinct_serve.runtime.deploying import Interrupted
     from instinct_serve.runtime.prepare import prepare, serve_settings
+    from instinct_serve.runtime.secret_env import give
 
+    give(opts.extra_env)  # this call's context only: another call never launches with it
     emit = _emitter(sink, cancelled)
     try:
         prepared = prepare(

@@ -435,6 +435,9 @@ def serve(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     try:
         opts = parse_cli(ServeOptions, kwargs)
         from instinct_serve.cli.multinode import hosts_of, serve_hosts
+        from instinct_serve.runtime.secret_env import give
+
+        give(opts.extra_env)  # --env NAME=VALUE: this run's launches pass it by name
 
         hosts = hosts_of(opts.hosts, host_spec)
         if hosts is not None:

@@ -26,6 +26,7 @@ from instinct_serve.hardware.partitions import Layout, endpoints, spanning_warni
 from instinct_serve.names import is_env_name
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.builder import ArgMerge, PlanBuilder
+from instinct_serve.plan.caches import CACHE_VARIABLES
 from instinct_serve.plan.decisions import (
     FIT_OK,
     TpDecision,
@@ -65,6 +66,18 @@ if TYPE_CHECKING:
     from instinct_serve.hardware.inventory import GpuInventory
 
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+# The variables the plan reads to size or check itself (plan.cpu, fit.catalog_link,
+# plan.constraints, the context and devices steps here, plan.caches.CACHE_VARIABLES): a
+# value passed by name is not in the plan, so these are given with --env-literal.
+PLAN_ENV = (
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_USE_V1",
+    "VLLM_USE_V2_MODEL_RUNNER",
+    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    "VLLM_ROCM_USE_AITER",
+    *DEVICE_ENV,
+)
 
 
 @dataclass
@@ -188,8 +201,8 @@ def _environment(b: PlanBuilder, inp: PlanInputs) -> None:
         values = seen.get(key, [])
         if len({v.value for v in values}) > 1:
             b.conflicts.append(Conflict("env", key, tuple(values), Assigned(source, value)))
-    for key, value in inp.options.extra_env.items():
-        b.override_env(key, value, "--env", "given by you")
+    for key, value in inp.options.env_literal.items():
+        b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
 
 
 def _devices(
@@ -238,14 +251,27 @@ def _secrets(b: PlanBuilder, opts: PlanOptions) -> str | None:
         "passed by name: docker copies it from your environment, so the "
         "token never appears in the command line or in this output",
     )
-    for key in opts.env_by_name:
+    for key in opts.extra_env:
+        if key in PLAN_ENV or key in CACHE_VARIABLES:
+            raise UsageError(
+                f"{key} shapes the plan, and a value passed by name (--env {key}=...) is not in it",
+                fix=f"give it with --env-literal {key}=VALUE (written in the plan)",
+                id="bad_env",
+                details={"option": "extra_env", "name": key},
+            )
+    for key in dict.fromkeys([*opts.env_by_name, *opts.extra_env]):
         if key in b.env:
             b.drop_env(key, "--env", "passed by name: your value replaces this one")
+        where = (
+            "the value given on the command line is placed in the environment of the "
+            "launching process for this run"
+            if key in opts.extra_env
+            else "its value is taken from your environment at launch"
+        )
         b.secret(
             key,
             "--env",
-            "passed by name: its value is taken from your environment at launch and "
-            "never written in the plan, an argument or a label",
+            f"passed by name: {where}, and never written in the plan, an argument or a label",
         )
     return _api_key(b, opts)
 

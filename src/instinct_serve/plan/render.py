@@ -72,6 +72,23 @@ def native_script(plan: LaunchPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def secret_notes(plan: LaunchPlan, fmt: str) -> list[str]:
+    """How to provide the variables the rendering names but does not carry (the plan's
+    ``secret_env``: HF_TOKEN, every ``--env``); a value given with ``--env NAME=VALUE`` is
+    in no rendering. The CLI prints them beside the text (stderr); compose's are in it."""
+    names = [n for n in plan.secret_env if n != "HF_TOKEN"]
+    if fmt in ("k8s", "native", "json") or not names:
+        return []  # the Kubernetes header and the native script say it themselves
+    where = {
+        "compose": "docker compose takes each from its own environment (or an .env file "
+        "beside the compose file)",
+    }.get(fmt, "docker run --env NAME copies each from its own environment")
+    return [
+        f"passed by name, not in this output: {', '.join(names)}; {where}: export "
+        f"{names[0]}=... before running it (HF_TOKEN too, for a gated model)"
+    ]
+
+
 def _compose_from_flags(flags: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Map docker run flags to compose service keys; return the keys and any flag left over."""
     service: dict[str, Any] = {}
@@ -216,7 +233,8 @@ def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> 
     if fmt == "native":
         return native_script(plan)
     if fmt == "compose":
-        return to_yaml(compose_service(plan))
+        notes = "".join(f"# {note}\n" for note in secret_notes(plan, fmt))
+        return notes + to_yaml(compose_service(plan))
     if fmt == "k8s":
         return kubernetes.header(plan, k8s) + to_yaml(k8s_objects(plan, k8s))
     if fmt == "json":
