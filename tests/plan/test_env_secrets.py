@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextvars
 import json
 import os
+import random
 import subprocess
 import sys
-import uuid
 from typing import Any
 
 import pytest
@@ -33,8 +33,12 @@ HF = "/srv/hf-cache"
 FORMATS = ("docker", "shell", "compose", "k8s", "native")
 
 
+# Fixed draws: pytest-xdist workers must collect the same parametrized ids.
+_DRAW = random.Random(26)
+
+
 def _tail() -> str:
-    return uuid.uuid4().hex
+    return f"{_DRAW.getrandbits(128):032x}"
 
 
 # The names and value shapes of the finding (and the shapes the detection was extended by).
