@@ -187,7 +187,7 @@ def test_refusals(over: dict[str, Any], error: str) -> None:
 
 def test_native_engine_is_refused() -> None:
     base = total_plan()
-    base.engine = "native"
+    base.launcher = "native"
     with pytest.raises(UsageError) as raised:
         split(base)
     assert raised.value.id == "bad_hosts"

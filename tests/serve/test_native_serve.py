@@ -151,7 +151,7 @@ def test_the_native_argv_binds_loopback_unless_told_otherwise() -> None:
     from instinct_serve.plan.model import LaunchPlan
     from instinct_serve.runtime.native import native_argv
 
-    plan = LaunchPlan(MODEL, MODEL, "", "n", port=8123, engine="native")
+    plan = LaunchPlan(MODEL, MODEL, "", "n", port=8123, launcher="native")
     plan.vllm_args = ["--port", "8123"]
     assert native_argv("/v/bin/vllm", plan) == [
         "/v/bin/vllm",

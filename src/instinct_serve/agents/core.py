@@ -269,7 +269,7 @@ def serve_summary(result: PlanResult, host: Host, *, upgrade: bool = False) -> d
     from instinct_serve.plan.summary import summary_rows
 
     plan = result.plan
-    native = plan.engine == "native"
+    native = plan.launcher == "native"
     fields = {
         "host": host.name,
         "port": plan.port,

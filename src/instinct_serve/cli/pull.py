@@ -44,7 +44,7 @@ def pull(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     host = get_host(host_spec)
     result = plan_for(opts, host, fallback_gpu=True)
     plan = result.plan
-    backend = DockerBackend(host) if plan.engine == "docker" else None
+    backend = DockerBackend(host) if plan.launcher == "docker" else None
     fetcher = Fetcher(host, plan, backend)
     err = console(stderr=True)
     shown: dict[str, str] = {}

@@ -119,4 +119,4 @@ def resolve_compile_cache(setting: str | None, host: Host, plan: LaunchPlan) -> 
     from instinct_serve.hardware.target import CPU_SOURCE
 
     cpu = plan.gfx_version == CPU_SOURCE
-    return layout_for(root, plan.gfx_version, plan.image, None, engine=plan.engine, cpu=cpu)
+    return layout_for(root, plan.gfx_version, plan.image, None, engine=plan.launcher, cpu=cpu)

@@ -18,11 +18,14 @@ from instinct_serve.options.cluster import KubernetesOptions, RollbackOptions, W
 from instinct_serve.options.jobs import (
     DEFAULT_MODEL,
     DEFAULT_PORT,
+    LAUNCHERS,
     FitRequest,
+    Launcher,
     PlanOptions,
     ServeOptions,
     SizingOptions,
     TargetOptions,
+    launcher,
 )
 from instinct_serve.options.spec import JobOptions, Opt, declared, opt, option_of
 
@@ -40,9 +43,11 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_PORT",
     "JOB_OPTIONS",
+    "LAUNCHERS",
     "FitRequest",
     "JobOptions",
     "KubernetesOptions",
+    "Launcher",
     "Opt",
     "PlanOptions",
     "RollbackOptions",
@@ -51,6 +56,7 @@ __all__ = [
     "TargetOptions",
     "WatchOptions",
     "declared",
+    "launcher",
     "opt",
     "option_of",
 ]

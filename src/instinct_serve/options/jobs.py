@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.profiles import GFX_TARGETS, gpu_choices
@@ -23,6 +23,23 @@ from instinct_serve.options.spec import (
     opt,
 )
 from instinct_serve.units import KV_CACHE_DTYPE_BYTES
+
+# How a server is launched: ``docker`` (a container of the plan's image) or ``native`` (a
+# process of a server installed on the host, ``engine/``). The server is what is launched
+# (``servers``: vLLM today). Users type ``--engine`` and plan documents keep the key
+# ``engine``; in the code the concept is the launcher (``LaunchPlan.launcher``).
+Launcher = Literal["docker", "native"]
+LAUNCHERS: tuple[Launcher, ...] = ("docker", "native")
+
+
+def launcher(value: str) -> Launcher:
+    """``value`` as a ``Launcher``; ``bad_engine`` for anything else."""
+    if value not in LAUNCHERS:
+        raise UsageError(
+            f"unknown engine {value!r}", fix="use " + " or ".join(LAUNCHERS), id="bad_engine"
+        )
+    return value
+
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -497,10 +514,7 @@ class PlanOptions(SizingOptions):
                 id="secret_in_args",
                 details={"option": "extra_args", "flag": flag},
             )
-        if self.engine not in ("docker", "native"):
-            raise UsageError(
-                f"unknown engine {self.engine!r}", fix="use docker or native", id="bad_engine"
-            )
+        launcher(self.engine)
         if self.model.startswith("-"):
             raise UsageError(
                 f"{self.model!r} is not a model",
@@ -642,7 +656,7 @@ class ServeOptions(PlanOptions):
     engine: str = opt(
         "docker",
         kind="choice",
-        choices=("docker", "native"),
+        choices=LAUNCHERS,
         help="docker: the vLLM ROCm image; native: a vLLM installed on the host "
         "(`instinct engine detect`).",
     )

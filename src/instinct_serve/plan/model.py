@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from instinct_serve import servers
 from instinct_serve.errors import UsageError
 from instinct_serve.names import CONTAINER_NAME, is_env_name
-from instinct_serve.options import DEFAULT_PORT
+from instinct_serve.options import DEFAULT_PORT, Launcher
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
 from instinct_serve.plan import caches
 from instinct_serve.plan.caches import CacheLayout
@@ -190,7 +190,8 @@ class LaunchPlan:
     image: str
     container_name: str
     port: int = DEFAULT_PORT
-    engine: str = "docker"  # docker | native
+    # how the server is launched (``Launcher``): in a container, or as a process on the host
+    launcher: Launcher = "docker"
     server: str = "vllm"  # the inference server launched (``servers``: its kind's name)
     docker_flags: list[str] = field(default_factory=list)  # argv tokens, in order
     mounts: list[Mount] = field(default_factory=list)
@@ -253,7 +254,7 @@ class LaunchPlan:
         return {
             "model": self.model,
             "image": self.image,
-            "engine": self.engine,
+            "engine": self.launcher,  # the key agents and records read (`--engine`)
             "port": self.port,
             "bind": self.bind_address,
             "api_key": self.api_key,
@@ -285,7 +286,7 @@ class LaunchPlan:
             "model": self.model,
             "requested_model": self.requested_model,
             "served_model_name": self.served_model_name,
-            "engine": self.engine,
+            "engine": self.launcher,  # the key agents and records read (`--engine`)
             **self._server(),
             "image": self.image,
             "container_name": self.container_name,

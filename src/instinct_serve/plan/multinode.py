@@ -327,7 +327,7 @@ def _check_request(base: LaunchPlan, opts: MultiNodeOptions) -> None:
             id="bad_backend",
             details={"option": "backend"},
         )
-    if base.engine != "docker":
+    if base.launcher != "docker":
         raise UsageError(
             "--hosts runs one container per node: the native engine is not supported",
             fix="drop --engine native",

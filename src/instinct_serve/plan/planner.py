@@ -24,7 +24,7 @@ from instinct_serve import __version__, servers
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hardware.partitions import Layout, endpoints, spanning_warning
 from instinct_serve.names import is_env_name
-from instinct_serve.options import PlanOptions
+from instinct_serve.options import PlanOptions, launcher
 from instinct_serve.plan.builder import ArgMerge, PlanBuilder
 from instinct_serve.plan.caches import CACHE_VARIABLES
 from instinct_serve.plan.decisions import (
@@ -432,7 +432,7 @@ def _assemble(b: PlanBuilder, inp: PlanInputs, **decided: Any) -> LaunchPlan:
         image=inp.image,
         container_name=opts.name or container_name(inp.variant.model_id, opts.port),
         port=opts.port,
-        engine=opts.engine,
+        launcher=launcher(opts.engine),
         server=servers.get(opts.server).name,  # bad_server unless the registry has it
         precision=inp.variant.precision,
         variant=inp.variant.key,

@@ -44,7 +44,7 @@ def prepare_caches(host: Host, plan: LaunchPlan, note: Callable[[str], None]) ->
     layout = plan.cache
     if layout is None:
         return
-    if plan.engine == "docker" and layout.image_id is None:
+    if plan.launcher == "docker" and layout.image_id is None:
         from instinct_serve.gather.caches import image_id
 
         digest = image_id(host, plan.image)
@@ -62,7 +62,9 @@ def prepare_caches(host: Host, plan: LaunchPlan, note: Callable[[str], None]) ->
         )
     if "aiter" in layout.names:
         layout = _seed(host, layout, plan.image, note)
-    meta = meta_doc(layout, image=plan.image, gfx=plan.gfx_version, engine=plan.engine, now=_now())
+    meta = meta_doc(
+        layout, image=plan.image, gfx=plan.gfx_version, engine=plan.launcher, now=_now()
+    )
     path = posixpath.join(layout.directory, META_FILE)
     host.run(["sh", "-c", _WRITE, "sh", path], timeout=30, input=json.dumps(meta) + "\n")
     plan.cache = layout

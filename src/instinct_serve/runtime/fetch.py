@@ -337,7 +337,7 @@ class Fetcher:
         return sum(s for n, s in self._files if not (snap / n).is_file())
 
     def _plan_image(self) -> None:
-        if self.plan.engine != "docker" or self.backend is None:
+        if self.plan.launcher != "docker" or self.backend is None:
             self.image.status, self.image.detail = "skipped", "no image: the native engine"
             return
         from instinct_serve.runtime.docker import Docker

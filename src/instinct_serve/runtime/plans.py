@@ -30,7 +30,7 @@ _FIELDS = (
     "image",
     "container_name",
     "port",
-    "engine",
+    "launcher",
     "docker_flags",
     "env",
     "secret_env",
@@ -47,6 +47,9 @@ _FIELDS = (
     "public",
     "api_key",
 )
+# A field whose record key is another word: records keep ``engine`` (docker|native), as
+# every version wrote it and as plan documents say it.
+_KEYS = {"launcher": "engine"}
 
 
 @dataclass
@@ -56,7 +59,7 @@ class PlanRecord:
 
 
 def to_doc(plan: LaunchPlan) -> dict[str, Any]:
-    doc = {key: getattr(plan, key) for key in _FIELDS}
+    doc = {_KEYS.get(key, key): getattr(plan, key) for key in _FIELDS}
     doc["mounts"] = [list(m) for m in plan.mounts]
     doc["group"] = plan.group.record() if plan.group is not None else None
     if plan.server != "vllm":  # a record without one is a vLLM plan's, as before servers
@@ -70,7 +73,11 @@ def from_doc(doc: Any) -> LaunchPlan | None:
     if not isinstance(doc, dict):
         return None
     try:
-        fields = {key: doc[key] for key in (*_FIELDS, "server") if key in doc}
+        fields = {
+            key: doc[_KEYS.get(key, key)]
+            for key in (*_FIELDS, "server")
+            if _KEYS.get(key, key) in doc
+        }
         mounts = [Mount(str(h), str(c), bool(ro)) for h, c, ro in doc.get("mounts") or []]
         plan = LaunchPlan(mounts=mounts, **fields)
     except (TypeError, ValueError, KeyError):

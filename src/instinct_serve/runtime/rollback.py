@@ -62,7 +62,7 @@ def rollback(
 def backend_for_plan(host: Host, plan: LaunchPlan, device_root: str = "") -> Backend:
     """The backend a recorded plan runs on (``device_root``: the stand-in device tree of
     ``--root``, as serve's)."""
-    if plan.engine == "native":
+    if plan.launcher == "native":
         from instinct_serve.engine.discovery import discover, require_usable
         from instinct_serve.runtime.native import NativeBackend
 
