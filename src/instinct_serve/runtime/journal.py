@@ -9,7 +9,9 @@ a line well under PIPE_BUF); reads take the last ``TAIL`` lines.
 Kinds: ``watch_started``, ``watch_stopped``, ``unhealthy``, ``hung``, ``exited``, ``restarted``
 (``by``: ``docker``: its restart policy, seen as a new run of the container; ``watch``),
 ``relaunched`` (with a known fix), ``recovered``, ``gave_up``, ``upgraded``,
-``upgrade_failed``, ``rolled_back``.
+``upgrade_failed``, ``rollback_failed``, ``rolled_back``, ``interrupted`` (a change cut short,
+finished or undone by the next command: ``runtime.recover``), ``crash_log`` (a crashed
+container's log saved beside the journal before ``watch`` relaunches it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from instinct_serve.names import CONTAINER_NAME
 TAIL = 500
 MAX_LINE = 3500  # under PIPE_BUF (4096): one write, never interleaved
 RESTART_KINDS = frozenset({"restarted", "relaunched"})
-FAILURE_KINDS = frozenset({"unhealthy", "hung", "exited", "gave_up", "upgrade_failed"})
+FAILURE_KINDS = frozenset(
+    {"unhealthy", "hung", "exited", "gave_up", "upgrade_failed", "rollback_failed"}
+)
 
 # $1: the file; the line on stdin.
 _APPEND = 'mkdir -p "${1%/*}" && cat >> "$1"'

@@ -130,3 +130,15 @@ def save(host: Host, plan: LaunchPlan, *, last_good: LaunchPlan | bool | None = 
     except InstinctError:
         if not keep:
             raise
+        return
+    if keep:  # serve's record of a proven plan: a replace or resize bringing it is over
+        from instinct_serve.runtime import intent
+
+        intent.settled(host, plan)
+
+
+def forget(host: Host, name: str) -> None:
+    """The record of an endpoint that is gone for good (a candidate once switched over)."""
+    path = _path(host, name)
+    if path is not None:
+        host.run(["rm", "-f", "--", path], timeout=30)

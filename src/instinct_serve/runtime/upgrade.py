@@ -34,10 +34,11 @@ from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH, LABEL_PORT
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime import journal, plans
+from instinct_serve.runtime import intent, journal, plans
 from instinct_serve.runtime.backend import Backend, Target
 from instinct_serve.runtime.claim import discard_target
 from instinct_serve.runtime.deploying import deploy_to_end, reuse_once
+from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.documents import ServeOutcome
 from instinct_serve.runtime.events import EventSink, Healthy, Note, ServeEvent
 from instinct_serve.runtime.settings import ServeSettings
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from instinct_serve.runtime.serve import Deployer
 
 CANDIDATE_SUFFIX = "-next"
+PARKED_SUFFIX = "-prev"  # the old endpoint, stopped and kept aside during the switch
+CHANGE = {"upgraded": "upgrade", "rolled_back": "rollback"}  # journal kind -> change
 SPARE_PORTS = range(1, 200)  # offsets from the real port tried for the candidate
 SPARE_PORT_TRIES = 3  # launches on fresh spare ports when one was taken meanwhile
 T = TypeVar("T")
@@ -75,8 +78,6 @@ class Clock:
 def spare_port(host: Host, port: int, taken: Collection[int] = ()) -> int:
     """A port near ``port`` that nothing listens on, on the endpoint's host (and not one
     of ``taken``, already given to another new replica)."""
-    from instinct_serve.runtime.docker import Docker
-
     docker = Docker(host)
     for offset in SPARE_PORTS:
         candidate = port + offset
@@ -158,13 +159,15 @@ def deploy_replacing(
     )
 
 
-def recorded_plan(host: Host, name: str, backend: Backend) -> tuple[Target, LaunchPlan]:
+def recorded_plan(
+    host: Host, name: str, backend: Backend, verb: str = "upgrade"
+) -> tuple[Target, LaunchPlan]:
     """The running endpoint ``name`` and the plan it was proven with; ``UsageError`` when
     there is nothing of ours to upgrade, a group, or no record to roll back to."""
     old = backend.target(name)
     if old is None or not old.managed or not old.running:
         raise UsageError(
-            f"nothing to upgrade: no running instinct-serve endpoint named {name} on {host.name}",
+            f"nothing to {verb}: no running instinct-serve endpoint named {name} on {host.name}",
             fix="serve it without --upgrade (or name the running one with --name)",
             id="not_found",
         )
@@ -194,62 +197,105 @@ def upgrade(
     backend: Backend,
     settings: ServeSettings,
     sink: EventSink,
+    *,
+    kind: str = "upgraded",
 ) -> ServeOutcome:
-    """Serve ``plan`` in place of the running endpoint of the same name (module docstring)."""
+    """Serve ``plan`` in place of the running endpoint of the same name (module docstring);
+    ``kind``: ``rolled_back`` for ``rollback``, which goes the same way to the last good plan."""
     name = plan.container_name
-    old, old_plan = recorded_plan(host, name, backend)
+    old, old_plan = recorded_plan(host, name, backend, CHANGE[kind])
     wanted = plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)
     if wanted == old.plan_hash:
-        sink(Note(message=f"{name} already runs this plan: nothing to upgrade"))
+        sink(Note(message=f"{name} already runs this plan: nothing to {CHANGE[kind]}"))
         reused = reuse_once(_deployer(host, plan, backend, settings, sink))
         if reused is not None:
             return reused
+    cand_name = name + CANDIDATE_SUFFIX
+    device_root = getattr(backend, "device_root", "")
+    with intent.change(
+        host,
+        CHANGE[kind],
+        name,
+        step="candidate",
+        old=old_plan,
+        new=plan,
+        candidates=[cand_name],
+        device_root=device_root,
+    ) as change:
 
-    def launch(ports: list[int]) -> tuple[LaunchPlan, ServeOutcome]:
-        cand = candidate_of(plan, ports[0])
-        sink(
-            Note(
-                message=f"starting the new plan beside {name} as {cand.container_name} on "
-                f"port {cand.port}"
+        def launch(ports: list[int]) -> tuple[LaunchPlan, ServeOutcome]:
+            cand = candidate_of(plan, ports[0])
+            sink(
+                Note(
+                    message=f"starting the new plan beside {name} as {cand.container_name} on "
+                    f"port {cand.port}"
+                )
             )
-        )
-        return cand, deploy_replacing(host, cand, backend, settings, sink)
+            return cand, deploy_replacing(host, cand, backend, settings, sink)
 
-    cand, proven = on_spare_ports(host, plan.port, 1, launch, sink)
-    if proven.status not in ("ready", "reused"):
-        left = backend.target(cand.container_name)
-        if left is not None and left.running:  # a timeout leaves it running: not here
-            discard_target(host, left, keep=True)
-        note = f"{name} still serves the old plan, untouched"
-        proven.notes.append(note)
-        sink(Note(message=note))
-        why = proven.failure.cause if proven.failure else proven.status
-        journal.record(host, name, "upgrade_failed", why=why, candidate=cand.container_name)
-        return proven
-    cand_target = backend.target(cand.container_name)
-    if cand_target is not None:
-        discard_target(host, cand_target, keep=False)
-    forget_candidate(host, cand.container_name)
+        cand, proven = on_spare_ports(host, plan.port, 1, launch, sink)
+        if proven.status not in ("ready", "reused"):
+            return _candidate_failed(host, backend, kind, cand, proven)
+        cand_target = backend.target(cand.container_name)
+        if cand_target is not None:
+            discard_target(host, cand_target, keep=False)
+        forget_candidate(host, cand.container_name)
+        change.advance("switching", candidates=[])
+        return _switch(host, change, old, backend, settings, sink, kind)
+
+
+def _candidate_failed(
+    host: Host, backend: Backend, kind: str, cand: LaunchPlan, proven: ServeOutcome
+) -> ServeOutcome:
+    """The new plan failed beside the old one: kept (stopped) for its log; the old
+    endpoint and the records are untouched."""
+    name = cand.container_name.removesuffix(CANDIDATE_SUFFIX)
+    left = backend.target(cand.container_name)
+    if left is not None and left.running:  # a timeout leaves it running: not here
+        discard_target(host, left, keep=True)
+    note = f"{name} still serves the {'old' if kind == 'upgraded' else 'current'} plan, untouched"
+    if kind != "upgraded":
+        note += "; its records are unchanged"
+    proven.notes.append(note)
+    if proven.status in ("ready", "reused"):
+        proven.status = "failed"
+    why = proven.failure.cause if proven.failure else proven.status
+    journal.record(host, name, f"{CHANGE[kind]}_failed", why=why, candidate=cand.container_name)
+    return proven
+
+
+def _switch(
+    host: Host,
+    change: intent.Intent,
+    old: Target,
+    backend: Backend,
+    settings: ServeSettings,
+    sink: EventSink,
+    kind: str,
+) -> ServeOutcome:
+    """The proven plan on the real port: the old endpoint is stopped and kept aside
+    (``park``; a native one is stopped), the new one launched and proven in its place;
+    then the old one is removed (``finish_switch``), or, should the new one fail, put
+    back (``undo_switch``)."""
+    assert change.new is not None and change.old is not None
+    name, plan = change.name, change.new
     clock = Clock(sink)
+    if old.engine == "docker":
+        change.advance("switching", parked=old.handle)
+        park(Docker(host), old.handle, name)
+    else:
+        discard_target(host, old, keep=False)
     final = deploy_replacing(host, plan, backend, settings, clock)
     if final.status != "ready":
         sink(Note(message=f"the new plan failed on port {plan.port}: serving the old one again"))
-        journal.record(
-            host, name, "upgrade_failed", why=final.failure.cause if final.failure else final.status
-        )
-        back = deploy_replacing(host, old_plan, backend, settings, sink)
-        journal.record(host, name, "rolled_back", status=back.status, automatic=True)
-        final.notes.append(f"rolled back to the old plan: {back.status}")
+        why = final.failure.cause if final.failure else final.status
+        journal.record(host, name, f"{CHANGE[kind]}_failed", why=why)
+        back = undo_switch(host, change, keep_failed=True, prove=(backend, settings, sink))
+        journal.record(host, name, "rolled_back", status=back, automatic=True)
+        final.notes.append(f"rolled back to the old plan: {back}")
         return final
-    plans.save(host, final.plan, last_good=old_plan)
-    journal.record(
-        host,
-        name,
-        "upgraded",
-        downtime_s=clock.downtime_s,
-        image=final.plan.image,
-        previous_image=old_plan.image,
-    )
+    change.advance("switched")
+    finish_switch(host, change, downtime_s=clock.downtime_s)
     final.notes.append(
         f"switched over: {name} was down {clock.downtime_s} s (old stopped → new healthy); "
         f"the old plan is kept: `instinct rollback {name}` returns to it"
@@ -258,9 +304,88 @@ def upgrade(
     return final
 
 
+def park(docker: Docker, handle: str, name: str) -> None:
+    """Keep the old endpoint aside, stopped, as ``NAME-prev``: its name and port are free
+    for the new one, and it can be started again as it was until the new one is proven."""
+    aside = name + PARKED_SUFFIX
+    stale = docker.get(aside)
+    if stale is not None and stale.managed and stale.id != handle:
+        docker.stop(stale.id)
+    info = docker.get(handle)
+    if info is None:
+        return
+    if info.name != aside:
+        docker.rename(handle, aside)
+    docker.stop(handle, remove=False)
+
+
+def unpark(docker: Docker, handle: str, name: str) -> bool:
+    """The old endpoint back under its name, started again; False when it is gone."""
+    info = docker.get(handle)
+    if info is None or not info.managed:
+        return False
+    if info.name != name:
+        docker.rename(handle, name)
+    if not info.state.running:
+        docker.start(handle)
+    return True
+
+
+def finish_switch(host: Host, change: intent.Intent, *, downtime_s: float | None = None) -> None:
+    """The new plan is proven on the real port: record it (the old one as last good),
+    remove the old endpoint kept aside and the candidate's records, journal it."""
+    assert change.new is not None
+    name = change.name
+    kind = "upgraded" if change.change == "upgrade" else "rolled_back"
+    plans.save(host, change.new, last_good=change.old)
+    if change.parked is not None:
+        parked = Docker(host).get(change.parked)
+        if parked is not None and parked.managed and parked.name != name:
+            Docker(host).stop(parked.id)
+    forget_candidate(host, name + CANDIDATE_SUFFIX)
+    fields: dict[str, object] = {"image": change.new.image}
+    if change.old is not None:
+        fields["previous_image"] = change.old.image
+    journal.record(host, name, kind, downtime_s=downtime_s, **fields)
+
+
+def undo_switch(
+    host: Host,
+    change: intent.Intent,
+    *,
+    keep_failed: bool,
+    prove: tuple[Backend, ServeSettings, EventSink] | None = None,
+) -> str:
+    """The new plan is not proven on the real port: it is removed (or, ``keep_failed``,
+    stopped and kept as ``NAME-next`` for its log), the old endpoint started again under
+    its name, and the records put back as they were. With ``settings`` the old endpoint
+    is then waited for and proven (``prove``: serve's reuse path): its status."""
+    name = change.name
+    docker = Docker(host)
+    current = docker.get(name)
+    if current is not None and current.managed and current.id != change.parked:
+        if keep_failed:
+            stale = docker.get(name + CANDIDATE_SUFFIX)
+            if stale is not None and stale.managed:
+                docker.stop(stale.id)
+            docker.stop(current.id, remove=False)
+            docker.rename(current.id, name + CANDIDATE_SUFFIX)
+        else:
+            docker.stop(current.id)
+    if change.old is not None:
+        plans.save(host, change.old, last_good=change.old_last_good)
+    if change.parked is None or not unpark(docker, change.parked, name):
+        return "the old endpoint is gone"
+    if prove is None or change.old is None:
+        return "started again"
+    back = reuse_once(_deployer(host, change.old, *prove))
+    return back.status if back is not None else "started again, not answering yet"
+
+
 def forget_candidate(host: Host, name: str) -> None:
-    """The candidate's records (key, proof) are of no use once it is gone."""
+    """The candidate's records (key, proof, plan) are of no use once it is gone."""
     from instinct_serve.runtime.endpoints import _forget_key, _forget_record
 
     _forget_key(host, name)
     _forget_record(host, name)
+    plans.forget(host, name)
