@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, hosts_option, json_option
+from instinct_serve.cli.common import emit, get_host, host_option, hosts_option, json_option, warn
 from instinct_serve.errors import UsageError
 
 if TYPE_CHECKING:
@@ -45,12 +45,14 @@ def ps(no_health: bool, host_spec: str | None, hosts_spec: str | None, as_json: 
     from instinct_serve.cli.multinode import hosts_of
     from instinct_serve.plan.labels import ROLE_ROUTER
     from instinct_serve.runtime.endpoints import list_endpoints
+    from instinct_serve.runtime.recover import resolve
 
     nodes = hosts_of(hosts_spec, host_spec)
     if nodes is not None:
         return _ps_groups(nodes, not no_health, as_json)
 
     host = get_host(host_spec)
+    interrupted = resolve(host, lambda text: warn(text, as_json))  # changes cut short
     listing = list_endpoints(host, health=not no_health)
     rows, docker_problem = listing.rows, listing.docker_problem
 
@@ -91,7 +93,7 @@ def ps(no_health: bool, host_spec: str | None, hosts_spec: str | None, as_json: 
             if row.restarts or row.last_failure:
                 con.print(f"[dim]{escape(_history(row.name, row.restarts, row.last_failure))}[/]")
 
-    emit(listing.to_dict(), as_json, human)
+    emit(listing.to_dict() | ({"interrupted": interrupted} if interrupted else {}), as_json, human)
     return 0
 
 

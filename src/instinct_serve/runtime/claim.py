@@ -13,6 +13,7 @@ from collections.abc import Callable
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.runtime import intent
 from instinct_serve.runtime.address import suggest_port
 from instinct_serve.runtime.backend import Backend, Occupant, Target
 from instinct_serve.runtime.docker_backend import DockerBackend
@@ -116,6 +117,7 @@ def clear_the_way(
                     id="endpoint_exists" if same_model else "port_in_use_managed",
                     details={"occupant": occ.to_dict()},
                 )
+        intent.replacing(host, plan, target.name, getattr(backend, "device_root", ""))
         discard_target(host, target, keep=False)
         replaced.append(target.name)
         emit(Replaced(container=target.name, message=f"stopped and removed {target.name}"))

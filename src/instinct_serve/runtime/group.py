@@ -60,7 +60,7 @@ from instinct_serve.plan.replicas import (
     restart_argv,
     router_argv,
 )
-from instinct_serve.runtime import health, keys, plans
+from instinct_serve.runtime import health, intent, keys, plans
 from instinct_serve.runtime.deploying import Interrupted
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.docker_backend import DockerBackend, container_instance, rooted_devices
@@ -203,12 +203,25 @@ class GroupDeployer:
                 raise self._conflict(holder.describe())
 
     def deploy(self) -> ServeOutcome:
+        change = self._resizing()
         for stray in self._strays():  # --replace: the group's replicas of another plan
             self.docker.stop(stray.id)
         failed = self.launch_members()
-        if failed is not None:
-            return failed
-        return self._finish(reused=False)
+        if failed is not None and change is not None:
+            intent.clear(self.host, change)  # a failure reported: not one to finish later
+        return failed if failed is not None else self._finish(reused=False)
+
+    def _resizing(self) -> intent.Intent | None:
+        """Served again with ``--replace`` over its running router (another replica
+        count, another plan): the intent, cleared once this plan is proven and recorded
+        (``plans.save``), finished by the next command if this run is cut short."""
+        router = self._router()
+        if not self.settings.replace or router is None or not self._ours(router):
+            return None
+        extra = {"device_root": self.device_root} if self.device_root else {}
+        return intent.begin(
+            self.host, "resize", self.router.name, step="replacing", new=self.plan, extra=extra
+        )
 
     def launch_members(self) -> ServeOutcome | None:
         """Launch (or reuse) every replica, detached once loading so they load together;

@@ -53,11 +53,17 @@ def resolve(
             doc["resolved"] = "in progress"
             found.append(doc)
             continue
+        failed_before = change.extra.get("failed")
         try:
+            if failed_before:  # tried once: named, not retried at every command
+                raise InstinctError(str(failed_before), id="recovery_failed")
             doc["resolved"] = settle(host, change)
         except InstinctError as exc:
             doc["resolved"] = None
             doc["error"] = exc.message
+            if not failed_before:
+                with contextlib.suppress(InstinctError):
+                    change.advance(change.step, extra={**change.extra, "failed": exc.message})
         found.append(doc)
         outcome = doc["resolved"] or f"not resolved: {doc.get('error')}"
         say(f"an interrupted {change.describe()}: {outcome}")
@@ -224,4 +230,9 @@ def _replace(host: Host, change: Intent) -> str:
     plan = change.new or change.old
     if plan is None:
         return "nothing to do: no plan recorded"
+    from instinct_serve.runtime.docker import Docker
+
+    left = Docker(host).get(change.name)
+    if left is not None and left.managed and not left.state.running:
+        return f"over: the new plan had failed ({change.name} kept stopped for its log)"
     return "finished: " + _serve_to_end(host, change, plan)
