@@ -178,9 +178,8 @@ class Intent:
             pid = owner.get("pid")
             if not isinstance(pid, int):
                 return False
-            return pid == os.getpid() or (
-                _start_time(pid) is not None and _start_time(pid) == owner.get("start")
-            )
+            start = _start_time(pid)
+            return start is not None and start == owner.get("start")
         try:
             then = datetime.fromisoformat(self.at).timestamp()
         except ValueError:

@@ -45,6 +45,10 @@ def resolve(
         records = load_all(host)
     except InstinctError:
         return found
+    busy = {c.name for c in records if c.alive()}
+    with contextlib.suppress(InstinctError):
+        for stale in sweep(host, busy):
+            say(f"removed the stale records of {stale} (no such container)")
     for change in records:
         if names is not None and change.name not in names:
             continue
@@ -68,6 +72,34 @@ def resolve(
         outcome = doc["resolved"] or f"not resolved: {doc.get('error')}"
         say(f"an interrupted {change.describe()}: {outcome}")
     return found
+
+
+# $1: the data directory; the names of the candidates' and kept-aside endpoints' records
+_ASIDE = (
+    'cd "$1" 2>/dev/null || exit 0; for f in plans/*-next.json plans/*-prev.json '
+    "verified/*-next.json verified/*-prev.json keys/*-next keys/*-prev; do "
+    '[ -f "$f" ] && { f="${f#*/}"; echo "${f%.json}"; }; done; exit 0'
+)
+
+
+def sweep(host: Host, busy: set[str]) -> list[str]:
+    """Records of ``NAME-next``/``NAME-prev`` endpoints whose container is gone (left by
+    an earlier version, or by a change whose record is gone): removed. Those of a change
+    in progress (``busy``: its endpoint's name) are left alone."""
+    from instinct_serve.engine import hostfs
+    from instinct_serve.runtime.docker import Docker
+    from instinct_serve.runtime.upgrade import CANDIDATE_SUFFIX, PARKED_SUFFIX, forget_candidate
+
+    result = host.run(["sh", "-c", _ASIDE, "sh", hostfs.data_dir(host)], timeout=30)
+    docker = Docker(host)
+    removed = []
+    for name in sorted(set(result.stdout.split())):
+        base = name.removesuffix(CANDIDATE_SUFFIX).removesuffix(PARKED_SUFFIX)
+        if base in busy or docker.get(name) is not None:
+            continue
+        forget_candidate(host, name)
+        removed.append(name)
+    return removed
 
 
 def settle(host: Host, change: Intent, *, device_root: str | None = None) -> str | None:

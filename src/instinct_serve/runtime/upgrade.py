@@ -8,13 +8,19 @@ publish the same host port:
 1. the new plan is launched beside the old one as ``NAME-next`` on a spare port and goes
    through everything serve does. If it fails, it is stopped (kept for its log) and the
    old endpoint is never touched: same container, still answering;
-2. once proven, the candidate is stopped (its GPU memory freed), and the plan is served
-   on the real port in place of the old endpoint (serve's ``--replace`` path). The image
-   is pulled and the weights are on disk and in the page cache by then, so the outage is
-   one warm start of the server (measured and reported as ``downtime_s``), not a cold one;
+2. once proven, the candidate is removed (its GPU memory freed), the old endpoint is
+   stopped and kept aside as ``NAME-prev`` (``park``: the last working copy is never
+   removed before its replacement is proven), and the plan is served on the real port
+   (serve's ``--replace`` path). The image is pulled and the weights are on disk and in
+   the page cache by then, so the outage is one warm start of the server (measured and
+   reported as ``downtime_s``), not a cold one. Proven there, the old container is
+   removed (``finish_switch``); failed, the new one is kept stopped as ``NAME-next`` for
+   its log and the old one renamed back and started again (``undo_switch``);
 3. the old plan is kept as ``last_good`` (``runtime.plans``); ``rollback``
-   (``runtime.rollback``) serves it again the same way. Should the real-port launch itself
-   fail, the old plan is served again at once (an automatic rollback).
+   (``runtime.rollback``) goes to it the same way (``kind="rolled_back"``).
+
+Each step is announced in an intent record first (``runtime.intent``): a change cut short
+is finished or undone by the next command (``runtime.recover``).
 
 This path is not zero-downtime: that needs the router (``--replicas N``, ``runtime.
 upgrade_group``); a single endpoint served without one keeps no proxy in every request's
