@@ -349,6 +349,7 @@ class GroupDeployer:
         }
         outcome.phase = "ready"
         plans.save(self.host, self.plan)  # what `serve --upgrade` and `rollback` start from
+        intent.settled(self.host, self.plan)  # a resize bringing this plan is over
         return outcome
 
     def _prove_router(self, endpoint: Endpoint) -> None:

@@ -28,7 +28,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -292,11 +292,12 @@ def change(
     candidates: list[str] | None = None,
     extra: dict[str, Any] | None = None,
     device_root: str = "",
+    settle: Callable[[Intent], object] | None = None,
 ) -> Iterator[Intent]:
     """``with change(...) as intent:`` the record written first, cleared after the last
     step. Cut short by an exception (Ctrl-C, a cancelled MCP call, an unexpected error),
-    the change is finished or undone at once by its recovery (``runtime.recover``), as the
-    next command would after a kill; then the exception goes on."""
+    the change is finished or undone at once by ``settle`` (what the next command would
+    do after a kill: ``runtime.recover``), then the exception goes on."""
     if device_root:  # the stand-in device tree (tests) a relaunch needs again
         extra = {**(extra or {}), "device_root": device_root}
     intent = begin(
@@ -305,10 +306,10 @@ def change(
     try:
         yield intent
     except BaseException:
-        from instinct_serve.runtime.recover import settle
-
-        with contextlib.suppress(Exception):
-            settle(host, intent, device_root=device_root)
+        if settle is not None:
+            with contextlib.suppress(Exception):
+                settle(intent)
+                clear(host, intent)
         raise
     clear(host, intent)
 

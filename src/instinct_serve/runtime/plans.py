@@ -131,10 +131,6 @@ def save(host: Host, plan: LaunchPlan, *, last_good: LaunchPlan | bool | None = 
         if not keep:
             raise
         return
-    if keep:  # serve's record of a proven plan: a replace or resize bringing it is over
-        from instinct_serve.runtime import intent
-
-        intent.settled(host, plan)
 
 
 def forget(host: Host, name: str) -> None:

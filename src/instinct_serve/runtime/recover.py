@@ -27,7 +27,7 @@ from typing import Any
 
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
-from instinct_serve.runtime import journal, verified
+from instinct_serve.runtime import journal
 from instinct_serve.runtime.intent import Intent, clear, load_all
 
 
@@ -102,13 +102,15 @@ def sweep(host: Host, busy: set[str]) -> list[str]:
     return removed
 
 
-def settle(host: Host, change: Intent, *, device_root: str | None = None) -> str | None:
+def settle(host: Host, change: Intent) -> str | None:
     """Finish or undo one change (module docstring): what was done, and its record
     cleared; None when it stays (a prune, named only)."""
-    if device_root is not None:
-        change.extra.setdefault("device_root", device_root)
     if change.change in ("upgrade", "rollback"):
-        done = _group(host, change) if change.extra.get("group") else _switch(host, change)
+        from instinct_serve.runtime.upgrade import settle_switch
+        from instinct_serve.runtime.upgrade_group import settle_group
+
+        group = change.extra.get("group")
+        done = settle_group(host, change) if group else settle_switch(host, change)
     elif change.change == "resize":
         done = _resize(host, change)
     elif change.change == "replace":
@@ -132,115 +134,17 @@ def settle(host: Host, change: Intent, *, device_root: str | None = None) -> str
     return done
 
 
-def _root(change: Intent) -> str:
-    root = change.extra.get("device_root")
-    return root if isinstance(root, str) else ""
-
-
-def _proven_new(host: Host, change: Intent) -> bool:
-    """The endpoint runs the change's new plan on its real port, proven there."""
-    from instinct_serve.runtime.docker import Docker
-    from instinct_serve.runtime.docker_backend import container_instance
-
-    info = Docker(host).get(change.name)
-    if info is None or not info.state.running or info.id == change.parked:
-        return False
-    doc = verified.load(host, change.name, container_instance(info))
-    wanted = {change.new_hash, change.new.plan_hash if change.new else None} - {None}
-    return doc is not None and doc.get("plan_hash") in wanted
-
-
-def _remove_candidates(host: Host, change: Intent) -> list[str]:
-    from instinct_serve.runtime.docker import Docker
-    from instinct_serve.runtime.upgrade import forget_candidate
-
-    docker = Docker(host)
-    removed = []
-    for name in change.candidates:
-        info = docker.get(name)
-        if info is not None and info.managed and info.id != change.parked:
-            docker.stop(info.id)
-            removed.append(name)
-        forget_candidate(host, name)
-    return removed
-
-
-def _switch(host: Host, change: Intent) -> str:
-    from instinct_serve.runtime.upgrade import finish_switch, undo_switch
-
-    name = change.name
-    if change.step == "candidate":
-        removed = _remove_candidates(host, change)
-        what = f"removed the unproven {', '.join(removed)}" if removed else "nothing launched"
-        return f"undone before the switch: {what}; {name} still serves the old plan"
-    if change.step == "switched" or _proven_new(host, change):
-        finish_switch(host, change)
-        return f"finished: {name} serves the new plan, the old one is kept as last good"
-    back = undo_switch(host, change, keep_failed=False)
-    if back == "the old endpoint is gone" and change.old is not None:
-        return "undone: " + _serve_to_end(host, change, change.old)
-    return f"undone: the unproven new plan removed, {name}'s old plan {back}"
-
-
-def _serve_to_end(host: Host, change: Intent, plan: Any) -> str:
-    """Serve ``plan`` again (a relaunch; its running endpoint is reused): its status."""
-    from instinct_serve.runtime.rollback import backend_for_plan
-    from instinct_serve.runtime.settings import ServeSettings
-    from instinct_serve.runtime.upgrade import deploy_replacing
-
-    backend = backend_for_plan(host, plan, _root(change))
-    outcome = deploy_replacing(host, plan, backend, ServeSettings(), lambda _event: None)
-    if not outcome.ok:
-        raise InstinctError(
-            f"{plan.container_name} could not be served again: {outcome.status}",
-            fix=f"`instinct logs {plan.container_name}`, then serve it again",
-            id="recovery_failed",
-        )
-    return f"{plan.container_name} served again ({plan.image})"
-
-
-def _group(host: Host, change: Intent) -> str:
-    from instinct_serve.plan.replicas import haproxy_config
-    from instinct_serve.runtime import plans
-    from instinct_serve.runtime.docker import Docker
-    from instinct_serve.runtime.group import reload_router, write_config
-    from instinct_serve.runtime.upgrade_group import remove_replicas
-
-    old, new, name = change.old, change.new, change.name
-    assert old is not None and new is not None and old.group and new.group
-    docker = Docker(host)
-    old_names = [m.name for m in old.group.members]
-    new_names = [m.name for m in new.group.members]
-    new_only = [n for n in new_names if n not in old_names]
-    old_only = [n for n in old_names if n not in new_names]
-    if change.step == "candidate":
-        remove_replicas(docker, new_only)
-        return f"undone before the switch: removed {', '.join(new_only)}; {name} is untouched"
-    running = all((i := docker.get(n)) is not None and i.state.running for n in new_only)
-    if change.step == "routing" and not running:
-        write_config(host, name, haproxy_config(old))
-        with contextlib.suppress(InstinctError):
-            reload_router(docker, name)
-        plans.save(host, old, last_good=change.old_last_good)
-        remove_replicas(docker, new_only)
-        return f"undone: {name} routes to its old replicas again"
-    if change.step == "routing":
-        write_config(host, name, haproxy_config(new))
-        reload_router(docker, name)
-    plans.save(host, new, last_good=old)
-    remove_replicas(docker, old_only)
-    return f"finished: {name} routes to {', '.join(new_names)}; the old plan is the last good"
-
-
 def _resize(host: Host, change: Intent) -> str:
     from instinct_serve.runtime.deploying import deploy_to_end
     from instinct_serve.runtime.group import GroupDeployer
     from instinct_serve.runtime.settings import ServeSettings
+    from instinct_serve.runtime.upgrade import device_root
 
     plan = change.new
     assert plan is not None and plan.group is not None
     settings = ServeSettings(replace=True)
-    outcome = deploy_to_end(GroupDeployer(host, plan, settings, device_root=_root(change)))
+    root = device_root(change)
+    outcome = deploy_to_end(GroupDeployer(host, plan, settings, device_root=root))
     if not outcome.ok:
         raise InstinctError(
             f"the group {change.name} could not be served with {len(plan.group.members)} "
@@ -252,9 +156,9 @@ def _resize(host: Host, change: Intent) -> str:
 
 
 def _replace(host: Host, change: Intent) -> str:
-    from instinct_serve.runtime.upgrade import undo_switch
+    from instinct_serve.runtime.upgrade import proven_new, serve_again, undo_switch
 
-    if _proven_new(host, change):
+    if proven_new(host, change):
         return f"finished: {change.name} serves the new plan"
     if change.parked is not None:
         back = undo_switch(host, change, keep_failed=False)
@@ -267,4 +171,4 @@ def _replace(host: Host, change: Intent) -> str:
     left = Docker(host).get(change.name)
     if left is not None and left.managed and not left.state.running:
         return f"over: the new plan had failed ({change.name} kept stopped for its log)"
-    return "finished: " + _serve_to_end(host, change, plan)
+    return "finished: " + serve_again(host, change, plan)

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from instinct_serve.errors import UsageError
 from instinct_serve.hosts import Host
-from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import plans
-from instinct_serve.runtime.backend import Backend
 from instinct_serve.runtime.documents import ServeOutcome
 from instinct_serve.runtime.events import EventSink, Note
 from instinct_serve.runtime.settings import ServeSettings
-from instinct_serve.runtime.upgrade import upgrade
+from instinct_serve.runtime.upgrade import backend_for_plan, upgrade
 from instinct_serve.runtime.upgrade_group import swap
 
 
@@ -56,16 +54,3 @@ def rollback(
         )
     backend = backend_for_plan(host, record.last_good, device_root)
     return upgrade(host, record.last_good, backend, settings, sink, kind="rolled_back")
-
-
-def backend_for_plan(host: Host, plan: LaunchPlan, device_root: str = "") -> Backend:
-    """The backend a recorded plan runs on (``device_root``: the stand-in device tree of
-    ``--root``, as serve's)."""
-    if plan.engine == "native":
-        from instinct_serve.engine.discovery import discover, require_usable
-        from instinct_serve.runtime.native import NativeBackend
-
-        return NativeBackend(host, require_usable(discover(host)).vllm_command)
-    from instinct_serve.runtime.docker_backend import DockerBackend
-
-    return DockerBackend(host, device_root=device_root)

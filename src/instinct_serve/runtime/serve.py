@@ -30,7 +30,7 @@ from typing import Any
 from instinct_serve.diagnose import Diagnosis, Finding, diagnose
 from instinct_serve.errors import InstinctError
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime import health, plans, verified
+from instinct_serve.runtime import health, intent, plans, verified
 from instinct_serve.runtime.backend import Target
 from instinct_serve.runtime.claim import clear_the_way, impostor, refuse_foreign
 from instinct_serve.runtime.documents import Endpoint, Relaunch, ServeOutcome
@@ -374,4 +374,5 @@ class Deployer(ServeRun):
         if target is not None and target.running:
             self.backend.supervise(target.handle)
             plans.save(self.host, self.plan)
+            intent.settled(self.host, self.plan)  # a replace bringing this plan is over
             record_proof(self.host, target.name, target.instance, self.plan.plan_hash, endpoint)

@@ -217,7 +217,6 @@ def upgrade(
         if reused is not None:
             return reused
     cand_name = name + CANDIDATE_SUFFIX
-    device_root = getattr(backend, "device_root", "")
     with intent.change(
         host,
         CHANGE[kind],
@@ -226,7 +225,8 @@ def upgrade(
         old=old_plan,
         new=plan,
         candidates=[cand_name],
-        device_root=device_root,
+        device_root=getattr(backend, "device_root", ""),
+        settle=lambda change: settle_switch(host, change),
     ) as change:
 
         def launch(ports: list[int]) -> tuple[LaunchPlan, ServeOutcome]:
@@ -395,3 +395,78 @@ def forget_candidate(host: Host, name: str) -> None:
     _forget_key(host, name)
     _forget_record(host, name)
     plans.forget(host, name)
+
+
+def proven_new(host: Host, change: intent.Intent) -> bool:
+    """The endpoint runs the change's new plan on its real port, proven there."""
+    from instinct_serve.runtime import verified
+    from instinct_serve.runtime.docker_backend import container_instance
+
+    info = Docker(host).get(change.name)
+    if info is None or not info.state.running or info.id == change.parked:
+        return False
+    doc = verified.load(host, change.name, container_instance(info))
+    wanted = {change.new_hash, change.new.plan_hash if change.new else None} - {None}
+    return doc is not None and doc.get("plan_hash") in wanted
+
+
+def _remove_candidates(host: Host, change: intent.Intent) -> list[str]:
+    docker = Docker(host)
+    removed = []
+    for name in change.candidates:
+        info = docker.get(name)
+        if info is not None and info.managed and info.id != change.parked:
+            docker.stop(info.id)
+            removed.append(name)
+        forget_candidate(host, name)
+    return removed
+
+
+def settle_switch(host: Host, change: intent.Intent) -> str:
+    """Finish or undo the switch ``change`` names, whose process is gone
+    (``runtime.recover``): what was done."""
+    name = change.name
+    if change.step == "candidate":
+        removed = _remove_candidates(host, change)
+        what = f"removed the unproven {', '.join(removed)}" if removed else "nothing launched"
+        return f"undone before the switch: {what}; {name} still serves the old plan"
+    if change.step == "switched" or proven_new(host, change):
+        finish_switch(host, change)
+        return f"finished: {name} serves the new plan, the old one is kept as last good"
+    back = undo_switch(host, change, keep_failed=False)
+    if back == "the old endpoint is gone" and change.old is not None:
+        return "undone: " + serve_again(host, change, change.old)
+    return f"undone: the unproven new plan removed, {name}'s old plan {back}"
+
+
+def serve_again(host: Host, change: intent.Intent, plan: LaunchPlan) -> str:
+    """Serve ``plan`` again (a relaunch; its running endpoint is reused): its status."""
+    backend = backend_for_plan(host, plan, device_root(change))
+    outcome = deploy_replacing(host, plan, backend, ServeSettings(), lambda _event: None)
+    if not outcome.ok:
+        raise InstinctError(
+            f"{plan.container_name} could not be served again: {outcome.status}",
+            fix=f"`instinct logs {plan.container_name}`, then serve it again",
+            id="recovery_failed",
+        )
+    return f"{plan.container_name} served again ({plan.image})"
+
+
+def device_root(change: intent.Intent) -> str:
+    """The stand-in device tree (``--root``) the change's launches used: a relaunch needs
+    it again."""
+    root = change.extra.get("device_root")
+    return root if isinstance(root, str) else ""
+
+
+def backend_for_plan(host: Host, plan: LaunchPlan, device_root: str = "") -> Backend:
+    """The backend a recorded plan runs on (``device_root``: the stand-in device tree of
+    ``--root``, as serve's)."""
+    if plan.engine == "native":
+        from instinct_serve.engine.discovery import discover, require_usable
+        from instinct_serve.runtime.native import NativeBackend
+
+        return NativeBackend(host, require_usable(discover(host)).vllm_command)
+    from instinct_serve.runtime.docker_backend import DockerBackend
+
+    return DockerBackend(host, device_root=device_root)

@@ -241,6 +241,7 @@ def swap(
         candidates=[m.name for m in named.group.members if m.name not in old_names],
         extra={"group": True},
         device_root=device_root,
+        settle=lambda change: settle_group(host, change),
     ) as change:
         cand, proven = on_spare_ports(host, group.router.port, len(group.members), launch, sink)
         assert cand.group is not None
@@ -537,3 +538,32 @@ def remove_replicas(docker: Docker, names: list[str]) -> None:
             with contextlib.suppress(InstinctError):
                 docker.stop(info.id)
         forget_candidate(docker.host, member)
+
+
+def settle_group(host: Host, change: intent.Intent) -> str:
+    """Finish or undo the group's switch ``change`` names, whose process is gone
+    (``runtime.recover``): what was done."""
+    old, new, name = change.old, change.new, change.name
+    assert old is not None and new is not None and old.group and new.group
+    docker = Docker(host)
+    old_names = [m.name for m in old.group.members]
+    new_names = [m.name for m in new.group.members]
+    new_only = [n for n in new_names if n not in old_names]
+    old_only = [n for n in old_names if n not in new_names]
+    if change.step == "candidate":
+        remove_replicas(docker, new_only)
+        return f"undone before the switch: removed {', '.join(new_only)}; {name} is untouched"
+    running = all((i := docker.get(n)) is not None and i.state.running for n in new_only)
+    if change.step == "routing" and not running:
+        write_config(host, name, haproxy_config(old))
+        with contextlib.suppress(InstinctError):
+            reload_router(docker, name)
+        plans.save(host, old, last_good=change.old_last_good)
+        remove_replicas(docker, new_only)
+        return f"undone: {name} routes to its old replicas again"
+    if change.step == "routing":
+        write_config(host, name, haproxy_config(new))
+        reload_router(docker, name)
+    plans.save(host, new, last_good=old)
+    remove_replicas(docker, old_only)
+    return f"finished: {name} routes to {', '.join(new_names)}; the old plan is the last good"
