@@ -247,7 +247,7 @@ def test_kill_group_resize_at_every_step(serve: Serve, router_test_image: TestIm
         plan = current_plan(name)
         group_doc = plan["group"]
         assert isinstance(group_doc, dict)
-        return {name, *(str(m["name"]) for m in group_doc["members"])}
+        return {name, *(str(m[1]) for m in group_doc["members"])}  # [index, name, port, gpus]
 
     def argv() -> list[str]:
         count = 2 if len(members()) == 4 else 3

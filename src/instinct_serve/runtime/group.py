@@ -60,7 +60,7 @@ from instinct_serve.plan.replicas import (
     restart_argv,
     router_argv,
 )
-from instinct_serve.runtime import health, intent, keys, plans
+from instinct_serve.runtime import health, intent, keys, plans, verified
 from instinct_serve.runtime.deploying import Interrupted
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.docker_backend import DockerBackend, container_instance, rooted_devices
@@ -206,6 +206,9 @@ class GroupDeployer:
         change = self._resizing()
         for stray in self._strays():  # --replace: the group's replicas of another plan
             self.docker.stop(stray.id)
+            keys.remove_key(self.host, keys.key_path(self.host, stray.name))
+            verified.forget(self.host, stray.name)  # its proof and plan: of no use now
+            plans.forget(self.host, stray.name)
         failed = self.launch_members()
         if failed is not None and change is not None:
             intent.clear(self.host, change)  # a failure reported: not one to finish later

@@ -236,6 +236,12 @@ def clear(host: Host, intent: Intent) -> None:
         host.run(["rm", "-f", "--", path], timeout=30)
 
 
+def present(host: Host, intent: Intent) -> bool:
+    """Whether the record is still there (another settle may have ended it meanwhile)."""
+    path = _path(host, intent.name, intent.change)
+    return path is not None and host.exists(path)
+
+
 def load_all(host: Host) -> list[Intent]:
     """Every record on the host (one command), oldest first."""
     result = host.run(["sh", "-c", _READ_ALL, "sh", _dir(host)], timeout=30)

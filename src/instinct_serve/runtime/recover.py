@@ -28,7 +28,7 @@ from typing import Any
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
 from instinct_serve.runtime import journal
-from instinct_serve.runtime.intent import Intent, clear, load_all
+from instinct_serve.runtime.intent import Intent, clear, load_all, present
 
 
 def resolve(
@@ -56,6 +56,8 @@ def resolve(
         if change.alive():
             doc["resolved"] = "in progress"
             found.append(doc)
+            continue
+        if not present(host, change):  # ended by the settle of another (a group's)
             continue
         failed_before = change.extra.get("failed")
         try:
