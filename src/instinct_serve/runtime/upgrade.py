@@ -297,6 +297,8 @@ def _switch(
         why = final.failure.cause if final.failure else final.status
         journal.record(host, name, f"{CHANGE[kind]}_failed", why=why)
         back = undo_switch(host, change, keep_failed=True, prove=(backend, settings, sink))
+        if change.parked is None:  # a native endpoint is stopped, not kept: served again
+            back = deploy_replacing(host, change.old, backend, settings, sink).status
         journal.record(host, name, "rolled_back", status=back, automatic=True)
         final.notes.append(f"rolled back to the old plan: {back}")
         return final
@@ -367,25 +369,41 @@ def undo_switch(
     its name, and the records put back as they were. With ``settings`` the old endpoint
     is then waited for and proven (``prove``: serve's reuse path): its status."""
     name = change.name
-    docker = Docker(host)
-    current = docker.get(name)
-    if current is not None and current.managed and current.id != change.parked:
-        if keep_failed:
-            stale = docker.get(name + CANDIDATE_SUFFIX)
-            if stale is not None and stale.managed:
-                docker.stop(stale.id)
-            docker.stop(current.id, remove=False)
-            docker.rename(current.id, name + CANDIDATE_SUFFIX)
-        else:
-            docker.stop(current.id)
     if change.old is not None:
         plans.save(host, change.old, last_good=change.old_last_good)
-    if change.parked is None or not unpark(docker, change.parked, name):
+    if change.parked is None:  # native: nothing was kept aside
         return "the old endpoint is gone"
+    docker = Docker(host)
+    for attempt in (1, 2):  # a launch still in flight may take the name meanwhile
+        _set_aside_new(docker, change, keep_failed=keep_failed)
+        try:
+            if not unpark(docker, change.parked, name):
+                return "the old endpoint is gone"
+            break
+        except InstinctError:
+            if attempt == 2:
+                raise
     if prove is None or change.old is None:
         return "started again"
     back = reuse_once(_deployer(host, change.old, *prove))
     return back.status if back is not None else "started again, not answering yet"
+
+
+def _set_aside_new(docker: Docker, change: intent.Intent, *, keep_failed: bool) -> None:
+    """The unproven new endpoint on the real name: removed, or (``keep_failed``) stopped
+    and kept as ``NAME-next`` for its log."""
+    name = change.name
+    current = docker.get(name)
+    if current is None or not current.managed or current.id == change.parked:
+        return
+    if not keep_failed:
+        docker.stop(current.id)
+        return
+    stale = docker.get(name + CANDIDATE_SUFFIX)
+    if stale is not None and stale.managed:
+        docker.stop(stale.id)
+    docker.stop(current.id, remove=False)
+    docker.rename(current.id, name + CANDIDATE_SUFFIX)
 
 
 def forget_candidate(host: Host, name: str) -> None:
