@@ -200,11 +200,12 @@ def _other(name: str, images: list[str]) -> str:
     return images[1] if info["Config"]["Image"] == images[0] else images[0]
 
 
-def test_kill_upgrade_at_every_step(serve: Serve) -> None:
-    name, port, images = _single(serve, "kup")
+@pytest.mark.parametrize(("change", "flag"), [("upgrade", "--upgrade"), ("replace", "--replace")])
+def test_kill_upgrade_and_replace_at_every_step(serve: Serve, change: str, flag: str) -> None:
+    name, port, images = _single(serve, "k" + change[:2])
     campaign(
-        "upgrade",
-        lambda: serve.args("--upgrade", image=_other(name, images), port=port, name=name),
+        change,
+        lambda: serve.args(flag, image=_other(name, images), port=port, name=name),
         _single_check(name, port),
     )
 
@@ -213,22 +214,12 @@ def test_kill_rollback_at_every_step(serve: Serve) -> None:
     name, port, images = _single(serve, "krb")
     up = serve("--upgrade", image=images[1], port=port, name=name)
     assert up.returncode == 0, up.explain()
-    before = {name: label_hash(name)}
     result = campaign(
         "rollback",
         lambda: ["rollback", name, "--root", str(serve.root), "--json"],
         _single_check(name, port),
     )
-    assert result.kills > 3, before
-
-
-def test_kill_replace_at_every_step(serve: Serve) -> None:
-    name, port, images = _single(serve, "krp")
-    campaign(
-        "replace",
-        lambda: serve.args("--replace", image=_other(name, images), port=port, name=name),
-        _single_check(name, port),
-    )
+    assert result.kills > 3
 
 
 def test_kill_group_resize_at_every_step(serve: Serve, router_test_image: TestImage) -> None:

@@ -292,13 +292,10 @@ def change(
     kind: str,
     name: str,
     *,
-    step: str,
-    old: LaunchPlan | None = None,
-    new: LaunchPlan | None = None,
-    candidates: list[str] | None = None,
-    extra: dict[str, Any] | None = None,
     device_root: str = "",
     settle: Callable[[Intent], object] | None = None,
+    extra: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> Iterator[Intent]:
     """``with change(...) as intent:`` the record written first, cleared after the last
     step. Cut short by an exception (Ctrl-C, a cancelled MCP call, an unexpected error),
@@ -306,9 +303,7 @@ def change(
     do after a kill: ``runtime.recover``), then the exception goes on."""
     if device_root:  # the stand-in device tree (tests) a relaunch needs again
         extra = {**(extra or {}), "device_root": device_root}
-    intent = begin(
-        host, kind, name, step=step, old=old, new=new, candidates=candidates, extra=extra
-    )
+    intent = begin(host, kind, name, extra=extra, **fields)  # step, old, new, candidates
     try:
         yield intent
     except BaseException:
