@@ -215,9 +215,8 @@ class GroupDeployer:
         return failed if failed is not None else self._finish(reused=False)
 
     def _resizing(self) -> intent.Intent | None:
-        """Served again with ``--replace`` over its running router (another replica
-        count, another plan): the intent, cleared once this plan is proven and recorded
-        (``plans.save``), finished by the next command if this run is cut short."""
+        """Served again with ``--replace`` over its router (a resize, another plan): the
+        intent, cleared once this plan is proven (``_finish``), else finished later."""
         router = self._router()
         if not self.settings.replace or router is None or not self._ours(router):
             return None

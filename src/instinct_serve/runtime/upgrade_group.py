@@ -21,6 +21,10 @@ shares passes 1: ``check_fits_beside``), two or more replicas on the same GPU se
 replaced one at a time (``_roll``: replica I out of rotation by a reload, drained, removed,
 the new one started on its GPUs, proven, put in rotation; a failed one puts the old plan
 back the same way); anything else is refused before anything starts.
+
+The swap announces its steps in an intent record (``runtime.intent``: ``candidate``,
+``routing``, ``switched``); ``settle_group`` finishes or undoes one cut short. The
+one-at-a-time roll writes none yet.
 """
 
 from __future__ import annotations
