@@ -1,6 +1,6 @@
-"""The safe-by-default audit (issue 19): fuzz ``fit`` and ``plan`` and count what goes wrong.
+"""The safe-by-default audit (issues 19 and 26): fuzz every command and count what goes wrong.
 
-Four campaigns, generated with hypothesis (``tests/infra/fuzz.py``), run in this process
+Six campaigns, generated with hypothesis (``tests/infra/fuzz.py``), run in this process
 through the CLI's entry point (``cli.main.main``) and the MCP server's handler, offline and
 with the caches in a temporary directory:
 
@@ -12,15 +12,26 @@ with the caches in a temporary directory:
   values replaced;
 - corrupt directories: ``fit DIR`` on damaged model directories (config.json, safetensors
   headers, index; files that are directories, FIFOs, link loops, unreadable), every third
-  also ``plan DIR --gpu mi300x`` and every fifth the MCP ``fit`` tool.
+  also ``plan DIR --gpu mi300x`` and every fifth the MCP ``fit`` tool;
+- commands: every leaf command of ``instinct`` (``bench`` and ``cache`` included) with random
+  arguments and options, special paths among the values (``tests/infra/fuzz_commands.py``);
+- files: the places the tool reads (recipes cache, plan records, journal, proof records, key
+  files, native state, bench store, compile cache meta, ``diagnose --log``, ``recipes
+  import``) made a FIFO, a link to ``/dev/zero``, a link loop, a 10 GB sparse file, a
+  directory, truncated JSON, random bytes or JSON of the wrong shape, then every command
+  that reads the place.
+
+The last two run in a sandbox (no Docker, network, ssh, HOME or stdin of this machine) and
+accept any registered error id (``error_ids``) but ``internal_error``.
 
 A run is correct when it ends in a result or in an error id of the documented set
 (``KNOWN_ERRORS``) within 5 s, with no traceback and no "Internal error". Prints the figures
 (runs, tracebacks, internal errors, hangs, slow runs) and the runs by outcome; exit 1 if
 anything was found.
 
-Run: .venv/bin/python bench/fuzz_audit.py [--cli-runs 2000] [--dirs 1000] [--seed N]
-(``--cli-runs`` is split between the options and the config-values campaigns.)
+Run: .venv/bin/python bench/fuzz_audit.py [--cli-runs 2000] [--dirs 1000] [--commands 1500]
+[--files 400] [--seed N] (``--cli-runs`` is split between the options and the config-values
+campaigns; a files case runs every command that reads its place, two or three on average.)
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from tests.infra import fuzz  # noqa: E402
+from tests.infra import fuzz_commands as fc  # noqa: E402
 
 GPU_OPTIONS = {"gpu", "gfx", "vram_gb", "vram_gib", "gpu_count", "gpus", "sysfs_root"}
 CLI_TEXT = st.one_of(
@@ -173,10 +185,46 @@ def parse_runs(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     return job, raw
 
 
+def command_campaigns(base: Path, args: argparse.Namespace) -> list[Tally]:
+    """The commands and files campaigns, in their sandbox."""
+    commands = Tally("commands (CLI, every command)")
+    files = Tally("special and corrupt files (CLI readers)")
+    with fc.sandbox(base / "sandbox") as box:
+        table = fc.commands()
+        run(
+            fc.command_runs(box, table),
+            args.commands,
+            args.seed,
+            lambda argv: commands.add(fc.run_command(argv, hang_s=args.hang_s)),
+        )
+
+        def file_one(case: tuple[str, str, bytes]) -> None:
+            for outcome in fc.run_file_case(box, *case, hang_s=args.hang_s):
+                files.add(outcome)
+
+        run(fc.file_runs(), args.files, args.seed, file_one)
+    return [commands, files]
+
+
+def command_of(outcome: fuzz.Outcome, paths: set[tuple[str, ...]]) -> str:
+    """The command a run exercised (``cache prune``, ``bench run``, ``mcp``, ``parse``)."""
+    if outcome.surface != "cli" or not isinstance(outcome.args, list):
+        return outcome.surface
+    words = tuple(a for a in outcome.args if not a.startswith("[fz:"))
+    for size in (2, 1):
+        if words[:size] in paths:
+            return " ".join(words[:size])
+    if words[:1] == ("bench",):
+        return "bench run"  # bench's default subcommand
+    return words[0] if words else "?"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cli-runs", type=int, default=2000)
     parser.add_argument("--dirs", type=int, default=1000)
+    parser.add_argument("--commands", type=int, default=1500)
+    parser.add_argument("--files", type=int, default=400)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--show", type=int, default=15, help="findings to describe")
     parser.add_argument(
@@ -261,6 +309,7 @@ def main() -> int:
                     )
 
             run(fuzz.model_dirs(), args.dirs, args.seed, dir_one)
+            tallies += command_campaigns(base, args)
 
     findings = [o for t in tallies for o in t.outcomes if o.problems()]
     total = {
@@ -281,6 +330,11 @@ def main() -> int:
         f"{'total':48} {total['runs']:>6} {total['tracebacks']:>10} "
         f"{total['internal_errors']:>9} {total['hangs']:>6} {total['slow']:>5}"
     )
+    print("\nruns per command (every campaign)")
+    paths = {c.path for c in fc.commands()}
+    per_command = collections.Counter(command_of(o, paths) for t in tallies for o in t.outcomes)
+    for name, n in sorted(per_command.items()):
+        print(f"  {n:6}  {name}")
     for t in tallies:
         print(f"\n{t.name}: runs by outcome")
         for label, n in t.by_label().most_common():

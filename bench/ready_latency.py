@@ -141,7 +141,7 @@ def main() -> None:
                         log = Path(tmp) / "data" / "native" / name / "log"
                         at = _healthy_at(log.read_text()) if log.exists() else None
                 finally:
-                    cleanup = ["stop", name]
+                    cleanup = ["stop", "--yes", name]
                     subprocess.run(
                         [sys.executable, "-m", "instinct_serve", *cleanup],
                         env=env,

@@ -73,7 +73,7 @@ def real_argv(tmp: str, env: dict[str, str]) -> list[str]:
     print(f"the REAL vLLM {setup.vllm_version} (CPU build), native, compiled")
     env.update(INSTINCT_VLLM_COMMAND=str(setup.vllm), INSTINCT_ALLOW_CPU_ENGINE="1")
     argv = ["serve", str(setup.model_dir), "--engine", "native", "--timeout", "600"]
-    return [*argv, "--env", f"VLLM_CPU_KVCACHE_SPACE={KV_CACHE_GIB}"]
+    return [*argv, "--env-literal", f"VLLM_CPU_KVCACHE_SPACE={KV_CACHE_GIB}"]
 
 
 def double_argv(tmp: str, args: argparse.Namespace) -> list[str]:
@@ -137,12 +137,16 @@ def main() -> None:
                             timeout=120,
                         )
                         Path(args.logs, f"{name}-{start}.log").write_text(logs.stdout)
-                    subprocess.run([*CLI, "stop", name], env=env, capture_output=True, timeout=120)
+                    subprocess.run(
+                        [*CLI, "stop", "--yes", name], env=env, capture_output=True, timeout=120
+                    )
                     totals[start].append(ready)
                     shown = f"{compile_s:.2f}" if compile_s is not None else "-"
                     print(f"{round_:>5} {start:>5} {ready:>8.2f} {shown:>10}  {status}")
             finally:
-                subprocess.run([*CLI, "stop", name], env=env, capture_output=True, timeout=120)
+                subprocess.run(
+                    [*CLI, "stop", "--yes", name], env=env, capture_output=True, timeout=120
+                )
         cold, warm = totals["cold"], totals["warm"]
         mean_cold, mean_warm = sum(cold) / len(cold), sum(warm) / len(warm)
         print(

@@ -6,11 +6,17 @@ failure, so nothing passes silently where the real boundary could have been exer
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
 
-pytest_plugins = ["tests.infra.ssh", "tests.infra.docker", "tests.infra.fakebin"]
+pytest_plugins = [
+    "tests.infra.shared",
+    "tests.infra.ssh",
+    "tests.infra.docker",
+    "tests.infra.fakebin",
+]
 
 # A suite started in the background by a non-interactive shell (`pytest &`, `nohup ... &`)
 # inherits SIGINT ignored, and so would every CLI it spawns: a Ctrl-C test would then test
@@ -31,3 +37,25 @@ def _isolated_home(
     monkeypatch.delenv("ROCM_SSH_USER", raising=False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Spread the ``heavy`` tests (10-20 s each) over the xdist workers' shares.
+
+    ``--dist worksteal`` (the README's command) first hands each of the N workers one
+    contiguous Nth of the collection; a heavy test is placed near the start of each share, so
+    the workers run them side by side from the beginning and none is left to start last.
+    Without xdist they simply run first. Selection and assertions are unchanged: only order.
+    """
+    heavy = [item for item in items if item.get_closest_marker("heavy")]
+    if not heavy:
+        return
+    light = [item for item in items if not item.get_closest_marker("heavy")]
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    ordered: list[pytest.Item] = []
+    for share in range(workers):
+        part = light[len(light) * share // workers : len(light) * (share + 1) // workers]
+        lead = 2 if workers > 1 else 0  # inside the share even if its edge moves by one
+        ordered += part[:lead] + heavy[share::workers] + part[lead:]
+    items[:] = ordered

@@ -1,6 +1,7 @@
-"""The safe-by-default audit (issue 19), a bounded run for CI: fuzzed options, config values
-and corrupt model directories through ``fit`` and ``plan`` (in-process CLI), the MCP ``fit``
-tool and ``options.<Job>.parse``.
+"""The safe-by-default audit (issues 19 and 26), a bounded run for CI: fuzzed options, config
+values and corrupt model directories through ``fit`` and ``plan`` (in-process CLI), the MCP
+``fit`` tool and ``options.<Job>.parse``; every other command with random arguments, and the
+files the tool reads made special or corrupt (``tests/infra/fuzz_commands.py``, in its sandbox).
 
 Each run must end in a result or an error id of the documented set
 (``tests.infra.fuzz.KNOWN_ERRORS``), in bounded time (5 s; a run is stopped after 20 s and
@@ -11,6 +12,7 @@ counted as a hang), with no traceback and no "Internal error". About 200 example
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,10 +23,15 @@ from hypothesis import strategies as st
 
 from instinct_serve.options import FitRequest, PlanOptions, declared
 from tests.infra import fuzz
+from tests.infra import fuzz_commands as fc
 
 FUZZ = settings(
     deadline=timedelta(seconds=fuzz.LIMIT_S),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 
 
@@ -137,6 +144,51 @@ def cli_runs(draw: st.DrawFn) -> list[str]:
 @given(argv=cli_runs())
 def test_options_on_the_command_line(argv: list[str]) -> None:
     assert_correct(fuzz.run_cli(argv))
+
+
+# -- every command, and the files it reads (issue 26) ------------------------------------
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Iterator[fc.Sandbox]:
+    """The sandbox, one per test (a hypothesis test shares it between its examples)."""
+    with fc.sandbox(tmp_path / "sandbox") as sandbox:
+        yield sandbox
+
+
+TABLE = fc.commands()
+
+
+def test_every_command_is_in_the_table() -> None:
+    """A new command is fuzzed without a change to the harness (bench and cache included)."""
+    from instinct_serve.cli.main import COMMANDS
+
+    paths = {c.path for c in TABLE}
+    assert {p[0] for p in paths} == set(COMMANDS) - {"mcp"}
+    assert {("bench", "run"), ("bench", "compare"), ("cache", "prune"), ("cache", "ls")} <= paths
+
+
+@settings(FUZZ, max_examples=60)
+@given(data=st.data())
+def test_every_command(box: fc.Sandbox, data: st.DataObject) -> None:
+    argv = data.draw(fc.command_runs(box, TABLE))
+    assert_correct(fc.run_command(argv))
+
+
+@pytest.mark.parametrize("kind", fc.SPECIAL_NAMES)
+@pytest.mark.parametrize("place", sorted(fc.PLACES))
+def test_special_files_where_the_tool_reads(box: fc.Sandbox, place: str, kind: str) -> None:
+    """A FIFO, a link to /dev/zero, a link loop, a 10 GB sparse file or a directory where a
+    cache, record, key, store or log file should be: an answer, never a hang."""
+    for outcome in fc.run_file_case(box, place, kind, b""):
+        assert_correct(outcome)
+
+
+@settings(FUZZ, max_examples=25)
+@given(case=fc.file_runs())
+def test_corrupt_files_where_the_tool_reads(box: fc.Sandbox, case: tuple[str, str, bytes]) -> None:
+    for outcome in fc.run_file_case(box, *case):
+        assert_correct(outcome)
 
 
 # -- the audit's table -------------------------------------------------------------------

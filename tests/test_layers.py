@@ -32,6 +32,9 @@ STEPS: dict[str, set[str]] = {step: set(CHAIN[:i]) for i, step in enumerate(CHAI
     "observe": {"hardware"},  # beside the chain: metrics and GPU readings
 }
 STEPS["plan"] |= {"observe"}  # a plan's Prometheus scrape config (observe.scrape)
+# What each inference server answers (``servers``) is held by the steps below it; a plan asks it.
+STEPS["servers"] = {"hardware", "catalog", "fit", "diagnose", "observe"}
+STEPS["plan"] |= {"servers"}
 # Modules every step may import; they import each other and, for the GPU names, hardware.
 SHARED = {
     "options",

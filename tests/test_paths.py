@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from instinct_serve.paths import HF_ENV_NAMES, hf_locations
+from tests.infra.cli import run_instinct
 
 ENVIRONMENTS: list[dict[str, str]] = [
     {},
@@ -60,13 +61,9 @@ def plan_mount(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
         "INSTINCT_DATA_DIR": str(tmp_path / "data"),
         **env,
     }
-    out = subprocess.run(
-        [sys.executable, "-m", "instinct_serve", "plan", "--gpu", "mi300x", "--json"],
-        env=run_env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    done = run_instinct(["plan", "--gpu", "mi300x", "--json"], env=run_env)
+    assert done.returncode == 0, done.stderr  # as check=True
+    out = done.stdout
     [mount] = json.loads(out)["mounts"]
     return {"host": mount["host"], "container": mount["container"]}
 

@@ -50,10 +50,18 @@ ERRORS: dict[str, ErrorId] = {
         "a key is generated",
         (NOT_READY,),
     ),
+    "approval_required": ErrorId(
+        USAGE,
+        "call without confirm to get the summary, show it to the user, then call again with "
+        "confirm=true and its hash (plan_hash, change_hash)",
+    ),
     "bad_api_key_env": ErrorId(
         USAGE, "export the variable that holds the endpoint's API key, and try again"
     ),
     "bad_argv": ErrorId(USAGE, "correct the command line (`instinct COMMAND --help`)"),
+    "bad_bench_ref": ErrorId(
+        USAGE, "give a plan hash (`instinct bench list`) or the path of a result file"
+    ),
     "bad_bench_result": ErrorId(USAGE, "give a file written by `vllm bench serve --save-result`"),
     "bad_concurrency": ErrorId(
         USAGE, "give a comma-separated list of levels, e.g. --concurrency 1,4,16"
@@ -66,7 +74,8 @@ ERRORS: dict[str, ErrorId] = {
     ),
     "bad_cpu_kv_space": ErrorId(
         USAGE,
-        "give the GiB of RAM for the KV cache as a number, e.g. --env VLLM_CPU_KVCACHE_SPACE=4",
+        "give the GiB of RAM for the KV cache as a number, "
+        "e.g. --env-literal VLLM_CPU_KVCACHE_SPACE=4",
     ),
     "bad_env": ErrorId(USAGE, "give NAME=VALUE with a value of one line"),
     "bad_env_name": ErrorId(
@@ -223,6 +232,9 @@ ERRORS: dict[str, ErrorId] = {
     ),
     "which_endpoint": ErrorId(USAGE, "name the endpoint (one watch per endpoint)"),
     # the environment is not ready (exit 3)
+    "containers_unreadable": ErrorId(
+        NOT_READY, "start Docker on the host (or wait until it answers), then try again"
+    ),
     "docker_missing": ErrorId(NOT_READY, "install Docker (docker.io or docker-ce) on the host"),
     "docker_permission": ErrorId(
         NOT_READY,
@@ -492,6 +504,9 @@ ERRORS: dict[str, ErrorId] = {
         FAILED, "narrow the request (fewer log lines, a symptom instead of a log)"
     ),
     "plan_changed": ErrorId(FAILED, "plan again, and show the new summary to the user"),
+    "change_changed": ErrorId(
+        FAILED, "show the new summary of what would be touched to the user, then confirm it"
+    ),
     "port_in_use": ErrorId(
         FAILED,
         "pick another --port, or see what holds it with `instinct ps` / `ss -tlnp`",
@@ -499,6 +514,12 @@ ERRORS: dict[str, ErrorId] = {
     ),
     "port_in_use_managed": ErrorId(
         FAILED, "pass --replace to stop it and launch this plan instead, or use another --port"
+    ),
+    "realpath_failed": ErrorId(FAILED, "check the host (`instinct check`)"),
+    "processes_survive": ErrorId(
+        FAILED,
+        "check the processes it names (`ps -o pid,stat,args -p PID`): one in state D waits on a "
+        "hung driver call (see `dmesg`); end the others with `kill -9 PID`, then stop it again",
     ),
     "recipes_api_failed": ErrorId(FAILED, "check the network (or --api-url), then retry"),
     "recipes_api_unreachable": ErrorId(FAILED, "check the network (or --api-url), then retry"),

@@ -31,6 +31,7 @@ from typing import IO, NamedTuple, Protocol, runtime_checkable
 
 from instinct_serve.errors import HostError, UsageError
 from instinct_serve.names import is_env_name
+from instinct_serve.paths import READ_LIMIT, read_regular
 
 DEFAULT_TIMEOUT_S = 60.0
 SSH_CONNECT_TIMEOUT_S = 10
@@ -93,8 +94,9 @@ class Host(Protocol):
         """Start argv and stream its merged stdout/stderr (e.g. ``docker logs -f``)."""
         ...
 
-    def read_text(self, path: str) -> str | None:
-        """The file's text, or None when it does not exist or cannot be read."""
+    def read_text(self, path: str, limit: int = READ_LIMIT) -> str | None:
+        """The file's text, or None when it does not exist, cannot be read, is not a regular
+        file (a FIFO, a device, a link loop) or is larger than ``limit`` bytes."""
         ...
 
     def exists(self, path: str) -> bool: ...
@@ -248,10 +250,9 @@ class LocalHost:
             start_new_session=True,
         )
 
-    def read_text(self, path: str) -> str | None:
+    def read_text(self, path: str, limit: int = READ_LIMIT) -> str | None:
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                return fh.read()
+            return read_regular(path, limit).decode("utf-8", errors="replace")
         except (OSError, ValueError):
             return None
 
@@ -339,6 +340,12 @@ _ENV_PROLOGUE = (
 
 # `which` over ssh: the first executable regular file named $1 on the remote PATH, like
 # shutil.which. (`command -v` would also answer builtins, aliases and functions by bare name.)
+# ``read_text`` on a host: $1 the file, $2 the limit. A regular file only (``-f`` follows
+# links and is false for a FIFO, a device or a link loop), its size known before reading.
+READ_SCRIPT = (
+    '[ -f "$1" ] || exit 3; n=$(wc -c < "$1") || exit 3; [ "$n" -le "$2" ] || exit 4; '
+    'exec head -c "$2" -- "$1"'
+)
 _WHICH_SCRIPT = (
     'n=$1; case $n in */*) [ -f "$n" ] && [ -x "$n" ] && printf "%s\\n" "$n"; exit;; esac; '
     'IFS=:; for d in $PATH; do [ -n "$d" ] || d=.; '
@@ -542,8 +549,8 @@ class SshHost:
                 fix="check the remote login shell (~/.bashrc must not fail or print on exit)",
             )
 
-    def read_text(self, path: str) -> str | None:
-        result = self.run(["cat", "--", path], timeout=30)
+    def read_text(self, path: str, limit: int = READ_LIMIT) -> str | None:
+        result = self.run(["sh", "-c", READ_SCRIPT, "sh", path, str(limit)], timeout=30)
         return result.stdout if result.ok else None
 
     def exists(self, path: str) -> bool:

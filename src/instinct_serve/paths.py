@@ -1,4 +1,5 @@
-"""Where the tool keeps its files on this machine (recipes cache, managed engine, state).
+"""Where the tool keeps its files on this machine (recipes cache, managed engine, state),
+and how it reads them (``read_regular``).
 
 ``INSTINCT_CACHE_DIR`` and ``INSTINCT_DATA_DIR`` override the platformdirs defaults, so
 tests and shared installations can point them elsewhere.
@@ -6,9 +7,11 @@ tests and shared installations can point them elsewhere.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -34,6 +37,55 @@ def data_dir() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir(APP))
+
+
+READ_LIMIT = 64 * 2**20  # the most any state, cache or record file of the tool is read to
+
+
+def read_regular(
+    path: str | os.PathLike[str], limit: int = READ_LIMIT, *, tail: bool = False
+) -> bytes:
+    """The bytes of a *regular* file of at most ``limit`` bytes, or ``OSError``; with
+    ``tail``, a larger file's last ``limit`` bytes (a log: where its failure is).
+
+    A cache or state file that is a FIFO would block ``open`` forever, a link to
+    ``/dev/zero`` would be read until memory runs out, and a 10 GB sparse file nearly so. So
+    the path is ``stat``-ed first (a symlink loop is ``ELOOP`` there, not a hang), opened
+    non-blocking (a FIFO swapped in meanwhile does not block), checked again on the open
+    descriptor, and read to ``limit`` + 1 bytes at most (``/proc`` files say size 0)."""
+    cap = None if tail else limit
+    if not _regular(os.stat(path), cap, path):
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not _regular(st, cap, path):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        if tail and st.st_size > limit:
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(limit + 1 - size, 2**20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if size > limit:
+        if not tail:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+        data = data[-limit:]  # it grew while read, or /proc: keep the end
+    return data
+
+
+def _regular(st: os.stat_result, limit: int | None, path: str | os.PathLike[str]) -> bool:
+    if limit is not None and st.st_size > limit and stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+    return stat.S_ISREG(st.st_mode)
 
 
 # What huggingface_hub reads to place its files (and vLLM, which uses huggingface_hub).

@@ -101,6 +101,18 @@ class Client:
         self.calls.append(call)
         return call
 
+    async def confirmed(self, tool: str, arguments: Mapping[str, Any]) -> Call:
+        """What an agent does once the user agreed: the summary first (no confirm), then
+        the same call with confirm=true and the summary's hashes (plan_hash for serve,
+        change_hash for what a call stops or removes). The summary is the call returned
+        when it already failed (an error: nothing to approve)."""
+        args = {k: v for k, v in arguments.items() if k not in ("confirm", "change_hash")}
+        summary = await self.call(tool, {**args, "confirm": False})
+        if summary.is_error or ("done" not in summary.doc and "plan_hash" not in summary.doc):
+            return summary  # nothing to approve: the call already did (or refused) it
+        hashes = {k: summary.doc[k] for k in ("plan_hash", "change_hash") if k in summary.doc}
+        return await self.call(tool, {**args, **hashes, "confirm": True})
+
 
 def server_env(**overrides: str) -> dict[str, str]:
     """This test's environment (fake PATH, isolated caches, offline Hub) plus overrides."""

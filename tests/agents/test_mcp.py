@@ -324,7 +324,7 @@ def test_status_and_logs_of_a_managed_endpoint_are_bounded(fakebin: FakeBin) -> 
 
     async def scenario(client: Client) -> list[Call]:
         return [
-            await client.call("status", {"no_health": True}),
+            await client.call("status", {"no_health": True, "everyone": True}),
             await client.call("logs", {"name": name, "tail": 500}),
             await client.call("logs", {"name": name, "tail": 3}),
         ]
@@ -332,7 +332,7 @@ def test_status_and_logs_of_a_managed_endpoint_are_bounded(fakebin: FakeBin) -> 
     status, big, small = run_session(scenario)
     assert [e["name"] for e in status.doc["endpoints"]] == [name]
     assert status.doc["endpoints"][0]["model"] == "Qwen/Qwen3.5-9B"
-    code, cli_doc = cli_json("ps", "--no-health", "--json")
+    code, cli_doc = cli_json("ps", "--no-health", "--json", "--everyone")  # no owner label
     for row in [*cli_doc["endpoints"], *status.doc["endpoints"]]:
         assert row.pop("uptime_s") > 0  # seconds since StartedAt: differs between calls
     assert (code, cli_doc) == (0, status.doc)

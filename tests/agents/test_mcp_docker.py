@@ -51,7 +51,7 @@ def test_confirmed_serve_reports_progress_then_status_logs_and_stop(serve: Serve
             await client.call("status", {}),
             await client.call("logs", {"name": name, "tail": 50}),
             await client.call("serve", args),
-            await client.call("stop", {"names": [name]}),
+            await client.confirmed("stop", {"names": [name]}),
             await client.call("status", {"no_health": True}),
         ]
 
@@ -77,6 +77,7 @@ def test_confirmed_serve_reports_progress_then_status_logs_and_stop(serve: Serve
     assert stop.doc["stopped"] == [
         {"name": name, "engine": "docker", "model": MODEL, "removed": True}
     ]
+    assert stop.doc["not_stopped"] == []
     assert name not in {row["name"] for row in after.doc["endpoints"]}
     assert inspect(name) is None
 
@@ -109,12 +110,17 @@ async def cancel_once_launched(
     return existed, time.monotonic() - start
 
 
+def _hash(summary: Call) -> dict[str, Any]:
+    return {"plan_hash": summary.doc["plan_hash"]}
+
+
 def test_cancelling_a_serve_removes_what_it_launched(serve: Serve) -> None:
     name, port = serve.name("mcp-cancel"), free_port()
     args = serve_args(serve, name, port, serve.double(load_s=4))
 
     async def scenario(client: Client) -> tuple[bool, float]:
-        return await cancel_once_launched(client, args, name)
+        summary = await client.call("serve", {**args, "confirm": False})
+        return await cancel_once_launched(client, {**args, **_hash(summary)}, name)
 
     existed, waited = run_session(scenario, timeout=180)
     assert existed, "the container was running when the request was cancelled"
@@ -139,7 +145,7 @@ def test_an_agent_walks_a_large_model_to_a_coherent_answer(serve: Serve) -> None
             await client.call("serve", args),
             await client.call("serve", args),
             await client.call("status", {}),
-            await client.call("stop", {"names": [name]}),
+            await client.confirmed("stop", {"names": [name]}),
         ]
 
     loading, proven, status, _stop = run_session(scenario, timeout=300)
@@ -169,19 +175,22 @@ def test_an_agent_upgrades_an_endpoint_and_rolls_it_back(serve: Serve) -> None:
         return None if info is None else str(info["Id"])
 
     async def scenario(client: Client) -> list[Call]:
-        first = await client.call("serve", args)
+        first = await client.confirmed("serve", args)
         ids["first"] = container_id()
         upgrade = {**args, "upgrade": True}
         summary = await client.call("serve", {**upgrade, "image": new_image, "confirm": False})
-        bad = await client.call("serve", {**upgrade, "image": bad_image})
+        bad = await client.confirmed("serve", {**upgrade, "image": bad_image})
         ids["after_bad"] = container_id()
-        good = await client.call("serve", {**upgrade, "image": new_image})
+        good = await client.confirmed("serve", {**upgrade, "image": new_image})
         ids["after_good"] = container_id()
-        back = await client.call("rollback", {"name": name, "root": str(serve.root)})
+        rollback = {"name": name, "root": str(serve.root)}
+        asked = await client.call("rollback", rollback)
+        ids["after_asked"] = container_id()
+        back = await client.confirmed("rollback", rollback)
         again = await client.call("rollback", {"name": f"{name}-none", "root": str(serve.root)})
-        return [first, summary, bad, good, back, again]
+        return [first, summary, bad, good, asked, back, again]
 
-    first, summary, bad, good, back, none = run_session(scenario, timeout=300)
+    first, summary, bad, good, asked, back, none = run_session(scenario, timeout=300)
     assert first.doc["status"] == "ready", first.text[-3000:]
     assert any("beside it on a spare port" in step for step in summary.doc["confirm_would"])
     assert summary.doc["launched"] is False and ids["first"] is not None
@@ -194,6 +203,12 @@ def test_an_agent_upgrades_an_endpoint_and_rolls_it_back(serve: Serve) -> None:
     assert good.doc["endpoint"]["base_url"] == f"http://127.0.0.1:{port}/v1"
     assert ids["after_good"] not in (None, ids["first"])
 
+    # the rollback without confirm: the summary of what it replaces, nothing changed
+    assert not asked.is_error and asked.doc["done"] is False, asked.text[-3000:]
+    touched = {item["name"] for item in asked.doc["change"]["touch"]}
+    assert name in touched and ids["after_asked"] == ids["after_good"]
+    kept = asked.doc["change"]["keep"][0]
+    assert kept["kind"] == "plan" and asked.doc["change_hash"] == asked.doc["change"]["change_hash"]
     assert not back.is_error and back.doc["status"] == "ready", back.text[-3000:]
     info = inspect(name)
     assert info is not None and info["Config"]["Image"] == old_image
@@ -210,10 +225,13 @@ def test_cancelling_an_upgrade_removes_the_candidate_and_keeps_the_endpoint(serv
     upgrade = {**args, "image": serve.double(load_s=4), "upgrade": True}
 
     async def scenario(client: Client) -> tuple[Call, str | None, bool, float]:
-        first = await client.call("serve", args)
+        first = await client.confirmed("serve", args)
         info = inspect(name)
         before = None if info is None else str(info["Id"])
-        existed, waited = await cancel_once_launched(client, upgrade, candidate)
+        summary = await client.call("serve", {**upgrade, "confirm": False})
+        existed, waited = await cancel_once_launched(
+            client, {**upgrade, **_hash(summary)}, candidate
+        )
         return first, before, existed, waited
 
     first, before, existed, waited = run_session(scenario, timeout=240)

@@ -40,7 +40,7 @@ def test_native_serve_through_mcp(tmp_path: Path, gpu_root: Path) -> None:
             await client.call("serve", confirmed),
             await client.call("status", {}),
             await client.call("logs", {"name": name, "tail": 40}),
-            await client.call("stop", {"names": [name]}),
+            await client.confirmed("stop", {"names": [name]}),
         ]
 
     try:

@@ -8,8 +8,6 @@ documents the tools return.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from instinct_serve.fit.estimate import VERDICTS
 from instinct_serve.hardware.profiles import PROFILES, get_profile, product_families
 from instinct_serve.runtime.documents import Status
 from tests.agents.conftest import FIXTURE_LOGS
+from tests.infra.cli import run_instinct
 from tests.infra.paths import REPO
 
 SKILL = REPO / "src" / "instinct_serve" / "agents" / "SKILL.md"
@@ -48,12 +47,7 @@ def section(text: str, title: str) -> str:
 
 def test_the_package_ships_it_and_the_command_prints_it(text: str) -> None:
     assert skill_text() == text
-    out = subprocess.run(
-        [sys.executable, "-m", "instinct_serve", "skill"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = run_instinct(["skill"], timeout=30)
     assert out.returncode == 0 and out.stdout == text
     assert text.startswith("---\nname: instinct-serve\ndescription: ")  # skill front matter
 

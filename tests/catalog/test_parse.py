@@ -311,6 +311,7 @@ REPLACEMENTS = st.one_of(
 )
 
 
+@pytest.mark.heavy
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     index=st.integers(0, len(CORPUS_FILES) - 1),

@@ -115,6 +115,7 @@ def test_a_repository_whose_recipes_all_fail_is_an_error(hub: HTTPServer, tmp_pa
     assert info.value.id == "sync_empty"
 
 
+@pytest.mark.heavy
 def test_api_sync_keeps_upstream_renderings(
     httpserver: HTTPServer, second_server: HTTPServer
 ) -> None:

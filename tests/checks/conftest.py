@@ -20,7 +20,8 @@ import pytest
 
 from instinct_serve.checks import CHECKS, Check, CheckOptions
 from instinct_serve.checks.probe import Probe
-from instinct_serve.hosts import DEFAULT_TIMEOUT_S, Host, LocalHost, Result
+from instinct_serve.hosts import DEFAULT_TIMEOUT_S, READ_SCRIPT, Host, LocalHost, Result
+from instinct_serve.paths import READ_LIMIT
 from tests.infra.fakeroot import FakeRoot, build_gpu_root
 
 CLEARED = (
@@ -88,8 +89,8 @@ class AsUserHost(LocalHost):
         wrapped = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
         return super().run([*wrapped, "--", *argv], timeout=timeout, env=env, input=input)
 
-    def read_text(self, path: str) -> str | None:
-        result = self.run(["cat", "--", path])
+    def read_text(self, path: str, limit: int = READ_LIMIT) -> str | None:
+        result = self.run(["sh", "-c", READ_SCRIPT, "sh", path, str(limit)])
         return result.stdout if result.ok else None
 
     def exists(self, path: str) -> bool:

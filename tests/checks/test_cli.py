@@ -1,16 +1,16 @@
-"""`instinct check` as a user runs it: a subprocess with a crafted environment."""
+"""`instinct check` as a user runs it: the CLI (in-process) with a crafted environment."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pytest_httpserver import HTTPServer
 
+from tests.infra.cli import run_instinct
 from tests.infra.docker import DockerDaemon
 from tests.infra.ports import free_port
 
@@ -20,13 +20,7 @@ SENTINEL = "hf_SENTINELcli0123456789abcdefXYZ"
 
 
 def instinct(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "instinct_serve", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_instinct(args, env=env, timeout=120)
 
 
 def crafted_env(home: Path, **extra: str) -> dict[str, str]:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from instinct_serve.engine.hostfs import classify_platform
 from instinct_serve.errors import NotReadyError, UsageError
 from instinct_serve.hosts import LocalHost
 from tests.engine.envs import make_env
+from tests.infra.cli import run_instinct
 from tests.infra.ssh import SshServer
 
 VARS = (
@@ -187,12 +186,7 @@ def test_explicit_overrides_that_are_wrong_fail_loudly(
 
 
 def test_nothing_found_exits_not_ready_with_the_fix() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "instinct_serve", "engine", "detect", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_instinct(["engine", "detect", "--json"], timeout=120)
     assert proc.returncode == 3
     doc = json.loads(proc.stdout)
     assert doc["found"] is False
@@ -271,13 +265,7 @@ def test_discovery_over_ssh_reads_the_remote_login_environment(
 def test_the_human_detect_view_says_what_the_engine_serves_on(tmp_path: Path) -> None:
     python = make_env(tmp_path / "cpu", torch="2.12.0+cpu", kind="cpu", vllm="0.11.0+cpu")
     env = {**os.environ, "INSTINCT_VLLM_PYTHON": str(python), "INSTINCT_ALLOW_CPU_ENGINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "instinct_serve", "engine", "detect"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    proc = run_instinct(["engine", "detect"], env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     flat = " ".join(proc.stdout.split())
     for line in ("vllm_build: cpu", "serves_on: cpu", "cpu_only: True", "CPU-only engine"):

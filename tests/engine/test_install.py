@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,15 +29,12 @@ from tests.engine.conftest import (
     VLLM_DEV,
     Vendor,
 )
+from tests.infra.cli import run_instinct
 from tests.infra.ssh import free_port
 
-INSTINCT = [sys.executable, "-m", "instinct_serve"]
 
-
-def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*INSTINCT, *args], capture_output=True, text=True, stdin=stdin, timeout=300
-    )
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_instinct(args, timeout=300)  # stdin empty, as DEVNULL
 
 
 def managed_python() -> Path:

@@ -238,3 +238,150 @@ def test_stop_removes_the_vllm_rendezvous_files_its_log_names(tmp_path: Path) ->
     assert launcher.vllm_temp_files(launcher.read_log(host, "rendezvous")) == [str(ours)]
     launcher.stop(host, "rendezvous", timeout=10)
     assert not ours.exists() and other.exists()
+
+
+# --------------------------------------------------------------------------- process groups
+# A vLLM whose API server is killed leaves its engine processes running (holding GPU memory):
+# the double's VLLM_DOUBLE_CHILDREN stand in for them.
+
+
+def start_with_children(host: Host, name: str, port: int, **env: str) -> NativeProcess:
+    argv = [sys.executable, str(DOUBLE), *serve_argv(port)[1:]]
+    env = {"VLLM_DOUBLE_LOAD_S": "0.2", "VLLM_DOUBLE_CHILDREN": "2", **env}
+    proc = launcher.launch(host, name, argv, env=env, meta={"port": port})
+    assert wait_for(lambda: healthy(port)), launcher.read_log(host, name)
+    return proc
+
+
+def engine_cores(port: int) -> list[int]:
+    """The double's engine-core stand-ins of ``port`` alive now (read from /proc)."""
+    needle = f"engine-core --port {port} "
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        pid = int(cmdline.parent.name)
+        if needle in text and alive(pid):
+            found.append(pid)
+    return sorted(found)
+
+
+def api_server(proc: NativeProcess, port: int) -> int:
+    """The double itself (vLLM's API server): the member running ``serve ... --port P``."""
+    for pid in launcher.members(proc, launcher.scan(LocalHost())):
+        text = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        if text.startswith(sys.executable) and f"serve facebook/opt-125m --port {port}" in text:
+            return pid
+    raise AssertionError("no API server among the members")
+
+
+def test_a_killed_leader_leaves_members_that_ps_names_and_stop_ends() -> None:
+    host, port = LocalHost(), free_port()
+    proc = start_with_children(host, "orphans", port)
+    cores = engine_cores(port)
+    try:
+        assert len(cores) == 2
+        assert set(cores) <= set(launcher.group_pids(host, proc))
+        os.kill(proc.pid, 9)  # the group leader (the wrapper)
+        assert wait_for(lambda: not alive(proc.pid))
+        status = launcher.status(host, "orphans")
+        assert status is not None and not status.running
+        left = launcher.survivors_of(host, [proc])["orphans"]
+        assert {s.pid for s in left} == {*cores, api_server(proc, port)}
+        assert all(not s.left_group for s in left)
+        assert any(f"engine-core --port {port} --index 1" in s.command for s in left)
+        with pytest.raises(UsageError) as refused:  # the record would lose them
+            start_double(host, "orphans", free_port())
+        assert refused.value.id == "name_in_use" and str(cores[0]) in refused.value.message
+        result = launcher.stop(host, "orphans", timeout=10)
+        assert not result.was_running and result.stopped and result.signal == "TERM"
+        assert set(result.members) == {s.pid for s in left} and result.survivors == []
+        assert engine_cores(port) == [] and not healthy(port)
+        assert launcher.survivors_of(host, [proc]) == {}
+        members, took = len(result.members), result.elapsed_s
+        print(f"\nstop of a leaderless group: {members} members ended in {took:.2f} s")
+    finally:
+        for pid in engine_cores(port):
+            os.kill(pid, 9)
+
+
+def test_members_in_another_group_of_the_session_that_ignore_sigterm_are_killed() -> None:
+    host, port = LocalHost(), free_port()
+    env = {"VLLM_DOUBLE_CHILDREN_DETACH": "group", "VLLM_DOUBLE_CHILDREN_TERM": "ignore"}
+    proc = start_with_children(host, "wedged", port, **env)
+    cores = engine_cores(port)
+    try:
+        assert len(cores) == 2 and all(os.getpgid(p) == p for p in cores)  # own groups
+        assert all(os.getsid(p) == proc.pid for p in cores)  # the launch's session
+        os.kill(api_server(proc, port), 9)  # the API server; the wrapper records 137
+        assert wait_for(lambda: launcher.status(host, "wedged").exit_code == 137)  # type: ignore[union-attr]
+        result = launcher.stop(host, "wedged", timeout=1.0)
+        assert result.stopped and result.signal == "KILL" and set(cores) <= set(result.members)
+        assert engine_cores(port) == []
+        assert launcher.status(host, "wedged").describe() == "stopped (exit 137)"  # type: ignore[union-attr]
+    finally:
+        for pid in engine_cores(port):
+            os.kill(pid, 9)
+
+
+def test_a_process_that_left_the_session_is_reported_never_signalled() -> None:
+    """Only the group and session are provably the launch's: a descendant that left them
+    (found by the launch's token) is named with pid and command, and left alone."""
+    from instinct_serve.errors import InstinctError
+    from instinct_serve.runtime.native import NativeBackend
+
+    host, port = LocalHost(), free_port()
+    proc = start_with_children(host, "leaver", port, VLLM_DOUBLE_CHILDREN_DETACH="session")
+    cores = engine_cores(port)
+    try:
+        assert len(cores) == 2 and all(os.getsid(p) == p for p in cores)
+        os.kill(api_server(proc, port), 9)  # a crash: its clean shutdown would end them
+        assert wait_for(lambda: not alive(proc.pid))
+        ps_view = launcher.survivors_of(host, [proc])["leaver"]
+        assert sorted(s.pid for s in ps_view) == cores
+        result = launcher.stop(host, "leaver", timeout=10)
+        assert not result.was_running and not result.stopped and result.members == []
+        assert sorted(s.pid for s in result.survivors) == cores == engine_cores(port)
+        assert all(s.left_group and "engine-core" in s.command for s in result.survivors)
+        with pytest.raises(InstinctError) as err:
+            NativeBackend(host, "vllm").discard("leaver", keep=True)
+        assert err.value.id == "processes_survive" and f"pid {cores[0]}" in err.value.message
+        assert [s["pid"] for s in err.value.details["survivors"]] == cores
+    finally:
+        for pid in engine_cores(port):
+            os.kill(pid, 9)
+    assert launcher.stop(host, "leaver").stopped  # once they are gone
+
+
+def test_a_killed_leaders_members_are_stopped_over_ssh(sshd: SshServer, tmp_path: Path) -> None:
+    client = sshd.client("engine-launcher", set_env={"INSTINCT_DATA_DIR": str(tmp_path / "d")})
+    host, port = client.host(), free_port()
+    proc = start_with_children(host, "remote-orphans", port)
+    cores = engine_cores(port)
+    try:
+        assert len(cores) == 2 and os.getsid(cores[0]) == proc.pid
+        os.kill(proc.pid, 9)
+        assert wait_for(lambda: not alive(proc.pid))
+        left = launcher.survivors_of(host, [proc])["remote-orphans"]
+        assert set(cores) <= {s.pid for s in left}
+        result = launcher.stop(host, "remote-orphans", timeout=10)
+        assert result.stopped and set(cores) <= set(result.members)
+        assert engine_cores(port) == [] and not healthy(port)
+    finally:
+        for pid in engine_cores(port):
+            os.kill(pid, 9)
+
+
+def test_parse_scan_reads_stats_and_markers() -> None:
+    text = (
+        "10 (sh) S 1 10 10 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 500 0 0\n"
+        "11 (a b) c)) S 10 10 10 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 501 0 0\n"
+        "@@MARKERS@@\n/proc/11/environ:INSTINCT_NATIVE_RUN=ab\0/proc/11/environ:"
+        "INSTINCT_NATIVE_NAME=x\0/proc/zz/environ:INSTINCT_NATIVE_RUN=cd\0"
+    )
+    seen = launcher.parse_scan(text)
+    assert sorted(seen.stats) == [10, 11] and seen.stats[11].comm == "a b) c)"
+    assert seen.stats[11].sid == 10 and seen.stats[11].start_ticks == 501
+    assert seen.markers == {11: frozenset({"INSTINCT_NATIVE_RUN=ab", "INSTINCT_NATIVE_NAME=x"})}

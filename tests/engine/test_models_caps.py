@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from instinct_serve.engine.models import resolve_model
 from instinct_serve.errors import UsageError
 from instinct_serve.hosts import LocalHost
 from tests.engine.envs import make_env
+from tests.infra.cli import run_instinct
 from tests.infra.paths import CONFIGS
 
 
@@ -61,12 +61,7 @@ def test_hf_cache_snapshot_and_hub(hf_home: Path) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "instinct_serve", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_instinct(args, timeout=120)
 
 
 def test_gpu_required_fails_without_gpu_and_gpu_preferred_reports(

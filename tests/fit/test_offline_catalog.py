@@ -31,6 +31,7 @@ def checkpoints() -> list[tuple[str, str | None, str | None]]:
     return sorted(set(out))
 
 
+@pytest.mark.heavy
 @pytest.mark.usefixtures("offline")
 def test_every_catalog_checkpoint_is_sized_offline_with_its_basis() -> None:
     shipped = set(shipped_model_ids())

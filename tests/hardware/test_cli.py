@@ -1,26 +1,22 @@
-"""``instinct detect`` end to end: the installed console script as a subprocess."""
+"""``instinct detect`` end to end: the CLI's entry point, in-process (``run_instinct``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.hardware import sysfs_tree
 from tests.hardware.conftest import METRIC, PARTITION, STATIC, VERSION, sample
 from tests.hardware.sysfs_tree import mi300x, mi355x
+from tests.infra.cli import run_instinct
 from tests.infra.fakebin import FakeBin
-
-INSTINCT = Path(sys.executable).with_name("instinct")
 
 
 def instinct(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "160", "NO_COLOR": "1"}
-    return subprocess.run(
-        [str(INSTINCT), *args], capture_output=True, text=True, timeout=60, env=env, check=False
-    )
+    return run_instinct(args, env=env, timeout=60)
 
 
 def test_json_with_gpus_exits_0(tools: FakeBin, root: Path) -> None:

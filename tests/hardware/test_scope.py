@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,15 @@ from tests.checks.conftest import run_one
 from tests.hardware import sysfs_tree
 from tests.hardware.conftest import ROCM_QUERY, fixture
 from tests.hardware.sysfs_tree import mi300x, radeon_7900xt
+from tests.infra.cli import run_instinct
 from tests.infra.fakebin import FakeBin
 
-INSTINCT = Path(sys.executable).with_name("instinct")
 RADEON = "rocm-smi_productname_use_meminfo_vram_RX7900XT.txt"
 
 
 def instinct(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "160", "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [str(INSTINCT), *args], capture_output=True, text=True, timeout=60, env=env, check=False
-    )
+    return run_instinct(args, env=env, timeout=60)
 
 
 def inv(*gfx: str) -> GpuInventory:

@@ -45,11 +45,13 @@ the real planner). Ports for the servers tests start: ``tests.infra.ports``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -67,6 +69,7 @@ import pytest
 
 from instinct_serve.hosts import LocalHost
 from instinct_serve.plan.labels import label_args
+from tests.infra import shared
 from tests.infra.paths import LOGS
 from tests.infra.ports import free_port
 
@@ -77,6 +80,9 @@ IMAGE_REPO = "instinct-serve-test/vllm-double"
 IMAGE_RECIPE = "4"  # bump to force a rebuild when the recipe below changes
 IMAGE_ENTRYPOINT = ["vllm", "serve"]  # vllm/vllm-openai-rocm: docker/Dockerfile.rocm
 DAEMON_START_TIMEOUT_S = 30.0
+DOCKERD_PIDS = "dockerd-pids"  # run list (tests.infra.shared): daemons this run started
+IMAGES_CREATED = "images-created"  # run list: image tags this run made, removed at its end
+IMAGES_BUILT = "images-built"  # run list: the test images' summary lines
 _STATE_DIR = Path(tempfile.gettempdir()) / "instinct-serve-test-devices"
 
 # Not needed by a stdlib HTTP server, and large: left out of the test image.
@@ -189,42 +195,71 @@ def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerDa
     """A usable Docker daemon (see the module docstring)."""
     if shutil.which("docker") is None:
         unavailable("the docker CLI is not installed (apt-get install docker.io)")
-    proc: subprocess.Popen[bytes] | None = None
-    version = _docker_version()
-    if version is None:
-        dockerd = shutil.which("dockerd")
-        if dockerd is None or os.geteuid() != 0:
-            unavailable("no Docker daemon answers and dockerd cannot be started here (not root?)")
-        log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [dockerd], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
-        while version is None and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-            version = _docker_version()
+    with shared.once("dockerd"):  # xdist workers: one starts it, the others find it running
+        version = _docker_version()
+        started = False
         if version is None:
-            _stop(proc)
-            unavailable(f"dockerd did not come up; its log:\n{log.read_text()[-2000:]}")
-    daemon = DockerDaemon(version=version, started_here=proc is not None)
+            version = _start_dockerd(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
+            started = True
+    daemon = DockerDaemon(version=version, started_here=started)
     daemon.remove_stale_containers()
     try:
         yield daemon
     finally:
         daemon.remove_session_containers()
-        if proc is not None:
-            _stop(proc)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+def _start_dockerd(log: Path) -> str:
+    """Start ``dockerd`` in its own session, record its pid for the end of the run (the
+    controller stops it: a worker that started it may finish before the others), and return
+    its version once it answers."""
+    dockerd = shutil.which("dockerd")
+    if dockerd is None or os.geteuid() != 0:
+        unavailable("no Docker daemon answers and dockerd cannot be started here (not root?)")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [dockerd], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    shared.record(DOCKERD_PIDS, str(proc.pid))
+    deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
+    version = None
+    while version is None and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        version = _docker_version()
+    if version is None:
+        _stop_pid(proc.pid)
+        unavailable(f"dockerd did not come up; its log:\n{log.read_text()[-2000:]}")
+    return version
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """At the end of the run (the controller under xdist): remove the images the run built,
+    then stop the daemon when the run started it."""
+    if shared.is_worker():
+        return
+    remove_created_images()
+    for pid in shared.recorded(DOCKERD_PIDS):
+        _stop_pid(int(pid))
+
+
+def _stop_pid(pid: int) -> None:
+    """SIGTERM ``pid`` (not necessarily our child), wait up to 20 s, then SIGKILL."""
+    with contextlib.suppress(ChildProcessError, ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _pid_alive(pid) and not _reap(pid):
+            time.sleep(0.2)
+        if _pid_alive(pid) and not _reap(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _reap(pid: int) -> bool:
+    """True when ``pid`` was our child and has exited (reaped now); False otherwise."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == pid
 
 
 @pytest.fixture
@@ -506,7 +541,7 @@ def build_test_image() -> TestImage:
         if out.returncode != 0:
             raise RuntimeError(f"docker import failed: {out.stderr.strip()}")
     _remove_old_tags(tag)
-    _created.append(tag)
+    shared.record(IMAGES_CREATED, tag)
     return TestImage(tag, time.monotonic() - start, False, python)
 
 
@@ -548,9 +583,15 @@ def derived_test_image(
     dockerfile = "\n".join(lines) + "\n"
     digest.update(dockerfile.encode())
     tag = f"{IMAGE_REPO}-derived:{digest.hexdigest()[:16]}"
+    with shared.once(f"image-{digest.hexdigest()[:16]}"):  # one build per run, not per worker
+        _build_derived(tag, dockerfile, files or {})
+    return tag
+
+
+def _build_derived(tag: str, dockerfile: str, files: Mapping[str, bytes]) -> None:
     if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
         with tempfile.TemporaryDirectory() as context:
-            for path, data in (files or {}).items():
+            for path, data in files.items():
                 target = Path(context) / "files" / path.lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
@@ -564,42 +605,44 @@ def derived_test_image(
             )
         if out.returncode != 0:
             raise RuntimeError(f"docker build failed: {out.stderr.strip()}")
-        _created.append(tag)
-    return tag
-
-
-_built: list[TestImage] = []
-_created: list[str] = []  # image tags this session made: removed when it ends
+        shared.record(IMAGES_CREATED, tag)
 
 
 def remove_created_images() -> list[str]:
-    """Remove the images this session created (children first); leave those it found."""
+    """Remove the images this run created (children first); leave those it found. At the
+    end of the run (``pytest_unconfigure``): a worker's image may serve another worker."""
     removed = []
-    for tag in reversed(_created):
+    for tag in reversed(shared.recorded(IMAGES_CREATED)):
         out = subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, text=True)
         if out.returncode == 0:
             removed.append(tag)
-    _created.clear()
+    (shared.run_dir() / IMAGES_CREATED).unlink(missing_ok=True)
     return removed
 
 
-@pytest.fixture(scope="session")
-def vllm_test_image(docker_daemon: DockerDaemon) -> Iterator[TestImage]:
-    """The registry-free image whose ``vllm serve`` is the test double (module docstring)."""
+def _session_image(lock: str, build: Callable[[], TestImage], what: str) -> TestImage:
+    """``build()`` once per run (the first worker builds, the others reuse), or fail."""
     try:
-        image = build_test_image()
+        with shared.once(lock):
+            image = build()
     except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
-        pytest.fail(f"could not build the vLLM test image: {exc}")
-    _built.append(image)
-    yield image
-    remove_created_images()  # the machine is left with the images it had
+        pytest.fail(f"could not build the {what} test image: {exc}")
+    how = "reused" if image.reused else f"built in {image.build_s:.1f} s"
+    shared.record(IMAGES_BUILT, f"{what} test image {image.tag}: {how} ({image.python})")
+    return image
+
+
+@pytest.fixture(scope="session")
+def vllm_test_image(docker_daemon: DockerDaemon) -> TestImage:
+    """The registry-free image whose ``vllm serve`` is the test double (module docstring)."""
+    return _session_image("vllm-test-image", build_test_image, "vLLM")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for image in _built:
-        how = "reused" if image.reused else f"built in {image.build_s:.1f} s"
-        what = "router" if image.tag.startswith(ROUTER_REPO) else "vLLM"
-        terminalreporter.write_line(f"{what} test image {image.tag}: {how} ({image.python})")
+    if shared.is_worker():
+        return
+    for line in dict.fromkeys(shared.recorded(IMAGES_BUILT)):  # once, in the order built
+        terminalreporter.write_line(line)
 
 
 # --------------------------------------------------------------------------- router image
@@ -652,22 +695,16 @@ def build_router_image() -> TestImage:
         out = subprocess.run([*argv, tar_path, tag], capture_output=True, text=True, timeout=300)
         if out.returncode != 0:
             raise RuntimeError(f"docker import failed: {out.stderr.strip()}")
-    _created.append(tag)
+    shared.record(IMAGES_CREATED, tag)
     return TestImage(tag, time.monotonic() - start, False, real)
 
 
 @pytest.fixture(scope="session")
-def router_test_image(docker_daemon: DockerDaemon) -> Iterator[TestImage]:
+def router_test_image(docker_daemon: DockerDaemon) -> TestImage:
     """The registry-free HAProxy image (module docstring)."""
     if not os.access(HAPROXY, os.X_OK):
         unavailable(f"{HAPROXY} is not installed (apt-get install haproxy)")
-    try:
-        image = build_router_image()
-    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
-        pytest.fail(f"could not build the router test image: {exc}")
-    _built.append(image)
-    yield image
-    remove_created_images()
+    return _session_image("router-test-image", build_router_image, "router")
 
 
 # --------------------------------------------------------------------------- AMD devices

@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import struct
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -146,6 +147,9 @@ class Outcome:
     hang_s: float = HANG_S  # the run was stopped after this long
     crash: str = ""  # an exception that escaped (parse) or internal_error (mcp)
     doc: dict[str, Any] = field(default_factory=dict)
+    # which error ids are a correct answer (fit and plan: KNOWN_ERRORS; every other
+    # command: the registered ids, ``fuzz_commands.known_command_error``)
+    known: Callable[[str | None], bool] = field(default=known_error, repr=False)
 
     @property
     def wants_json(self) -> bool:
@@ -193,7 +197,7 @@ class Outcome:
             found.append(f"internal error: {self.crash or self.stderr.strip()[-300:]}")
         if self.code not in codes:
             found.append(f"exit {self.code} (expected one of {codes})")
-        if self.error_id is not None and not known_error(self.error_id):
+        if self.error_id is not None and not self.known(self.error_id):
             found.append(f"unknown error id {self.error_id!r}")
         if self.code > 0 and self.error_id is None and not self.doc and self.wants_json:
             found.append(f"exit {self.code} without an error document")
@@ -204,11 +208,16 @@ class Outcome:
 
 
 def _error_of(text: str) -> tuple[str | None, dict[str, Any]]:
-    """The error id of a ``--json`` output, and the document (empty when none)."""
+    """The error id of a ``--json`` output, and the document (empty when none); for JSON
+    Lines (``serve --json``: events, then the result), the last line."""
     try:
         doc = json.loads(text)
     except ValueError:
-        return None, {}
+        lines = text.strip().splitlines()
+        try:
+            doc = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            return None, {}
     if not isinstance(doc, dict):
         return None, {}
     error = doc.get("error")
@@ -224,6 +233,8 @@ def run_cli(argv: list[str], *, hang_s: float = HANG_S) -> Outcome:
     out, err = io.StringIO(), io.StringIO()
     outcome = Outcome("cli", list(argv), hang_s=hang_s)
     start = time.monotonic()
+    stdin = sys.stdin
+    sys.stdin = io.StringIO("")  # a prompt or `-` reads an empty stdin, never the terminal
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), time_limit(hang_s):
             main(list(argv))
@@ -236,6 +247,8 @@ def run_cli(argv: list[str], *, hang_s: float = HANG_S) -> Outcome:
 
         outcome.code, outcome.crash = -2, f"{type(exc).__name__}: {exc}"
         outcome.crash += "\n" + "".join(traceback.format_exc(limit=-6))
+    finally:
+        sys.stdin = stdin
     outcome.seconds = time.monotonic() - start
     outcome.stdout, outcome.stderr = out.getvalue(), err.getvalue()
     outcome.error_id, outcome.doc = _error_of(outcome.stdout)

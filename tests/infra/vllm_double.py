@@ -60,6 +60,14 @@ environment, because the argv is produced by the real planner and must stay unch
     ``i`` of a completion leaves ``TTFT + i * ITL`` seconds after the request arrived, on a
     schedule (not by adding sleeps), so what a benchmark measures is what was set.
 
+``VLLM_DOUBLE_HEALTH_PATH`` / ``VLLM_DOUBLE_MODELS_PATH``
+    Another server's routes (``tests/infra/fake_server.py``): health answers on this path
+    only (default ``/health`` and ``/ping``, as vLLM), the model list on this one (default
+    ``/v1/models``); the vLLM paths they replace answer 404.
+``VLLM_DOUBLE_READY_LINE``
+    Another server's ready line: printed instead of vLLM's API-server lines once healthy
+    (``{host}`` and ``{port}`` filled in).
+
 ``VLLM_DOUBLE_COMPILE_S``
     Seconds of a *simulated* torch.compile (default 0: none; never with
     ``--enforce-eager``). The double looks in ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>/
@@ -74,6 +82,15 @@ environment, because the argv is produced by the real planner and must stay unch
     ``die`` log and exit (a worker failing after start-up, which must fail the group).
 ``VLLM_DOUBLE_RENDEZVOUS_S``
     Multi-node only: how long rank 0 waits for every rank, and a rank for rank 0 (default 60).
+``VLLM_DOUBLE_CHILDREN``
+    ``N``: start N child processes first, standing in for vLLM's engine-core processes
+    (argv ``python vllm_double.py engine-core --port P --index I``; they only sleep). On
+    SIGTERM the double ends them first and waits for them (up to 5 s), as vLLM's shutdown
+    does; killed with SIGKILL it leaves them running, as a real vLLM whose API server was
+    killed leaves its engine processes. ``VLLM_DOUBLE_CHILDREN_TERM=ignore``: the children
+    ignore SIGTERM (only SIGKILL ends them). ``VLLM_DOUBLE_CHILDREN_DETACH``: ``group`` puts
+    them in a process group of their own (same session), ``session`` in a session of their
+    own (they leave the launch's session and group).
 
 Multi-node (``--nnodes N --node-rank R --master-addr A [--master-port P]``, ``--headless`` on
 ranks > 0, vLLM's mp-backend flags): a real TCP rendezvous, standing in for torch's store.
@@ -113,6 +130,7 @@ import random
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -360,11 +378,24 @@ ROUTES = (
 )
 
 
+def health_paths() -> tuple[str, ...]:
+    """Where health answers: vLLM's ``/health`` and ``/ping``, or ``VLLM_DOUBLE_HEALTH_PATH``."""
+    path = os.environ.get("VLLM_DOUBLE_HEALTH_PATH")
+    return (path,) if path else ("/health", "/ping")
+
+
+def models_path() -> str:
+    return os.environ.get("VLLM_DOUBLE_MODELS_PATH", "/v1/models")
+
+
 def api_server_lines(args: Args) -> list[str]:
     """What vLLM 0.32's API server prints once the engine is up (real lines, this run's
-    pid, time and address)."""
+    pid, time and address), or another server's ``VLLM_DOUBLE_READY_LINE``."""
     stamp = time.strftime("%m-%d %H:%M:%S")
     host = "0.0.0.0" if args.host in ("", "0.0.0.0") else args.host
+    ready = os.environ.get("VLLM_DOUBLE_READY_LINE")
+    if ready:
+        return [ready.format(host=host, port=args.port)]
     head = f"(APIServer pid={os.getpid()}) INFO {stamp}"
     lines = [
         f"{head} [entry.py:140] Starting vLLM server on http://{host}:{args.port}",
@@ -675,7 +706,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0]
             if not self._authorized(path):
                 return
-            if path in ("/health", "/ping"):
+            if path in health_paths():
                 self._send(200 if state.ready.is_set() else 503)
             elif path == "/version":
                 self._send(200, {"version": "0.0.0+vllm-double"})
@@ -686,7 +717,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-            elif path == "/v1/models":
+            elif path == models_path():
                 if not self._ready():
                     return
                 self._send(200, self._models())
@@ -1151,6 +1182,42 @@ def serve(server: ThreadingHTTPServer) -> threading.Thread:
     return thread
 
 
+def engine_core(index: str) -> int:
+    """The engine-core stand-in (``vllm_double.py engine-core --port P --index I``):
+    detaches as told, ignores SIGTERM if told, then sleeps."""
+    how = os.environ.get("VLLM_DOUBLE_CHILDREN_DETACH", "")
+    if how == "group":
+        os.setpgid(0, 0)
+    elif how == "session":
+        os.setsid()
+    if os.environ.get("VLLM_DOUBLE_CHILDREN_TERM") == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(f"vllm-double: engine core {index} pid {os.getpid()} ({how or 'same group'})", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
+def start_children(port: int) -> None:
+    """``VLLM_DOUBLE_CHILDREN``: the engine-core stand-ins (see the module docstring)."""
+    for index in range(int(os.environ.get("VLLM_DOUBLE_CHILDREN", "0") or 0)):
+        argv = [sys.executable, str(Path(__file__).resolve()), "engine-core", "--port", str(port)]
+        CHILDREN.append(subprocess.Popen([*argv, "--index", str(index)]))
+
+
+def stop_children() -> None:
+    """A clean shutdown ends the engine cores first (SIGTERM, up to 5 s for them)."""
+    for child in CHILDREN:
+        with contextlib.suppress(OSError):
+            child.terminate()
+    deadline = time.monotonic() + 5
+    for child in CHILDREN:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     mode = os.environ.get("VLLM_DOUBLE_MODE", "healthy")
@@ -1162,6 +1229,7 @@ def main(argv: list[str]) -> int:
 
     def on_term(signum: int, frame: object) -> None:
         # PID 1 in a container has no default SIGTERM action: exit as vLLM does.
+        stop_children()
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, on_term)
@@ -1170,6 +1238,7 @@ def main(argv: list[str]) -> int:
         f"enforce_eager={args.enforce_eager} argv={json.dumps(argv)}",
         flush=True,
     )
+    start_children(args.port)
 
     if args.nnodes > 1 and args.node_rank > 0:
         return headless_main(args, load_s)
@@ -1259,6 +1328,8 @@ def _exit_now(code: int) -> None:
 
 if __name__ == "__main__":
     try:
+        if sys.argv[1:2] == ["engine-core"]:
+            _exit_now(engine_core(sys.argv[-1]))
         _exit_now(main(sys.argv[1:]))
     except KeyboardInterrupt:
         _exit_now(130)

@@ -14,6 +14,7 @@ import pytest
 
 from instinct_serve.engine import launcher
 from instinct_serve.hosts import LocalHost
+from tests.infra.cli import run_instinct
 from tests.infra.fakeroot import build_gpu_root
 from tests.infra.ports import free_port
 from tests.infra.vllm_double import install_fake_vllm
@@ -30,6 +31,9 @@ class Endpoint:
     plan_hash: str
     base_env: dict[str, str]
     data: Path
+    # False while a test loads the endpoint from threads of this process: its timings are
+    # then measured by a CLI of its own, as a user's would be, not one sharing our GIL
+    in_process: bool = True
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The CLI's environment: this machine's (PATH with any fake bins), the module's
@@ -40,7 +44,12 @@ class Endpoint:
         return env
 
     def cli(self, *args: str, timeout: float = 120, **extra: str) -> Run:
-        return run_cli(list(args), env=self.env(extra), timeout=timeout)
+        """``top``/``bench``: clients of the endpoint, run in-process unless ``in_process``
+        is off (then a subprocess)."""
+        if not self.in_process:
+            return run_cli(list(args), env=self.env(extra), timeout=timeout)
+        done = run_instinct(args, env=self.env(extra), timeout=timeout)
+        return Run(list(done.args), done.returncode, done.stdout, done.stderr)
 
     def json(self, *args: str, timeout: float = 120, **extra: str) -> tuple[int, object]:
         run = self.cli(*args, timeout=timeout, **extra)

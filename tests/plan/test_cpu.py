@@ -67,7 +67,7 @@ def test_what_vllm_would_not_read_is_no_byte_count(text: str) -> None:
 
 def test_a_cpu_plan_has_no_gpu_in_it_and_says_its_kv_cache(smol: str) -> None:
     result = cpu_plan(
-        smol, "--max-model-len", "2048", gpu="mi300x", extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"}
+        smol, "--max-model-len", "2048", gpu="mi300x", env_literal={"VLLM_CPU_KVCACHE_SPACE": "1"}
     )
     plan = result.plan
     assert result.hardware_source == "cpu" and result.fit is None
@@ -119,5 +119,5 @@ def test_the_default_kv_space_is_at_most_a_quarter_of_the_ram(smol: str) -> None
 @pytest.mark.parametrize("value", ["0", "1.5", "-2", "lots"])
 def test_a_kv_space_vllm_cannot_use_is_refused(smol: str, value: str) -> None:
     with pytest.raises(UsageError) as err:
-        cpu_plan(smol, extra_env={"VLLM_CPU_KVCACHE_SPACE": value})
+        cpu_plan(smol, env_literal={"VLLM_CPU_KVCACHE_SPACE": value})
     assert err.value.id == "bad_cpu_kv_space"

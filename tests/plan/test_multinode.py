@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from instinct_serve.plan.multinode import (
     choose_strategy,
     plan_multinode,
 )
+from tests.infra.cli import run_instinct
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 STRATEGIES = load_catalog().strategies
@@ -194,12 +194,7 @@ def test_native_engine_is_refused() -> None:
 
 
 def _plan_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "instinct_serve", "plan", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_instinct(["plan", *args], timeout=120)
 
 
 def test_plan_hosts_prints_every_rank_and_why() -> None:

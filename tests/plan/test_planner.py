@@ -11,7 +11,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from instinct_serve.gather.plan import make_plan, resolve_hf_mount
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.planner import choose_variant
 from instinct_serve.plan.render import docker_argv, render
+from tests.infra.cli import run_instinct
 
 GOLDEN = Path(__file__).parent / "golden"
 HF = "/srv/hf-cache"  # a path that does not exist: an HF home, mounted as such
@@ -196,7 +196,7 @@ def test_a_context_length_beyond_the_models_warns_unless_allowed() -> None:
         gpu="mi300x",
         gpu_count=1,
         max_model_len=300000,
-        extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+        env_literal={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
     )
     assert not any("exceeds the model's" in w for w in allowed["warnings"])
     assert allowed["env"]["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
@@ -213,7 +213,7 @@ def test_opt_in_feature_only_when_asked() -> None:
 
 
 def test_gpus_restrict_with_hip_visible_devices_only() -> None:
-    doc = plan_doc(gpu="mi300x", gpus=[2, 3], extra_env={"CUDA_VISIBLE_DEVICES": "0"})
+    doc = plan_doc(gpu="mi300x", gpus=[2, 3], env_literal={"CUDA_VISIBLE_DEVICES": "0"})
     assert doc["env"]["HIP_VISIBLE_DEVICES"] == "2,3"
     assert "CUDA_VISIBLE_DEVICES" not in doc["env"]
     assert doc["gpu_count"] == 2
@@ -222,13 +222,13 @@ def test_gpus_restrict_with_hip_visible_devices_only() -> None:
 
 
 def test_empty_visible_devices_is_never_passed() -> None:
-    doc = plan_doc(gpu="mi300x", gpu_count=1, extra_env={"HIP_VISIBLE_DEVICES": ""})
+    doc = plan_doc(gpu="mi300x", gpu_count=1, env_literal={"HIP_VISIBLE_DEVICES": ""})
     assert "HIP_VISIBLE_DEVICES" not in doc["env"]
     assert "HIP_VISIBLE_DEVICES=" not in " ".join(
         docker_argv(
             make_plan(
                 PlanOptions(
-                    gpu="mi300x", gpu_count=1, extra_env={"HIP_VISIBLE_DEVICES": ""}, hf_cache=HF
+                    gpu="mi300x", gpu_count=1, env_literal={"HIP_VISIBLE_DEVICES": ""}, hf_cache=HF
                 )
             ).plan
         )
@@ -353,13 +353,7 @@ def test_variant_choice_prefers_default_then_native_then_emulated() -> None:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "instinct_serve", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+    return run_instinct(args, env={**os.environ, **(env or {})}, timeout=120)
 
 
 def test_plan_with_no_arguments_works_offline_without_a_gpu(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from instinct_serve.errors import UsageError
 from instinct_serve.gather.plan import make_plan
 from instinct_serve.options import PlanOptions, ServeOptions
 from instinct_serve.plan.render import FORMATS, docker_argv, render
+from tests.infra.cli import run_instinct
 from tests.infra.paths import AMD_SKILL
 
 HF = "/srv/hf-cache"
@@ -33,16 +34,23 @@ def plan(**raw: Any) -> Any:
 
 
 def test_env_by_name_is_listed_never_valued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both forms of --env pass by name (issue 26: a value given on the command line too);
+    only --env-literal writes a value."""
     monkeypatch.setenv("MY_SETTING", "value-from-the-caller-123456")
-    opts = PlanOptions.parse({"extra_env": ["MY_SETTING", "OTHER=1"], "gpu": "mi300x"})
-    assert opts.env_by_name == ["MY_SETTING"] and opts.extra_env == {"OTHER": "1"}
-    made = plan(extra_env=["MY_SETTING", "OTHER=1"])
-    assert "MY_SETTING" in made.secret_env and "MY_SETTING" not in made.env
-    assert made.env["OTHER"] == "1"
+    given = "value-given-on-the-command-line-7890"
+    raw = {"extra_env": ["MY_SETTING", f"OTHER={given}"], "env_literal": ["PLAIN=1"]}
+    opts = PlanOptions.parse({**raw, "gpu": "mi300x"})
+    assert opts.env_by_name == ["MY_SETTING"] and opts.extra_env == {"OTHER": given}
+    made = plan(**raw)
+    assert {"MY_SETTING", "OTHER"} <= set(made.secret_env)
+    assert "MY_SETTING" not in made.env and "OTHER" not in made.env
+    assert made.env["PLAIN"] == "1"
     for fmt in FORMATS:
-        assert "value-from-the-caller" not in render(made, fmt)
+        text = render(made, fmt)
+        assert "value-from-the-caller" not in text and given not in text
     argv = docker_argv(made)
-    assert argv[argv.index("MY_SETTING") - 1] == "--env"
+    assert argv[argv.index("MY_SETTING") - 1] == argv[argv.index("OTHER") - 1] == "--env"
+    assert "PLAIN=1" in argv
     # the same through the MCP-shaped mapping/list input
     assert PlanOptions.parse({"extra_env": ["A", "A", "B=2"]}).env_by_name == ["A"]
 
@@ -118,20 +126,15 @@ def _import(tmp_path: Path, base_env: dict[str, str]) -> dict[str, Any]:
     doc["models"]["Qwen/Qwen3.5-9B"]["recipe"]["model"]["base_env"] = base_env
     path = tmp_path / "recipes.json"
     path.write_text(json.dumps(doc))
-    done = subprocess.run(
-        [*CLI, "recipes", "import", str(path), "--json"], capture_output=True, text=True
-    )
+    done = run_instinct(["recipes", "import", str(path), "--json"])
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
 def _plan_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, "plan", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--hf-cache", HF, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return run_instinct(
+        ["plan", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--hf-cache", HF, *args], timeout=120
     )
 
 

@@ -5,21 +5,28 @@ Set up once with ``bash tests/infra/setup_real_vllm.sh`` (cached); run with
 the reason; with ``INSTINCT_TEST_REQUIRE`` containing ``realvllm`` (CI) they fail instead.
 The fast tests in this directory (captured fixtures, the double) run in the default suite.
 
-Tier tests share one server per module (module-scoped fixtures) and run eager
-(``--enforce-eager``): a compiled start costs 2-4 minutes on 2 cores.
+Tier tests share one server where they can and run eager (``--enforce-eager``): a compiled
+start costs 2-4 minutes on 2 cores, an eager one about a minute. The docker route's endpoint
+is one per session (``docker_endpoint``, for test_docker_serve_real and
+test_observe_docker_real), its users run together and the test that stops it (marked
+``last``) after the others. Servers with flags of their own (native, compiled, each failure)
+stay with their module or test.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.infra.docker import DockerDaemon
+from tests.infra.ports import free_port
 from tests.infra.realvllm import (
     KV_CACHE_GIB,
     Setup,
@@ -28,7 +35,7 @@ from tests.infra.realvllm import (
     required,
     why_unavailable,
 )
-from tests.serve.conftest import Run, run_cli
+from tests.serve.conftest import Run, docker, run_cli
 
 SERVE_TIMEOUT_S = 300  # the CLI's own --timeout for /health; eager starts take 35-70 s
 CLI_TIMEOUT_S = 480.0  # the subprocess bound: start, warm-up, coherence, with margin
@@ -94,7 +101,7 @@ def serve_args(
             raise ValueError("the docker route needs a GPU root")
         argv += ["--gpu", "mi300x", "--root", str(root)]
     if kv_cache_gib is not None:  # it overrides --kv-cache-memory-bytes when set
-        argv += ["--env", f"VLLM_CPU_KVCACHE_SPACE={kv_cache_gib}"]
+        argv += ["--env-literal", f"VLLM_CPU_KVCACHE_SPACE={kv_cache_gib}"]
     argv += list(extra)
     if json_lines:
         argv.append("--json")
@@ -108,7 +115,14 @@ def docker_serve_args(
     from the tier's mounted HF cache, offline (the container has no way to the Hub)."""
     args = serve_args(model or setup.model_id, engine="docker", **kwargs)
     at = args.index("--yes") + 1
-    args[at:at] = ["--image", image, "--hf-cache", str(setup.hf_home), "--env", "HF_HUB_OFFLINE=1"]
+    args[at:at] = [
+        "--image",
+        image,
+        "--hf-cache",
+        str(setup.hf_home),
+        "--env-literal",
+        "HF_HUB_OFFLINE=1",
+    ]
     return args
 
 
@@ -135,3 +149,49 @@ def gpu_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("realvllm-gpu-root")
     build_gpu_root(root)
     return root
+
+
+@dataclass
+class DockerServed:
+    """The session's real vLLM served through the docker route, and how serve went."""
+
+    run: Run
+    env: dict[str, str]
+    port: int
+    name: str
+    image: str
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def docker_endpoint(
+    real_vllm: Setup,
+    real_image: str,
+    gpu_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[DockerServed]:
+    """``instinct serve`` of the real vLLM through docker, once per session; removed at its
+    end (a test that stops it is marked ``last``)."""
+    env = tier_env(real_vllm, tmp_path_factory.mktemp("rv-docker"))
+    port = free_port()
+    name = f"rv-docker-{port}"
+    args = docker_serve_args(real_vllm, real_image, port=port, name=name, root=gpu_root)
+    start = time.monotonic()
+    run = cli(args, env)
+    try:
+        yield DockerServed(run, env, port, name, real_image, time.monotonic() - start)
+    finally:
+        docker("rm", "-f", name, timeout=120)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The users of the session's docker endpoint run one after the other, from where the
+    first of them is (it is not left idle beside the other real servers), those marked
+    ``last`` (they stop it) after the others."""
+    users = [item for item in items if "docker_endpoint" in getattr(item, "fixturenames", ())]
+    if not users:
+        return
+    at = items.index(users[0])
+    rest = [item for item in items if item not in users]
+    users.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable
+    items[:] = rest[:at] + users + rest[at:]

@@ -83,7 +83,7 @@ def test_a_second_real_start_finds_the_compile_cache(real_vllm: Setup, tmp_path:
         assert any("inductor_cache" in f for f in after_cold), sorted(after_cold)
         assert any(f.endswith("/model") for f in after_cold), sorted(after_cold)
 
-        stop = cli(["stop", name, "--json"], env, timeout=120)
+        stop = cli(["stop", "--yes", name, "--json"], env, timeout=120)
         assert stop.returncode == 0, stop.explain()
         assert json.loads(stop.stdout)["stopped"], stop.stdout  # a new process next: only
         # the cache directory carries anything over

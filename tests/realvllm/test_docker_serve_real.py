@@ -8,48 +8,22 @@ planner's real ``docker run`` argv (AMD device flags satisfied by the stand-ins)
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.infra.ports import free_port
 from tests.infra.realvllm import Setup
-from tests.realvllm.conftest import cli, docker_serve_args, serve_args, tier_env
-from tests.serve.conftest import Run, docker, inspect
+from tests.realvllm.conftest import DockerServed, cli, serve_args, tier_env
+from tests.serve.conftest import docker, inspect
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.docker]
 
 
-@dataclass
-class DockerServed:
-    run: Run
-    env: dict[str, str]
-    port: int
-    name: str
-    image: str
-    seconds: float
-
-
 @pytest.fixture(scope="module")
-def docker_served(
-    real_vllm: Setup,
-    real_image: str,
-    gpu_root: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[DockerServed]:
-    env = tier_env(real_vllm, tmp_path_factory.mktemp("rv-docker"))
-    port = free_port()
-    name = f"rv-docker-{port}"
-    args = docker_serve_args(real_vllm, real_image, port=port, name=name, root=gpu_root)
-    start = time.monotonic()
-    run = cli(args, env)
-    try:
-        yield DockerServed(run, env, port, name, real_image, time.monotonic() - start)
-    finally:
-        docker("rm", "-f", name, timeout=120)
+def docker_served(docker_endpoint: DockerServed) -> DockerServed:
+    """The session's docker endpoint (shared with test_observe_docker_real)."""
+    return docker_endpoint
 
 
 def test_serve_with_a_local_image_end_to_end(docker_served: DockerServed, real_vllm: Setup) -> None:
@@ -74,6 +48,7 @@ def test_serve_with_a_local_image_end_to_end(docker_served: DockerServed, real_v
     assert mounts["/root/.cache/huggingface"] == str(real_vllm.hf_home)
 
 
+@pytest.mark.last  # it stops the session's docker endpoint
 def test_ps_logs_and_stop_of_the_container(docker_served: DockerServed) -> None:
     env = docker_served.env
     ps = cli(["ps", "--json"], env, timeout=60)
@@ -83,7 +58,7 @@ def test_ps_logs_and_stop_of_the_container(docker_served: DockerServed) -> None:
     logs = cli(["logs", docker_served.name, "--tail", "400"], env, timeout=60)
     assert logs.returncode == 0, logs.explain()
     assert "Starting vLLM server on http://0.0.0.0:" in logs.stdout
-    stop = cli(["stop", docker_served.name, "--json"], env, timeout=120)
+    stop = cli(["stop", "--yes", docker_served.name, "--json"], env, timeout=120)
     assert stop.returncode == 0, stop.explain()
     assert json.loads(stop.stdout)["stopped"][0]["removed"] is True
     assert inspect(docker_served.name) is None

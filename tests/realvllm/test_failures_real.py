@@ -111,7 +111,7 @@ def test_an_engine_core_failure_with_the_server_alive_ends_promptly(
         str(real_vllm.model_dir),
         port=port,
         name=f"rv-cxx-{port}",
-        extra=("--env", "CXX=/nonexistent/c++"),
+        extra=("--env-literal", "CXX=/nonexistent/c++"),
         vllm_args=("--max-model-len", "2048"),  # compiled: no --enforce-eager
         timeout_s=420,  # a bound only: serve must end long before it (2 busy cores: the
         # failure comes 60-200 s in, after loading, in the compile warm-up)

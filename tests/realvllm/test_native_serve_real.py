@@ -205,7 +205,7 @@ def test_stop_ends_every_process_and_leaves_nothing_behind(served: Served) -> No
     log = served.state_file("log").read_text(errors="replace")
     temp_files = vllm_temp_files(log)
     assert len(temp_files) == 1 and Path(temp_files[0]).exists()
-    stop = cli(["stop", served.name, "--json"], served.env, timeout=120)
+    stop = cli(["stop", "--yes", served.name, "--json"], served.env, timeout=120)
     assert stop.returncode == 0, stop.explain()
     deadline = time.monotonic() + 15
     while processes_mentioning(f"--port {served.port}") and time.monotonic() < deadline:

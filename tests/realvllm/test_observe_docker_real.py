@@ -7,38 +7,24 @@ the endpoint's own image (``docker run --rm --network host --volumes-from ENDPOI
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.infra.ports import free_port
 from tests.infra.realvllm import IMAGE_VENV, Setup
-from tests.realvllm.conftest import cli, docker_serve_args, tier_env
+from tests.realvllm.conftest import DockerServed, cli
 from tests.serve.conftest import docker
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.docker]
 
 
 @pytest.fixture(scope="module")
-def served(
-    real_vllm: Setup,
-    real_image: str,
-    gpu_root: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[str, int, dict[str, str]]]:
-    env = tier_env(real_vllm, tmp_path_factory.mktemp("rv-observe"))
-    port = free_port()
-    name = f"rv-observe-{port}"
-    args = docker_serve_args(real_vllm, real_image, port=port, name=name, root=gpu_root)
-    run = cli(args, env)
-    try:
-        assert run.returncode == 0, run.explain()
-        yield name, port, env
-    finally:
-        docker("rm", "-f", name, timeout=120)
+def served(docker_endpoint: DockerServed) -> tuple[str, int, dict[str, str]]:
+    """The session's docker endpoint (shared with test_docker_serve_real)."""
+    run = docker_endpoint.run
+    assert run.returncode == 0, run.explain()
+    return docker_endpoint.name, docker_endpoint.port, docker_endpoint.env
 
 
 def _json(args: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, Any]:

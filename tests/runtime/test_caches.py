@@ -39,7 +39,7 @@ def test_only_directories_with_the_tools_meta_are_listed_or_removed(tmp_path: Pa
     theirs.mkdir()
     (theirs / "meta.json").write_text(json.dumps({"tool": "something else"}))
     host = LocalHost()
-    (listed,) = list_caches(host, str(tmp_path))
+    (listed,) = list_caches(host, str(tmp_path)).entries
     assert listed.key == ours.name and listed.size_bytes is not None
     with pytest.raises(InstinctError):
         remove(host, CacheEntry(str(tmp_path), theirs.name, 0, {}))

@@ -41,13 +41,18 @@ def test_ps_never_shows_exited_none(fakebin: FakeBin, capsys: pytest.CaptureFixt
         assert stopped.startswith("stopped (exit ") and not rows["n-stopped"].running
         assert rows["n-running"].status == "running" and rows["n-running"].running
 
+        # launched without an owner (as by an older version): nobody's, --everyone only
         with pytest.raises(SystemExit):
-            main(["ps", "--no-health", "--json"])
+            main(["ps", "--no-health", "--json", "--everyone"])
         listed = {r["name"]: r["status"] for r in json.loads(capsys.readouterr().out)["endpoints"]}
         assert listed == {"n-exited": "exited (3)", "n-stopped": stopped, "n-running": "running"}
         with pytest.raises(SystemExit):
-            main(["ps", "--no-health"])
+            main(["ps", "--no-health", "--everyone"])
         human = capsys.readouterr().out
         assert "stopped" in human and "exited (3)" in human and "None" not in human
+        with pytest.raises(SystemExit):
+            main(["ps", "--no-health"])
+        mine = capsys.readouterr().out
+        assert "n-running" not in mine and "of other users hidden" in mine and "--everyone" in mine
     finally:
         launcher.stop(host, "n-running")

@@ -81,7 +81,7 @@ def test_second_start_finds_the_first_starts_compile_cache(serve: Serve, tmp_pat
     assert kept.returncode == 0, kept.explain()
     assert json.loads(kept.stdout)["removed"] == [] and key_dir.is_dir()
 
-    stop = run_cli(["stop", name, "--json"])
+    stop = run_cli(["stop", "--yes", name, "--json"])
     assert stop.returncode == 0 and inspect(name) is None
     warm = serve("--compile-cache", str(root), image=image, name=name, port=port)
     assert warm.returncode == 0, warm.explain()
@@ -95,7 +95,7 @@ def test_second_start_finds_the_first_starts_compile_cache(serve: Serve, tmp_pat
     assert cold_s >= COLD_S * 0.9 and warm_s < cold_s / 2, (cold_s, warm_s)
 
     # once no endpoint uses it: --all selects it (dry run first), --yes removes it
-    assert run_cli(["stop", name]).returncode == 0
+    assert run_cli(["stop", "--yes", name]).returncode == 0
     mine = root / "not-ours"
     mine.mkdir()
     (mine / "keep.txt").write_text("a directory the tool did not make")
@@ -116,7 +116,7 @@ def test_default_prune_takes_keys_whose_image_is_gone(serve: Serve, tmp_path: Pa
     name = serve.name("cc")
     run = serve("--compile-cache", str(root), image=serve.double(), name=name)
     assert run.returncode == 0, run.explain()
-    assert run_cli(["stop", name]).returncode == 0
+    assert run_cli(["stop", "--yes", name]).returncode == 0
     (current,) = [p for p in root.iterdir()]
     stale = root / "gfx942-0123456789ab"
     stale.mkdir()

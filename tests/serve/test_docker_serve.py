@@ -100,7 +100,7 @@ def test_whole_path_phases_connection_and_idempotent_reuse(serve: Serve) -> None
     follow.send_signal(signal.SIGINT)
     assert follow.wait(timeout=20) == 130
     assert processes_mentioning(f"logs -f --tail 5 {name}") == []
-    stop = run_cli(["stop", name, "--json"])
+    stop = run_cli(["stop", "--yes", name, "--json"])
     assert stop.returncode == 0, stop.explain()
     assert json.loads(stop.stdout)["stopped"][0]["name"] == name
     assert inspect(name) is None
@@ -294,7 +294,7 @@ def test_a_foreign_container_with_the_same_name_is_left_alone(
     info = inspect(name)
     assert info is not None and info["State"]["Running"]
     # and stop refuses it too
-    stop = run_cli(["stop", name])
+    stop = run_cli(["stop", "--yes", name])
     assert stop.returncode == 1 and "did not create it" in stop.stderr
     info = inspect(name)
     assert info is not None and info["State"]["Running"]
@@ -326,7 +326,10 @@ def test_non_interactive_without_yes_refuses(serve: Serve) -> None:
 
 def test_detach_returns_once_loading_and_a_second_serve_attaches(serve: Serve) -> None:
     name, port = serve.name(), free_port()
-    image = serve.double(load_s=5)
+    # still loading when the second serve looks, even on a busy machine (xdist workers): at
+    # 5 s, and at 15 s under a load of 13 on 2 cores, a second serve started late found it
+    # ready and reused it instead of attaching
+    image = serve.double(load_s=30)
     run = serve("--detach", image=image, name=name, port=port)
     assert run.returncode == 0, run.explain()
     result = run.result

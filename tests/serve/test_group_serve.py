@@ -183,7 +183,7 @@ def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImag
     assert chat(base, 10) == [200] * 10
 
     # stop: the group, router first; its configuration goes with it
-    stop = run_cli(["stop", name, "--json"])
+    stop = run_cli(["stop", "--yes", name, "--json"])
     assert stop.returncode == 0, stop.explain()
     stopped = json.loads(stop.stdout)["stopped"][0]
     assert [m["name"] for m in stopped["members"]] == [name, *members[:2]]
@@ -218,7 +218,7 @@ def test_a_public_group_has_one_generated_key(serve: Serve, router_test_image: T
     assert httpx.get(f"{base}/v1/models", timeout=5).status_code == 401
     good = {"Authorization": f"Bearer {key}"}
     assert all(httpx.get(f"{base}/v1/models", headers=good, timeout=5).is_success for _ in range(4))
-    stop = run_cli(["stop", name, "--json"])
+    stop = run_cli(["stop", "--yes", name, "--json"])
     assert stop.returncode == 0, stop.explain()
     assert not key_file.exists()
     assert all(inspect(c) is None for c in (name, *members))

@@ -186,7 +186,9 @@ def test_upgrade_behind_the_router_fails_no_request_and_rollback_swaps_back(
     # rollback: the old plan's replicas beside the new ones, then the same swap
     with Clients(port) as clients:
         began = time.monotonic()
-        back = run_cli(["rollback", name, "--root", str(serve.root), "--json"], timeout=180)
+        back = run_cli(
+            ["rollback", "--yes", name, "--root", str(serve.root), "--json"], timeout=180
+        )
         ended = time.monotonic()
     assert back.returncode == 0, back.explain()
     rolled = parse_lines(back.stdout)[-1]
@@ -206,7 +208,7 @@ def test_upgrade_behind_the_router_fails_no_request_and_rollback_swaps_back(
     assert final is not None and final["Id"] == router["Id"]
     assert [e["kind"] for e in journal(name)][-1] == "rolled_back"
 
-    stop = run_cli(["stop", name, "--json"])
+    stop = run_cli(["stop", "--yes", name, "--json"])
     assert stop.returncode == 0, stop.explain()
     assert all(inspect(c) is None for c in (name, *old_names, *new_names))
 

@@ -31,7 +31,7 @@ from tests.infra.docker import TestImage
 from tests.infra.ports import free_port_run
 from tests.serve.conftest import CLI, Serve, docker, inspect, run_cli
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.heavy]  # 40-190 s each
 
 MAX_KILLS = 80  # a change has fewer events than this; the loop is bounded all the same
 KILL_RUN_S = 180.0

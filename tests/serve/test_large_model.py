@@ -51,4 +51,4 @@ def test_a_detached_large_model_is_proven_by_the_next_serve(serve: Serve) -> Non
     # a restart is a new run of the container: what was proven is no longer about it
     assert docker("restart", "-t", "2", name).returncode == 0
     assert proven(name) is None
-    run_cli(["stop", name, "--json"])
+    run_cli(["stop", "--yes", name, "--json"])

@@ -190,12 +190,12 @@ def test_two_nodes_rendezvous_and_serve_as_one(serve: Serve, cluster: Cluster) -
     assert logs.returncode == 0, logs.explain()
     assert "[rank 0 node-a]" in logs.stdout and "[rank 1 node-b]" in logs.stdout
 
-    stop = run_cli(["stop", name, "--hosts", cluster.hosts, "--json"], env=cluster.env)
+    stop = run_cli(["stop", "--yes", name, "--hosts", cluster.hosts, "--json"], env=cluster.env)
     assert stop.returncode == 0, stop.explain()
     stopped = sorted(s["name"] for s in json.loads(stop.stdout)["stopped"])
     assert stopped == [name, f"{name}-node1"]
     assert inspect(name) is None and inspect(f"{name}-node1") is None
-    again = run_cli(["stop", name, "--hosts", cluster.hosts], env=cluster.env)
+    again = run_cli(["stop", "--yes", name, "--hosts", cluster.hosts], env=cluster.env)
     assert again.returncode != 0 and "no multi-node group" in again.stderr
 
 

@@ -63,7 +63,7 @@ def test_a_cpu_only_engine_serves_without_a_gpu(
     port = free_port()
     name = f"native-cpu-{port}"
     args = ["serve", str(model), "--engine", "native", "--port", str(port), "--name", name]
-    args += ["--env", "VLLM_CPU_KVCACHE_SPACE=1", "--timeout", "60", "--yes", "--json"]
+    args += ["--env-literal", "VLLM_CPU_KVCACHE_SPACE=1", "--timeout", "60", "--yes", "--json"]
     try:
         run = run_cli(args, env=cpu_engine_env, timeout=120)
         assert run.returncode == 0, run.explain()
@@ -74,8 +74,8 @@ def test_a_cpu_only_engine_serves_without_a_gpu(
         status = launcher.status(LocalHost(), name)
         assert status is not None and status.running
         # no ROCm variable, no HIP_VISIBLE_DEVICES: the KV space and vLLM's compile cache only
-        # (and the launcher's marker)
-        names = [launcher.MARKER_ENV, "VLLM_CACHE_ROOT", "VLLM_CPU_KVCACHE_SPACE"]
+        # (and the launcher's markers: its name, and this launch's token)
+        names = [launcher.MARKER_ENV, launcher.RUN_ENV, "VLLM_CACHE_ROOT", "VLLM_CPU_KVCACHE_SPACE"]
         assert status.process.env_names == names
         assert status.process.meta["gpu_indices"] is None
     finally:

@@ -35,6 +35,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return values
 
 
+@pytest.mark.heavy
 def test_a_failed_engine_whose_server_stays_up_ends_promptly_and_is_diagnosed(
     env: dict[str, str], gpu_root: Path
 ) -> None:

@@ -55,6 +55,7 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(e.decode().split("=", 1) for e in raw if b"=" in e)
 
 
+@pytest.mark.heavy
 def test_native_serve_pins_the_gpu_and_relaunches(
     native_env: dict[str, str], gpu_root: Path
 ) -> None:
@@ -63,7 +64,9 @@ def test_native_serve_pins_the_gpu_and_relaunches(
     host = LocalHost()
     try:
         run = run_cli(
-            native_args(gpu_root, port, name, "--env", "VLLM_DOUBLE_MODE=oom_graph_capture"),
+            native_args(
+                gpu_root, port, name, "--env-literal", "VLLM_DOUBLE_MODE=oom_graph_capture"
+            ),
             env=native_env,
         )
         assert run.returncode == 0, run.explain()
@@ -84,7 +87,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         double = [p for p in pids if "vllm_double" in Path(f"/proc/{p}/cmdline").read_text()]
         assert double and _environ(double[0])["HIP_VISIBLE_DEVICES"] == "1"
 
-        mode = ("--env", "VLLM_DOUBLE_MODE=oom_graph_capture")
+        mode = ("--env-literal", "VLLM_DOUBLE_MODE=oom_graph_capture")
         again = run_cli(native_args(gpu_root, port, name, *mode), env=native_env)
         assert again.returncode == 0, again.explain()
         assert again.result["status"] == "reused"
@@ -96,7 +99,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         assert rows[name]["engine"] == "native" and rows[name]["health"] == "healthy"
         logs = run_cli(["logs", name, "--tail", "30"], env=native_env)
         assert logs.returncode == 0 and "Application startup complete" in logs.stdout
-        stop = run_cli(["stop", name, "--json"], env=native_env)
+        stop = run_cli(["stop", "--yes", name, "--json"], env=native_env)
         assert stop.returncode == 0, stop.explain()
         status = launcher.status(host, name)
         assert status is not None and not status.running
@@ -104,7 +107,7 @@ def test_native_serve_pins_the_gpu_and_relaunches(
         rows = {r["name"]: r for r in json.loads(ps.stdout)["endpoints"]}
         # the launcher's own description: "stopped (exit N)", never "exited (None)"
         assert re.fullmatch(r"stopped \(exit -?\d+\)", rows[name]["status"]), rows[name]
-        # launcher.stop returns once the wrapper is gone; vLLM itself follows shortly
+        # launcher.stop returns once every process of the launch is gone
         deadline = time.monotonic() + 10
         while processes_mentioning(f"--port {port}") and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -124,6 +127,7 @@ def test_native_without_vllm_is_not_ready(tmp_path: Path, gpu_root: Path) -> Non
     assert run.result["error"]["id"] == "vllm_not_found"
 
 
+@pytest.mark.heavy
 def test_an_unknown_failure_quotes_the_servers_last_line(tmp_path: Path, gpu_root: Path) -> None:
     """No rule matches: the failure still says what the server said last, and its exit code."""
     exe = tmp_path / "vllm"

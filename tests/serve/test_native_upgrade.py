@@ -65,6 +65,7 @@ def _stop(env: dict[str, str], *names: str) -> None:
                 launcher.stop(LocalHost(), name)
 
 
+@pytest.mark.heavy
 def test_native_upgrade_switches_over_and_rollback_returns(
     native_env: dict[str, str], gpu_root: Path
 ) -> None:
@@ -93,7 +94,9 @@ def test_native_upgrade_switches_over_and_rollback_returns(
         assert gone is None or not gone.running
         assert _answers(port)
 
-        back = run_cli(["rollback", name, "--root", str(gpu_root), "--json"], env=native_env)
+        back = run_cli(
+            ["rollback", "--yes", name, "--root", str(gpu_root), "--json"], env=native_env
+        )
         assert back.returncode == 0, back.explain()
         assert parse_lines(back.stdout)[-1]["status"] == "ready"
         assert _length(_argv(name, native_env)) == "4096"  # the old plan again
@@ -102,6 +105,7 @@ def test_native_upgrade_switches_over_and_rollback_returns(
         _stop(native_env, name, name + "-next")
 
 
+@pytest.mark.heavy
 def test_a_bad_native_upgrade_leaves_the_old_process_serving(
     native_env: dict[str, str], gpu_root: Path
 ) -> None:

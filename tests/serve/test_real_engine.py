@@ -80,7 +80,7 @@ def test_a_real_engine_is_warmed_up_and_judged_coherent(gguf: Path, gpu_root: Pa
         text = answer.json()["choices"][0]["message"]["content"]
         assert text.strip() and answer.json()["usage"]["completion_tokens"] > 0
 
-        stop = run_cli(["stop", name, "--json"], env=env)
+        stop = run_cli(["stop", "--yes", name, "--json"], env=env)
         assert stop.returncode == 0, stop.explain()
     finally:
         if launcher.load(LocalHost(), name) is not None:

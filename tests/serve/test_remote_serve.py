@@ -51,7 +51,7 @@ def test_serve_over_ssh(serve: Serve, sshd: SshServer) -> None:
     assert row["fixes"] == ["oom_graph_capture"]
     logs = run_cli(["logs", name, "--tail", "20", *host], env=env)
     assert logs.returncode == 0 and "Application startup complete" in logs.stdout
-    stop = run_cli(["stop", name, *host], env=env)
+    stop = run_cli(["stop", "--yes", name, *host], env=env)
     assert stop.returncode == 0, stop.explain()
     assert inspect(name) is None
 
@@ -85,5 +85,5 @@ def test_public_serve_over_ssh_keeps_the_key_on_the_host(serve: Serve, sshd: Ssh
     assert f"$(ssh -F {sshd.ssh_config} {sshd.alias} 'cat -- {key_file}')" in curl
     answer = subprocess.run(["sh", "-c", curl], capture_output=True, text=True, timeout=60)
     assert answer.returncode == 0 and json.loads(answer.stdout)["choices"], answer.stderr
-    stop = run_cli(["stop", name, *host], env=env)
+    stop = run_cli(["stop", "--yes", name, *host], env=env)
     assert stop.returncode == 0 and remote.read_text(key_file) is None

@@ -179,7 +179,7 @@ def test_public_listens_everywhere_and_requires_a_generated_key(serve: Serve) ->
     assert str(key_file) in human.stdout and "every interface" in human.stdout
     assert key not in human.stdout + human.stderr
 
-    stop = run_cli(["stop", name, "--json"])
+    stop = run_cli(["stop", "--yes", name, "--json"])
     assert stop.returncode == 0 and not key_file.exists()  # the key goes with its endpoint
 
 
@@ -274,16 +274,21 @@ def test_garbage_labels_never_crash_ps_or_status(serve: Serve) -> None:
             "instinct-serve.port": port_label,
             "instinct-serve.model": "\x1b[31mred\x07",
             "instinct-serve.plan-hash": "x" * 5000,
+            "instinct-serve.owner": "\x1b[31mme\x07",  # nobody's: garbage is no owner
         }
         _impostor(name, labels, free_port(), "--entrypoint", "sh", serve.double(), "-c", "sleep 60")
-    for args in (["ps", "--json"], ["ps"], ["ps", "--json", "--no-health"]):
+    for args in (["ps", "--json"], ["ps"], ["ps", "--json", "--no-health", "--everyone"]):
         ps = run_cli(args)
         assert ps.returncode == 0, ps.explain()
         assert "Traceback" not in ps.stderr
-    rows = {r["name"]: r for r in json.loads(run_cli(["ps", "--json"]).stdout)["endpoints"]}
+    listed = json.loads(run_cli(["ps", "--json", "--everyone"]).stdout)["endpoints"]
+    rows = {r["name"]: r for r in listed}
     for name in names:
         assert rows[name]["port"] is None and rows[name]["model"] is None
-    outcome = core.status(StatusInput())
+        assert rows[name]["owner"] is None
+    mine = {r["name"] for r in json.loads(run_cli(["ps", "--json"]).stdout)["endpoints"]}
+    assert not mine & set(names)  # nobody's: listed with --everyone only
+    outcome = core.status(StatusInput(everyone=True))
     assert {r["name"] for r in outcome.doc["endpoints"]} >= set(names)
 
 

@@ -196,7 +196,14 @@ def test_upgrade_switches_over_and_rollback_returns_to_the_old_plan(serve: Serve
     assert inspect(name + "-next") is None  # the candidate is gone once proven
     assert _complete(port).status_code == 200
 
-    back = run_cli(["rollback", name, "--root", str(serve.root), "--json"], timeout=120)
+    # no terminal and no --yes: refused, with what it would replace; nothing touched
+    asked = run_cli(["rollback", name, "--root", str(serve.root), "--json"])
+    refusal = json.loads(asked.stdout)["error"]
+    assert asked.returncode == 2 and refusal["id"] == "confirmation_required", asked.explain()
+    assert name in {item["name"] for item in refusal["details"]["change"]["touch"]}
+    still = inspect(name)
+    assert still is not None and still["Id"] == new["Id"] and still["State"]["Running"]
+    back = run_cli(["rollback", "--yes", name, "--root", str(serve.root), "--json"], timeout=120)
     assert back.returncode == 0, back.explain()
     rolled = parse_lines(back.stdout)[-1]
     assert rolled["status"] == "ready" and rolled["endpoint"]["image"] == old_image
@@ -209,6 +216,7 @@ def test_upgrade_switches_over_and_rollback_returns_to_the_old_plan(serve: Serve
     )
 
 
+@pytest.mark.heavy
 def test_watch_relaunches_a_native_endpoint_once_with_the_known_fix(
     tmp_path: Path, gpu_root: Path
 ) -> None:
@@ -265,7 +273,7 @@ def test_watch_relaunches_a_native_endpoint_once_with_the_known_fix(
         )
         try:
             time.sleep(1.0)
-            assert run_cli(["stop", name], env=env).returncode == 0
+            assert run_cli(["stop", "--yes", name], env=env).returncode == 0
             out, _ = watching.communicate(timeout=60)
         finally:
             if watching.poll() is None:

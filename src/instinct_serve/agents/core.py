@@ -6,7 +6,9 @@ and thread-safe, and the server runs them in worker threads. Nothing here prints
 (the MCP stream): warnings from the shared CLI helpers go to stderr.
 
 Safety rules the server relies on: ``serve`` (an upgrade too) launches nothing without
-``confirm``;
+``confirm`` and the approved ``plan_hash``; ``stop``, ``rollback`` and ``serve`` with
+``replace`` stop or remove nothing without ``confirm`` and the ``change_hash`` of the
+summary of what they touch (``runtime.confirm``: the first call returns that summary);
 ``stop``, ``logs`` and ``diagnose --container`` act only on containers carrying the
 managed label (``runtime.endpoints``), so a foreign container is a structured error; logs and
 lists are bounded here, and ``agents.safety`` redacts secrets from every document.
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from instinct_serve.hosts import Host
     from instinct_serve.options import FitRequest, PlanOptions, ServeOptions
     from instinct_serve.plan.model import PlanResult
+    from instinct_serve.runtime.backend import Backend
     from instinct_serve.runtime.events import ServeEvent
 
 EventSink = Callable[[dict[str, Any]], None]
@@ -183,7 +186,9 @@ def status(inp: StatusInput) -> Outcome:
     """``instinct ps --json``: the endpoints this tool started (at most ``MAX_LIST``)."""
     from instinct_serve.runtime.endpoints import list_endpoints
 
-    listing = list_endpoints(_host(inp.host), health=not inp.no_health, limit=MAX_LIST)
+    listing = list_endpoints(
+        _host(inp.host), health=not inp.no_health, limit=MAX_LIST, everyone=inp.everyone
+    )
     return Outcome(_doc(listing))
 
 
@@ -213,16 +218,21 @@ def metrics(inp: MetricsInput) -> Outcome:
 
 
 def stop(inp: StopInput) -> Outcome:
-    """``instinct stop NAME...|--all --json``: containers carrying the managed label and
-    native processes this tool launched; anything else is refused (``not_managed``)."""
+    """``instinct stop NAME...|--all [--everyone] --json``: containers carrying the managed
+    label and native processes this tool launched; anything else is refused
+    (``not_managed``). Without ``confirm`` and the summary's ``change_hash``: the summary
+    of what it would stop and remove, and nothing is done."""
     from instinct_serve.runtime import endpoints
+    from instinct_serve.runtime.confirm import approval, stop_selection
 
     host = _host(inp.host)
-    if inp.all:
-        stopped = endpoints.stop_all(host)
-    else:
-        stopped = [endpoints.stop_one(host, name) for name in inp.names]
-    return Outcome(_doc({"host": host.name, "stopped": stopped}))
+    chosen = stop_selection(host, [] if inp.all else inp.names, everyone=inp.everyone)
+    summary = approval(chosen.change, confirm=inp.confirm, change_hash=inp.change_hash)
+    if summary is not None:
+        return Outcome(summary)
+    doc = endpoints.stop_each(host, chosen.names, chosen.change.skipped)
+    failed = bool(doc["not_stopped"])
+    return Outcome(_doc(doc), int(ExitCode.FAILED if failed else ExitCode.OK), failed=failed)
 
 
 # --------------------------------------------------------------------------- serve
@@ -299,8 +309,43 @@ def serve(inp: ServeExtras, sink: EventSink, cancelled: Callable[[], bool]) -> O
     host = _host(inp.host)
     if not inp.confirm:  # the plan prepare will make (a CPU-only engine's: its CPU's)
         result = serve_plan(host, opts.plan_options(), engine=opts.engine)
-        return Outcome(serve_summary(result, host, upgrade=opts.upgrade))
+        doc = serve_summary(result, host, upgrade=opts.upgrade)
+        if opts.replace:
+            doc |= _replacing(host, result, opts.engine)
+        return Outcome(doc)
+    if inp.plan_hash is None:
+        raise UsageError(
+            "serve with confirm=true needs the plan_hash of the summary the user approved",
+            fix="call serve without confirm, show the summary to the user, then call again "
+            "with confirm=true and its plan_hash",
+            id="approval_required",
+        )
     return deploy(inp, opts, host, sink, cancelled)
+
+
+def _replacing(host: Host, result: PlanResult, engine: str) -> dict[str, Any]:
+    """With replace=true: what the replacement would stop and remove now (and its
+    ``change_hash``), for the summary; nothing when it cannot be read (Docker down)."""
+    from instinct_serve.runtime.confirm import replace_change
+
+    try:
+        change = replace_change(host, result.plan, _stand_in_backend(host, engine))
+    except InstinctError:
+        return {}
+    if change.empty:
+        return {}
+    return {"change": change.to_dict(), "change_hash": change.hash}
+
+
+def _stand_in_backend(host: Host, engine: str) -> Backend:
+    """A backend to read what holds a plan's port and name (no launch: no command)."""
+    if engine == "native":
+        from instinct_serve.runtime.native import NativeBackend
+
+        return NativeBackend(host, "vllm")
+    from instinct_serve.runtime.docker_backend import DockerBackend
+
+    return DockerBackend(host)
 
 
 class Cancelled(KeyboardInterrupt):
@@ -339,7 +384,9 @@ def deploy(
     """
     from instinct_serve.runtime.deploying import Interrupted
     from instinct_serve.runtime.prepare import prepare, serve_settings
+    from instinct_serve.runtime.secret_env import give
 
+    give(opts.extra_env)  # this call's context only: another call never launches with it
     emit = _emitter(sink, cancelled)
     try:
         prepared = prepare(
@@ -357,6 +404,11 @@ def deploy(
             id="cancelled",
         ) from None
     settings = serve_settings(opts)
+    if opts.replace:  # what it stops and removes: approved, or refused before anything
+        from instinct_serve.runtime.confirm import approval, replace_change
+
+        change = replace_change(host, prepared.result.plan, prepared.backend)
+        approval(change, confirm=True, change_hash=inp.change_hash)
     if opts.upgrade:
         try:
             upgraded = prepared.upgrade(settings, emit)
@@ -387,12 +439,18 @@ def deploy(
 
 def rollback(inp: RollbackExtras, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
     """``instinct rollback NAME --json``: the last good plan (the one an upgrade replaced)
-    served again in place of the current one, which becomes the last good."""
+    served again in place of the current one, which becomes the last good. Without
+    ``confirm`` and the summary's ``change_hash``: the summary of what it would replace."""
+    from instinct_serve.runtime.confirm import approval, rollback_change
     from instinct_serve.runtime.rollback import rollback as run_rollback
     from instinct_serve.runtime.settings import ServeSettings
 
     opts = inp.options()
     host = _host(inp.host)
+    change = rollback_change(host, inp.name)
+    summary = approval(change, confirm=inp.confirm, change_hash=inp.change_hash)
+    if summary is not None:
+        return Outcome(summary)
     settings = ServeSettings(timeout_s=opts.timeout_s)
     try:
         outcome = run_rollback(

@@ -143,10 +143,33 @@ class JobInput(ToolInput):
         return cls.options_type.error_for(name, errors[0].get("input"), errors[0]["msg"].lower())
 
 
-class ServeExtras(JobInput):
-    """What only the MCP ``serve`` takes: the explicit confirmation."""
+HASH_PATTERN = r"^[0-9a-f]{6,64}$"
+CHANGE_HASH_HELP = (
+    "The change_hash of the summary the user approved: refused (change_changed) if what "
+    "would be touched now differs."
+)
 
-    mcp_only: ClassVar[frozenset[str]] = frozenset({"host", "confirm", "plan_hash"})
+
+class Approval(BaseModel):
+    """The confirmation a destructive tool takes (``runtime.confirm``): without ``confirm``
+    it returns what it would touch and keep, and its ``change_hash``."""
+
+    confirm: bool = Field(
+        default=False,
+        description="Do it. Without it, only the summary of what it would stop and remove "
+        "comes back: show it to the user, then call again with confirm=true and its "
+        "change_hash once they agree.",
+    )
+    change_hash: str | None = Field(
+        default=None, pattern=HASH_PATTERN, description=CHANGE_HASH_HELP
+    )
+
+
+class ServeExtras(JobInput):
+    """What only the MCP ``serve`` takes: the explicit confirmation (and with replace=true,
+    the approved summary of what the replacement removes)."""
+
+    mcp_only: ClassVar[frozenset[str]] = frozenset({"host", "confirm", "plan_hash", "change_hash"})
 
     confirm: bool = Field(
         default=False,
@@ -155,9 +178,15 @@ class ServeExtras(JobInput):
     )
     plan_hash: str | None = Field(
         default=None,
-        pattern=r"^[0-9a-f]{6,64}$",
-        description="The plan_hash of the summary the user approved: refuse (plan_changed) "
-        "if the plan made at launch differs.",
+        pattern=HASH_PATTERN,
+        description="The plan_hash of the summary the user approved (required with "
+        "confirm=true): refuse (plan_changed) if the plan made at launch differs.",
+    )
+    change_hash: str | None = Field(
+        default=None,
+        pattern=HASH_PATTERN,
+        description="With replace=true, when the summary lists what the replacement stops "
+        "and removes: its change_hash. " + CHANGE_HASH_HELP,
     )
 
 
@@ -226,10 +255,13 @@ PlanInput = job_input("PlanInput", PlanOptions)
 ServeInput = job_input("ServeInput", ServeOptions, base=ServeExtras)
 
 
-class RollbackExtras(JobInput):
-    """What the MCP ``rollback`` takes besides its options: the endpoint."""
+class RollbackExtras(JobInput, Approval):
+    """What the MCP ``rollback`` takes besides its options: the endpoint, and the approval
+    of what it replaces."""
 
-    mcp_only: ClassVar[frozenset[str]] = frozenset({"host", "name", "root"})
+    mcp_only: ClassVar[frozenset[str]] = frozenset(
+        {"host", "name", "root", "confirm", "change_hash"}
+    )
 
     name: ContainerName = Field(description="The endpoint whose last good plan to serve again.")
     root: str = Field(default="", max_length=4096, description=ROOT_HELP)
@@ -238,10 +270,17 @@ class RollbackExtras(JobInput):
 RollbackInput = job_input("RollbackInput", RollbackOptions, base=RollbackExtras)
 
 
+EVERYONE_HELP = (
+    "Every user's endpoints, not only the caller's (user@host of whoever started it; older "
+    "endpoints name no owner and are listed only with this)."
+)
+
+
 class StatusInput(ToolInput):
     """``instinct ps``."""
 
     no_health: bool = Field(default=False, description="Do not probe /health of each endpoint.")
+    everyone: bool = Field(default=False, description=EVERYONE_HELP)
 
 
 class LogsInput(ToolInput):
@@ -251,16 +290,20 @@ class LogsInput(ToolInput):
     tail: int = Field(default=DEFAULT_LOG_LINES, ge=1, le=MAX_LOG_LINES)
 
 
-class StopInput(ToolInput):
-    """``instinct stop NAME... | --all``: endpoints this tool started, and nothing else."""
+class StopInput(ToolInput, Approval):
+    """``instinct stop NAME... | --all [--everyone]``: endpoints this tool started, and
+    nothing else; the caller's own with all=true unless everyone=true."""
 
     names: list[ContainerName] = Field(default_factory=list, max_length=32)
-    all: bool = Field(default=False, description="Stop every endpoint instinct-serve started.")
+    all: bool = Field(default=False, description="Stop every endpoint the caller started.")
+    everyone: bool = Field(default=False, description="With all=true: " + EVERYONE_HELP)
 
     @model_validator(mode="after")
     def _one_target(self) -> StopInput:
         if bool(self.names) == self.all:
             raise ValueError("give names or all=true (one of them)")
+        if self.everyone and not self.all:
+            raise ValueError("everyone=true goes with all=true")
         return self
 
 

@@ -46,7 +46,9 @@ INSTRUCTIONS = (
     "Serve Hugging Face models as OpenAI-compatible vLLM endpoints on AMD Instinct GPUs. "
     "Sequence: detect -> check -> fit -> plan -> serve (show the summary to the user, then "
     "call again with confirm=true) -> use the endpoint's base_url. On a failure, diagnose. "
-    "status/logs/stop act only on endpoints instinct-serve started. Errors come back as "
+    "status/logs/stop act only on endpoints instinct-serve started. stop, rollback and serve "
+    "with replace first return what they would stop and remove (change, change_hash): show it, "
+    "then call again with confirm=true and that change_hash. Errors come back as "
     '{"error": {"id", "message", "fix"}}: act on the id, tell the user the fix. The full '
     "guide is the output of `instinct skill`."
 )
@@ -140,7 +142,8 @@ TOOLS: dict[str, Tool] = {
             "serve",
             "Serve a model",
             "Without confirm: the confirmation summary only (nothing is run on the host). "
-            "With confirm=true (after the user approved the summary): check, launch, follow "
+            "With confirm=true and its plan_hash (after the user approved the summary; with "
+            "replace=true also the change_hash of what it removes): check, launch, follow "
             "startup (progress notifications), health, warm-up, coherence; the result has "
             "the endpoint's base_url or the diagnosed failure (`instinct serve --json`). "
             "upgrade=true replaces the running endpoint of that name only once the new plan "
@@ -156,7 +159,8 @@ TOOLS: dict[str, Tool] = {
             "Serve an endpoint's last good plan (the one serve with upgrade=true replaced) in "
             "its place, proven as serve proves it; behind a router without a refused request, "
             "else with a warm restart. A second rollback undoes the first (`instinct rollback "
-            "NAME --json`). Ask the user first.",
+            "NAME --json`). Without confirm: what it would replace and keep (change) and its "
+            "change_hash, nothing done; show it, then call with confirm=true and change_hash.",
             inputs.RollbackInput,
             core.rollback,
             read_only=False,
@@ -166,8 +170,8 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "status",
             "List endpoints",
-            "The endpoints (containers) instinct-serve started on the host (`instinct ps "
-            "--json`), at most 100.",
+            "The caller's endpoints (containers, native processes) instinct-serve started on "
+            "the host (`instinct ps --json`), at most 100; everyone=true: every user's.",
             inputs.StatusInput,
             core.status,
         ),
@@ -191,8 +195,10 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "stop",
             "Stop endpoints",
-            "Stop (and remove) an endpoint instinct-serve started, or all of them; any "
-            "other container is refused (error id not_managed). Ask the user first.",
+            "Stop (and remove) endpoints instinct-serve started, by name or all=true (the "
+            "caller's own; everyone=true: every user's); any other container is refused "
+            "(not_managed). Without confirm: what it would stop and remove (change) and its "
+            "change_hash, nothing done; show it, then call with confirm=true and change_hash.",
             inputs.StopInput,
             core.stop,
             read_only=False,

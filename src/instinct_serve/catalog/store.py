@@ -312,10 +312,11 @@ def load_snapshot() -> Catalog:
 
 
 def read_cache(path: str) -> Catalog:
-    """Read one cache file; OSError/ValueError/CacheError when it cannot be used."""
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
-    return catalog_from_doc(doc, path)
+    """Read one cache file; OSError/ValueError/CacheError when it cannot be used (a FIFO, a
+    device, a link loop or a file over ``READ_LIMIT`` among them: ``paths.read_regular``)."""
+    from instinct_serve.paths import read_regular
+
+    return catalog_from_doc(json.loads(read_regular(path)), path)
 
 
 _MEMO: tuple[tuple[Any, ...], Catalog] | None = None
@@ -332,8 +333,10 @@ def load_catalog(*, refresh: bool = False) -> Catalog:
     try:
         st = os.stat(path)
         ident: tuple[Any, ...] = (path, st.st_mtime_ns, st.st_size, st.st_ino)
-    except OSError:
+    except FileNotFoundError:
         ident = (path, None)
+    except OSError as exc:  # there, but not even stat-able (a link loop): say so
+        ident = (path, exc.errno)
     if not refresh and _MEMO is not None and _MEMO[0] == ident:
         return _MEMO[1]
     warnings: list[str] = []

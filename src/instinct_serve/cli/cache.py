@@ -1,7 +1,9 @@
 """``instinct cache ls|prune``: the persistent compile caches (``runtime.caches``).
 
-Only directories the tool made (its ``meta.json``) are listed or removed, never one an
-endpoint of the tool still mounts; ``prune`` shows what it would remove unless ``--yes``.
+Only directories the tool made (its ``meta.json``) are listed or removed, never one a
+container still mounts (compared by realpath on the host); ``prune`` shows what it would
+remove and what it keeps unless ``--yes``, and removes nothing when the containers cannot be
+read.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from instinct_serve.cli.common import emit, get_host, host_option, json_option
-from instinct_serve.errors import UsageError
+from instinct_serve.errors import NotReadyError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from instinct_serve.hosts import Host
-    from instinct_serve.runtime.caches import CacheEntry
+    from instinct_serve.runtime.caches import CacheEntry, Listing
 
 
 def _root_option(func: Any) -> Any:
@@ -34,7 +36,7 @@ def _root_option(func: Any) -> Any:
 def _root(host: Host, setting: str | None) -> str:
     from instinct_serve.gather.caches import cache_root
 
-    root = cache_root(setting, host)
+    root = cache_root(setting, host)  # canonical on the host
     if root is None:
         raise UsageError(
             "no compile cache directory"
@@ -43,6 +45,12 @@ def _root(host: Host, setting: str | None) -> str:
             id="bad_input",
         )
     return root
+
+
+def _listing(host: Host, setting: str | None) -> Listing:
+    from instinct_serve.runtime.caches import list_caches
+
+    return list_caches(host, _root(host, setting))
 
 
 def _size(n: int | None) -> str:
@@ -67,13 +75,16 @@ def cache() -> None:
 @host_option
 @json_option
 def ls(setting: str | None, host_spec: str | None, as_json: bool) -> int:
-    """List the compile caches on the host: key, size, image, last use, endpoints using it."""
-    from instinct_serve.runtime.caches import list_caches
-
+    """List the compile caches on the host: key, size, image, last use, containers using it."""
     host = get_host(host_spec)
-    root = _root(host, setting)
-    entries = list_caches(host, root)
-    doc = {"host": host.name, "root": root, "caches": [e.to_dict() for e in entries]}
+    listing = _listing(host, setting)
+    root, entries = listing.root, listing.entries
+    doc = {
+        "host": host.name,
+        "root": root,
+        "containers_readable": listing.containers_readable,
+        "caches": [e.to_dict() for e in entries],
+    }
 
     def human(con: Console) -> None:
         from rich.markup import escape
@@ -97,6 +108,8 @@ def ls(setting: str | None, host_spec: str | None, as_json: bool) -> int:
                 escape(", ".join(e.used_by) or "-"),
             )
         con.print(table)
+        if listing.why:
+            con.print(f"[yellow]{escape(listing.why)}: who uses them is unknown.[/]")
 
     emit(doc, as_json, human)
     return 0
@@ -118,20 +131,27 @@ def prune(
     as_json: bool,
 ) -> int:
     """Remove compile caches: by default those whose image is gone from the host, or the
-    KEYS named, or --all. Never one an endpoint still mounts. Shows the list unless --yes."""
-    from instinct_serve.runtime.caches import list_caches, remove, select
+    KEYS named, or --all. Never one a container still mounts, and nothing when the containers
+    cannot be read. Shows what would go and what stays unless --yes."""
+    from instinct_serve.runtime.caches import remove, select
 
     if keys and every:
         raise UsageError("give keys or --all, not both", id="bad_input")
     host = get_host(host_spec)
-    root = _root(host, setting)
-    entries = list_caches(host, root)
+    listing = _listing(host, setting)
+    root, entries = listing.root, listing.entries
     unknown = sorted(set(keys) - {e.key for e in entries})
     if unknown:
         raise UsageError(
             f"no compile cache {', '.join(unknown)} under {root} on {host.name}",
             fix="list them with `instinct cache ls`",
             id="bad_input",
+        )
+    if not listing.containers_readable:
+        raise NotReadyError(
+            f"{listing.why}: cannot tell which caches are in use, so nothing was removed",
+            fix="start Docker (or wait until it answers) and prune again",
+            id="containers_unreadable",
         )
     chosen, kept = select(entries, keys=keys, every=every)
     removed: list[CacheEntry] = []
@@ -147,19 +167,22 @@ def prune(
         "kept": [{**e.to_dict(), "why": why} for e, why in kept],
         "freed_bytes": sum(e.size_bytes or 0 for e in removed),
     }
-
-    def human(con: Console) -> None:
-        from rich.markup import escape
-
-        if not chosen:
-            con.print("Nothing to prune.")
-        for e in chosen:
-            verb = "removed" if yes else "would remove"
-            con.print(f"{verb} {escape(e.path)} ({_size(e.size_bytes)})")
-        for e, why in kept:
-            con.print(f"[dim]kept {escape(e.key)}: {escape(why)}[/]")
-        if chosen and not yes:
-            con.print("Pass --yes to remove them.")
-
-    emit(doc, as_json, human)
+    emit(doc, as_json, lambda con: _prune_summary(con, chosen, kept, yes))
     return 0
+
+
+def _prune_summary(
+    con: Console, chosen: list[CacheEntry], kept: list[tuple[CacheEntry, str]], yes: bool
+) -> None:
+    """What goes (or would go) and what stays, with why (in use: by which containers)."""
+    from rich.markup import escape
+
+    if not chosen:
+        con.print("Nothing to prune.")
+    for e in chosen:
+        verb = "removed" if yes else "would remove"
+        con.print(f"{verb} {escape(e.path)} ({_size(e.size_bytes)})")
+    for e, why in kept:
+        con.print(f"kept {escape(e.path)}: {escape(why)}")
+    if chosen and not yes:
+        con.print("Pass --yes to remove them.")

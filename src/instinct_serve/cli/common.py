@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from instinct_serve.hosts import Host
+    from instinct_serve.runtime.confirm import Change
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,6 +83,46 @@ def warn(message: str, as_json: bool = False) -> None:
         sys.stderr.write(f"warning: {message}\n")
     else:
         console(stderr=True).print(f"[yellow]warning:[/] {message}")
+
+
+def require_terminal(what: str, fix: str, details: dict[str, Any] | None = None) -> None:
+    """Refuse (exit 2, ``confirmation_required``) when nobody can answer a question: no
+    hang on a prompt that a script or an agent never sees."""
+    if not sys.stdin.isatty():
+        from instinct_serve.errors import UsageError
+
+        raise UsageError(
+            f"{what} needs a confirmation, and standard input is not a terminal",
+            fix=fix,
+            id="confirmation_required",
+            details=details or {},
+        )
+
+
+def yes_option(func: F) -> F:
+    """``--yes``: what a destructive command would ask is answered yes."""
+    return click.option(
+        "--yes", "-y", is_flag=True, help="Do not ask: the summary is taken as approved."
+    )(func)
+
+
+def confirm_change(change: Change, yes: bool, question: str = "Go ahead?") -> None:
+    """The CLI side of ``runtime.confirm``'s rule: nothing to touch, or ``--yes``, goes on;
+    else the summary (what is touched and kept) on stderr and a y/N question; without a
+    terminal it is refused, the summary in the error's details."""
+    if change.empty or yes:
+        return
+    require_terminal(
+        change.action,
+        "review what it touches (`instinct ps --everyone`; the summary is in the error's "
+        "details with --json), then rerun with --yes",
+        {"change": change.to_dict()},
+    )
+    con = console(stderr=True)
+    for line in change.lines():
+        con.print(line, markup=False, highlight=False, soft_wrap=True)
+    if not click.confirm(question, default=False, err=True):
+        raise click.exceptions.Abort()
 
 
 @contextmanager

@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, hosts_option, json_option, warn
+from instinct_serve.cli.common import (
+    F,
+    confirm_change,
+    emit,
+    get_host,
+    host_option,
+    hosts_option,
+    json_option,
+    warn,
+    yes_option,
+)
 from instinct_serve.errors import UsageError
 
 if TYPE_CHECKING:
@@ -33,14 +43,27 @@ def _uptime(seconds: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def everyone_option(func: F) -> F:
+    """``--everyone``: every user's endpoints, not only the caller's (``runtime.owner``)."""
+    return click.option(
+        "--everyone",
+        is_flag=True,
+        help="Every user's endpoints (and those of older versions, which name no owner), "
+        "not only yours.",
+    )(func)
+
+
 @click.command("ps")
 @click.option("--no-health", is_flag=True, help="Do not probe /health of each endpoint.")
+@everyone_option
 @host_option
 @hosts_option
 @json_option
-def ps(no_health: bool, host_spec: str | None, hosts_spec: str | None, as_json: bool) -> int:
-    """List the endpoints instinct-serve started on the host: model, port, status, uptime
-    and health (/health probed, through an ssh tunnel for --host). With --hosts: the
+def ps(
+    no_health: bool, everyone: bool, host_spec: str | None, hosts_spec: str | None, as_json: bool
+) -> int:
+    """List your endpoints on the host (--everyone: every user's): model, port, status,
+    uptime and health (/health probed, through an ssh tunnel for --host). With --hosts: the
     multi-node groups on those nodes, one row each."""
     from instinct_serve.cli.multinode import hosts_of
     from instinct_serve.plan.labels import ROLE_ROUTER
@@ -53,8 +76,9 @@ def ps(no_health: bool, host_spec: str | None, hosts_spec: str | None, as_json: 
 
     host = get_host(host_spec)
     interrupted = resolve(host, lambda text: warn(text, as_json))  # changes cut short
-    listing = list_endpoints(host, health=not no_health)
+    listing = list_endpoints(host, health=not no_health, everyone=everyone)
     rows, docker_problem = listing.rows, listing.docker_problem
+    hidden = listing.hidden
 
     def human(con: Console) -> None:
         from rich.markup import escape
@@ -63,10 +87,23 @@ def ps(no_health: bool, host_spec: str | None, hosts_spec: str | None, as_json: 
         if docker_problem and not rows:
             con.print(f"[yellow]Docker:[/] {escape(docker_problem)}")
         if not rows:
-            con.print(f"No instinct-serve endpoints on {escape(host.name)}.")
+            whose = "" if everyone else " of yours"
+            con.print(f"No instinct-serve endpoints{whose} on {escape(host.name)}.")
+            _hidden(con, hidden)
             return
         table = Table(title=f"Endpoints on {escape(host.name)}", title_justify="left")
-        columns = ("NAME", "ENGINE", "MODEL", "PORT", "STATUS", "UPTIME", "HEALTH", "PROVEN")
+        columns: tuple[str, ...] = (
+            "NAME",
+            "ENGINE",
+            "MODEL",
+            "PORT",
+            "STATUS",
+            "UPTIME",
+            "HEALTH",
+            "PROVEN",
+        )
+        if everyone:
+            columns += ("OWNER",)
         for column in columns:
             # Short facts (status, port, health) keep one line; names and proofs fold.
             wraps = column in ("NAME", "MODEL", "PROVEN")
@@ -87,14 +124,25 @@ def ps(no_health: bool, host_spec: str | None, hosts_spec: str | None, as_json: 
                 _uptime(row.uptime_s),
                 f"[{colour}]{escape(row.health)}[/]" if row.health else "-",
                 _proven(row.verified),
+                *([escape(row.owner or "-") if not is_member else ""] if everyone else []),
             )
         con.print(table)
         for row in rows:  # restarts (the daemon's policy and instinct watch), last failure
             if row.restarts or row.last_failure:
                 con.print(f"[dim]{escape(_history(row.name, row.restarts, row.last_failure))}[/]")
+            if row.survivors:
+                con.print(f"[red]{escape(_survivors(row.name, row.survivors))}[/]")
+        _hidden(con, hidden)
 
     emit(listing.to_dict() | ({"interrupted": interrupted} if interrupted else {}), as_json, human)
     return 0
+
+
+def _hidden(con: Console, hidden: int) -> None:
+    """The footer of ``ps`` without ``--everyone``: how many endpoints are not shown."""
+    if hidden:
+        what = "endpoint" if hidden == 1 else "endpoints"
+        con.print(f"[dim]{hidden} {what} of other users hidden (or with no owner): --everyone[/]")
 
 
 def _history(name: str, restarts: int, failure: dict[str, Any] | None) -> str:
@@ -104,6 +152,15 @@ def _history(name: str, restarts: int, failure: dict[str, Any] | None) -> str:
         why = f": {failure['why']}" if failure.get("why") else ""
         parts.append(f"last failure {failure['kind']} at {failure['at']}{why}")
     return f"{name}: " + "; ".join(parts)
+
+
+def _survivors(name: str, survivors: list[dict[str, Any]]) -> str:
+    """``NAME ended, but 2 of its processes still run: pid 1 (cmd); ...; `instinct stop NAME```."""
+    listed = "; ".join(f"pid {s['pid']} ({s['command']})" for s in survivors)
+    return (
+        f"{name} ended, but {len(survivors)} of its processes still run: {listed}; "
+        f"`instinct stop {name}` ends them"
+    )
 
 
 def _ps_groups(nodes: list[Host], probe: bool, as_json: bool) -> int:
@@ -251,19 +308,26 @@ def _follow(host: Host, engine: str, found: Any, tail: int, as_json: bool) -> in
 
 @click.command("stop")
 @click.argument("names", nargs=-1)
-@click.option("--all", "stop_all", is_flag=True, help="Stop every endpoint this tool started.")
+@click.option("--all", "stop_all", is_flag=True, help="Stop every endpoint you started.")
+@everyone_option
+@yes_option
 @host_option
 @hosts_option
 @json_option
 def stop(
     names: tuple[str, ...],
     stop_all: bool,
+    everyone: bool,
+    yes: bool,
     host_spec: str | None,
     hosts_spec: str | None,
     as_json: bool,
 ) -> int:
-    """Stop (and remove) endpoints instinct-serve started. Containers it did not start
-    are refused, whatever their name."""
+    """Stop (and remove) endpoints instinct-serve started: NAME..., or --all of yours
+    (--all --everyone: every user's). What will be stopped and removed (containers,
+    processes, API keys, proof records; a replica group whole) is shown first and asked
+    about; --yes answers for you, and without a terminal nothing happens without it.
+    Containers it did not start are refused, whatever their name; each name is reported."""
     if not names and not stop_all:
         raise UsageError(
             "name an endpoint to stop, or pass --all",
@@ -272,43 +336,62 @@ def stop(
         )
     if names and stop_all:
         raise UsageError("give names or --all, not both", id="bad_input")
+    if everyone and not stop_all:
+        raise UsageError("--everyone goes with --all", fix="add --all", id="bad_input")
     from instinct_serve.cli.multinode import hosts_of
     from instinct_serve.runtime import endpoints
+    from instinct_serve.runtime.confirm import stop_selection
 
     nodes = hosts_of(hosts_spec, host_spec)
     if nodes is not None:
-        return _stop_groups(nodes, names, stop_all, as_json)
+        return _stop_groups(nodes, names, stop_all, yes, as_json)
     host = get_host(host_spec)
-    stopped = endpoints.stop_all(host) if stop_all else [endpoints.stop_one(host, n) for n in names]
-    doc = {"host": host.name, "stopped": stopped}
+    chosen = stop_selection(host, names, everyone=everyone)
+    confirm_change(chosen.change, yes, "Stop and remove them?")
+    doc = endpoints.stop_each(host, chosen.names, chosen.change.skipped)
+    stopped, failed = doc["stopped"], doc["not_stopped"]
 
     def human(con: Console) -> None:
         from rich.markup import escape
 
-        if not stopped:
-            con.print(f"Nothing to stop on {escape(host.name)}.")
+        if not stopped and not failed:
+            con.print(f"Nothing of yours to stop on {escape(host.name)}.")
         for item in stopped:
             what = "stopped and removed" if item["removed"] else "stopped"
             model = f" ({escape(str(item['model']))})" if item.get("model") else ""
             con.print(f"[green]✓[/] {what} {escape(item['name'])}{model}")
             for member in item.get("members", []):
                 con.print(f"    {what} {escape(member['name'])} ({escape(str(member['role']))})")
+        for item in failed:
+            con.print(f"[red]✗[/] {escape(item['name'])}: {escape(item['message'])}")
 
     emit(doc, as_json, human)
-    return 0
+    return 1 if failed else 0
 
 
-def _stop_groups(nodes: list[Host], names: tuple[str, ...], stop_all: bool, as_json: bool) -> int:
+def _stop_groups(
+    nodes: list[Host], names: tuple[str, ...], stop_all: bool, yes: bool, as_json: bool
+) -> int:
     """Every rank of each named group (or of every group with --all), on every node."""
+    from instinct_serve.runtime.confirm import Change, Item
     from instinct_serve.runtime.multinode import group_rows, stop_group
 
-    wanted = [r.name for r in group_rows(nodes, probe=False)] if stop_all else list(names)
+    rows = group_rows(nodes, probe=False)
+    wanted = [r.name for r in rows] if stop_all else list(names)
+    ranks = [
+        Item("rank", f"{row.name} rank {n['rank']} on {n['host']}", None, None, row.model, row.port)
+        for row in rows
+        if row.name in wanted
+        for n in row.nodes
+    ]
+    where = ", ".join(h.name for h in nodes)
+    confirm_change(Change("stop", where, tuple(ranks)), yes, "Stop and remove them?")
     stopped = []
     for name in wanted:
         found = stop_group(nodes, name)
         if not found and not stop_all:
             raise UsageError(
-                f"no multi-node group named {name} on {', '.join(h.name for h in nodes)}",
+                f"no multi-node group named {name} on {where}",
                 fix="list them with `instinct ps --hosts ...`",
                 id="container_not_found",
             )

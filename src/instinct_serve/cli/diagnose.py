@@ -44,16 +44,16 @@ def _read_file(path: str) -> str:
         raise UsageError(f"no such log file: {path}", fix="check the path", id="log_not_found")
     if not file.is_file():
         raise UsageError(f"not a file: {path}", fix="pass a log file", id="log_not_found")
-    try:
-        with file.open("rb") as fh:
-            data = fh.read(MAX_LOG_BYTES + 1)
+    from instinct_serve.paths import read_regular
+
+    try:  # the end of a large log: that is where failures are
+        data = read_regular(file, MAX_LOG_BYTES, tail=True)
     except OSError as exc:
         raise UsageError(
             f"cannot read {path}: {exc.strerror}", fix="check its permissions", id="log_unreadable"
         ) from exc
-    if len(data) > MAX_LOG_BYTES:  # keep the end: that is where failures are
-        data = data[-MAX_LOG_BYTES:]
-    return data.decode("utf-8", errors="replace")
+    # NUL runs (a hole a crash left, a sparse file) are no text: never one endless line
+    return data.translate(None, b"\0").decode("utf-8", errors="replace")
 
 
 def _diagnose_container(name: str, host_spec: str | None, context: DiagnoseContext) -> Diagnosis:

@@ -115,8 +115,12 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
         emit(result, True)
         return 0
     if fmt != "summary":
+        from instinct_serve.plan.render import secret_notes
+
         for message in result.plan.warnings:
             warn(message)
+        for note in secret_notes(result.plan, fmt) if fmt != "compose" else []:
+            sys.stderr.write(f"note: {note}\n")
         sys.stdout.write(render(result.plan, fmt, k8s=k8s))
         return 0
 

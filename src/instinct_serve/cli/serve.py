@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import console, get_host, host_option
+from instinct_serve.cli.common import console, get_host, host_option, require_terminal
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.cli.plan import print_summary
-from instinct_serve.errors import ExitCode, InstinctError, UsageError
+from instinct_serve.errors import ExitCode, InstinctError
 from instinct_serve.options import ServeOptions
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from instinct_serve.credentials import Redactor
     from instinct_serve.plan.model import PlanResult
     from instinct_serve.runtime.backend import Backend
+    from instinct_serve.runtime.confirm import Change
     from instinct_serve.runtime.deploying import Deploying
     from instinct_serve.runtime.documents import ServeOutcome
     from instinct_serve.runtime.events import PhaseUpdate, ServeEvent
@@ -167,17 +168,21 @@ class ServeView:
 
     # -- prompts
 
-    def confirm_plan(self, result: PlanResult) -> None:
-        """Show the plan and ask; refuse (exit 2) when nobody can answer."""
+    def confirm_plan(self, result: PlanResult, change: Change | None = None) -> None:
+        """Show the plan (and with ``--replace`` what it stops and removes: ``change``) and
+        ask; refuse (exit 2) when nobody can answer."""
         self.pause()
-        if not sys.stdin.isatty():
-            raise UsageError(
-                "serve needs a confirmation, and standard input is not a terminal",
-                fix="review the plan with `instinct plan ...`, then rerun serve with --yes",
-                id="confirmation_required",
-            )
+        details = {"change": change.to_dict()} if change is not None and not change.empty else {}
+        require_terminal(
+            "serve",
+            "review the plan with `instinct plan ...`, then rerun serve with --yes",
+            details,
+        )
         con = console(stderr=True)
         print_summary(con, result)
+        if change is not None and not change.empty:  # --replace: what goes, said first
+            for line in change.lines():
+                con.print(line, markup=False, highlight=False, soft_wrap=True)
         if not click.confirm("Launch it?", default=True, err=True):
             raise click.exceptions.Abort()
 
@@ -350,14 +355,20 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run(deployer: Deploying, result: PlanResult, yes: bool, view: ServeView) -> ServeOutcome:
+def _run(
+    deployer: Deploying,
+    result: PlanResult,
+    yes: bool,
+    view: ServeView,
+    replacing: Callable[[], Change] | None = None,
+) -> ServeOutcome:
     try:
         with _sigterm_as_interrupt():
             outcome = deployer.reuse()
             if outcome is None:
                 deployer.preflight()
-                if not yes:
-                    view.confirm_plan(result)
+                if not yes:  # --replace: what it would stop and remove, in the summary
+                    view.confirm_plan(result, replacing() if replacing else None)
                 outcome = deployer.deploy()
             return outcome
     except KeyboardInterrupt as exc:
@@ -424,6 +435,9 @@ def serve(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     try:
         opts = parse_cli(ServeOptions, kwargs)
         from instinct_serve.cli.multinode import hosts_of, serve_hosts
+        from instinct_serve.runtime.secret_env import give
+
+        give(opts.extra_env)  # --env NAME=VALUE: this run's launches pass it by name
 
         hosts = hosts_of(opts.hosts, host_spec)
         if hosts is not None:
@@ -462,8 +476,15 @@ def _serve(view: ServeView, opts: ServeOptions, host_spec: str | None) -> int:
         return outcome.exit_code
     deployer = prepared.deployer(settings, view.event, view.confirm_fn())
     view.deployer = deployer
+    replacing = None
+    if settings.replace:
+        from functools import partial
+
+        from instinct_serve.runtime.confirm import replace_change
+
+        replacing = partial(replace_change, host, prepared.result.plan, prepared.backend)
     try:
-        outcome = _run(deployer, prepared.result, yes, view)
+        outcome = _run(deployer, prepared.result, yes, view, replacing)
     except Interrupted as stop:
         outcome = stop.outcome
         view.result(outcome)

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from instinct_serve.cli.common import console, get_host, host_option
+from instinct_serve.cli.common import confirm_change, console, get_host, host_option, yes_option
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.errors import UsageError
 from instinct_serve.options import RollbackOptions, WatchOptions
@@ -150,18 +150,24 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 @click.argument("name")
 @options_for(RollbackOptions)
 @click.option("--root", default="", hidden=True, help="Stand-in device tree (tests), as serve's.")
+@yes_option
 @host_option
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: events, then the result.")
-def rollback(name: str, root: str, host_spec: str | None, as_json: bool, **kwargs: Any) -> int:
+def rollback(
+    name: str, root: str, yes: bool, host_spec: str | None, as_json: bool, **kwargs: Any
+) -> int:
     """Serve NAME's last good plan again (the one `serve --upgrade` replaced): it is
     launched on the real port in place of the current one, warmed up and probed; the
-    current plan becomes the last good one (a second rollback undoes the first)."""
+    current plan becomes the last good one (a second rollback undoes the first). What it
+    replaces is shown and asked about first; --yes answers for you."""
     from instinct_serve.cli.serve import ServeView
+    from instinct_serve.runtime.confirm import rollback_change
     from instinct_serve.runtime.rollback import rollback as run_rollback
     from instinct_serve.runtime.settings import ServeSettings
 
     opts = parse_cli(RollbackOptions, kwargs)
     host = get_host(host_spec)
+    confirm_change(rollback_change(host, name), yes, "Roll back?")
     view = ServeView(as_json)
     settings = ServeSettings(timeout_s=opts.timeout_s)
     outcome = run_rollback(host, name, settings, view.event, device_root=root)

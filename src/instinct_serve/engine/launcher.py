@@ -13,7 +13,16 @@ records variable *names* only.
 
 A process counts as ours only while its pid is alive with the same kernel start time as
 recorded (pids are reused) and, where ``/proc/PID/environ`` is readable, it carries the
-``INSTINCT_NATIVE_NAME`` marker. ``stop`` signals that process group and nothing else.
+``INSTINCT_NATIVE_NAME`` marker. The launch records the session and process group the leader
+got, and a per-launch ``INSTINCT_NATIVE_RUN`` token every descendant inherits. Its *members*
+are the live processes of that session or group started no earlier than the leader, whether
+the leader still lives or not (a vLLM whose API server was killed leaves its engine
+processes behind, holding GPU memory). ``stop`` signals those process groups and nothing
+else: SIGTERM, a bounded wait, SIGKILL, another bounded wait, then a last look. What still
+runs then is a *survivor*, reported with its pid and command: a member the kernel did not
+let die (state D: a hung driver call), or a process carrying this launch's token that left
+the session (never signalled: only the group is provably ours). ``ps`` names the survivors
+of an endpoint that ended, and a relaunch under the same name is refused while they run.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +41,7 @@ from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 from instinct_serve.hosts import Host
 
 MARKER_ENV = "INSTINCT_NATIVE_NAME"
+RUN_ENV = "INSTINCT_NATIVE_RUN"  # this launch's token: inherited by every descendant
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # $1 log, $2 pid file, $3 exit file, then the argv. The inner sh records the exit status;
@@ -42,15 +53,24 @@ _LAUNCH = (
     "if command -v setsid >/dev/null 2>&1; then s=setsid; else s=; fi; "
     '$s nohup sh -c \'x=$1; shift; trap : TERM INT; "$@"; echo $? > "$x"\' sh "$exitf" "$@" '
     '</dev/null >>"$log" 2>&1 & '
-    'echo $! > "$pidf"; echo $!'
+    'echo $! > "$pidf"; echo "$! ${s:-nosetsid}"'
 )
 # vLLM's torch.distributed rendezvous file (vllm/utils/network_utils.py): created in the
 # temp directory at every start and never removed by vLLM itself.
 _VLLM_DIST_FILE = re.compile(r"distributed_init_method=file://(/\S*/vllm_dist_[0-9a-f]{32})\b")
-# Every process's stat line, to find the members of a process group.
-_ALL_STATS = (
-    'for f in /proc/[0-9]*/stat; do read -r l < "$f" && printf "%s\\n" "$l"; done 2>/dev/null'
+# Every process's stat line, a separator, then the launcher's markers in every readable
+# environment ("/proc/PID/environ:NAME=value", NUL-terminated): one round trip over ssh.
+_SCAN = (
+    'for f in /proc/[0-9]*/stat; do read -r l < "$f" && printf "%s\\n" "$l"; done 2>/dev/null; '
+    'printf "@@MARKERS@@\\n"; '
+    f"grep -H -z -o -x -E '({MARKER_ENV}|{RUN_ENV})=.*' /proc/[0-9]*/environ 2>/dev/null; exit 0"
 )
+# "PID<TAB>command line" of each pid given (the command of a survivor, for its report).
+_COMMANDS = (
+    'for p; do c=$(tr "\\000\\n" "  " < "/proc/$p/cmdline" 2>/dev/null) || continue; '
+    'printf "%s\\t%s\\n" "$p" "$c"; done; exit 0'
+)
+_COMMAND_CHARS = 300  # a command line as reported: enough to recognise it
 
 
 def state_root(host: Host) -> str:
@@ -75,6 +95,12 @@ class ProcStat:
     state: str
     pgid: int
     start_ticks: int
+    sid: int = 0
+    comm: str = ""
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X")
 
 
 def parse_stat(line: str) -> ProcStat | None:
@@ -83,11 +109,13 @@ def parse_stat(line: str) -> ProcStat | None:
     if not sep:
         return None
     fields = rest.split()
-    pid_text = head.split("(", 1)[0].strip()
-    if len(fields) < 20 or not pid_text.isdigit():
+    pid_text, _, comm = head.partition("(")
+    if len(fields) < 20 or not pid_text.strip().isdigit():
         return None
     try:
-        return ProcStat(int(pid_text), fields[0], int(fields[2]), int(fields[19]))
+        return ProcStat(
+            int(pid_text), fields[0], int(fields[2]), int(fields[19]), int(fields[3]), comm
+        )
     except ValueError:
         return None
 
@@ -105,6 +133,12 @@ class NativeProcess:
     state_dir: str
     started_at: str
     meta: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None  # ``RUN_ENV``'s value (records of older launches: None)
+    # the process group and session the launch leads: ``pid`` (setsid made the wrapper lead
+    # its own), 0 where it leads none (no setsid on the host); None in records of older
+    # launches, which used setsid where the host had it
+    pgid: int | None = None
+    sid: int | None = None
 
     @property
     def log_path(self) -> str:
@@ -134,6 +168,9 @@ class NativeProcess:
             "log": self.log_path,
             "started_at": self.started_at,
             "meta": dict(self.meta),
+            "run_id": self.run_id,
+            "pgid": self.pgid,
+            "sid": self.sid,
         }
 
     @classmethod
@@ -148,7 +185,26 @@ class NativeProcess:
             state_dir=str(doc["state_dir"]),
             started_at=str(doc.get("started_at", "")),
             meta=dict(doc.get("meta") or {}),
+            run_id=str(doc["run_id"]) if doc.get("run_id") else None,
+            pgid=_int_or_none(doc.get("pgid")),
+            sid=_int_or_none(doc.get("sid")),
         )
+
+    def own_groups(self) -> tuple[int | None, int | None]:
+        """(process group, session) this launch leads, None where it does not lead one
+        (no setsid on the host: then only the leader itself is known to be ours)."""
+        pgid = self.pid if self.pgid is None else self.pgid
+        sid = self.pid if self.sid is None else self.sid
+        return (pgid if pgid == self.pid else None), (sid if sid == self.pid else None)
+
+    @property
+    def marker(self) -> str:
+        """The environment entry every process of this launch carries."""
+        return f"{RUN_ENV}={self.run_id}" if self.run_id else f"{MARKER_ENV}={self.name}"
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass
@@ -224,17 +280,13 @@ def launch(
     if not argv:
         raise UsageError("nothing to launch", id="bad_argv")
     root = state_root(host)
-    existing = status(host, name, root=root)
-    if existing is not None and existing.running:
-        raise UsageError(
-            f"a native process named {name} is already running (pid {existing.process.pid})",
-            fix=f"stop it first (it logs to {existing.process.log_path}) or choose another name",
-            id="name_in_use",
-        )
+    _refuse_running(host, status(host, name, root=root))
     state_dir = hostfs.join(root, name)
     hostfs.makedirs(host, state_dir)
+    run_id = secrets.token_hex(8)
     full_env = dict(env or {})
     full_env[MARKER_ENV] = name
+    full_env[RUN_ENV] = run_id
     log = hostfs.join(state_dir, "log")
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     hostfs.write_text(host, log, f"# instinct: started {started_at}: {' '.join(argv)}\n")
@@ -252,7 +304,8 @@ def launch(
         timeout=30,
         env=full_env,
     )
-    pid_text = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    last = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    pid_text, _, how = last.partition(" ")
     if not result.ok or not pid_text.isdigit():
         raise InstinctError(
             f"could not start {argv[0]} on {host.name}: {result.stderr.strip() or 'no pid'}",
@@ -271,11 +324,39 @@ def launch(
         state_dir=state_dir,
         started_at=started_at,
         meta=dict(meta or {}),
+        run_id=run_id,
+        # setsid makes the wrapper lead its own session and group (read from /proc here,
+        # setsid may not have run yet); without it, the launch leads none (0)
+        pgid=pid if how == "setsid" else 0,
+        sid=pid if how == "setsid" else 0,
     )
     hostfs.write_text(
         host, hostfs.join(state_dir, "state.json"), json.dumps(proc.to_dict(), indent=2) + "\n"
     )
     return proc
+
+
+def _refuse_running(host: Host, existing: ProcessStatus | None) -> None:
+    """A launch under a name whose last run still runs, or left processes behind, would
+    lose track of them (the record is rewritten): refused."""
+    if existing is None:
+        return
+    proc = existing.process
+    if existing.running:
+        raise UsageError(
+            f"a native process named {proc.name} is already running (pid {proc.pid})",
+            fix=f"stop it first (it logs to {proc.log_path}) or choose another name",
+            id="name_in_use",
+        )
+    left = survivors_of(host, [proc]).get(proc.name, [])
+    if left:
+        raise UsageError(
+            f"the last run of {proc.name} ended, but {len(left)} of its processes still run: "
+            + "; ".join(s.describe() for s in left[:5]),
+            fix=f"stop them first (`instinct stop {proc.name}`) or choose another name",
+            id="name_in_use",
+            details={"survivors": [s.to_dict() for s in left]},
+        )
 
 
 def load(host: Host, name: str, *, root: str | None = None) -> NativeProcess | None:
@@ -319,29 +400,136 @@ def list_processes(host: Host) -> list[ProcessStatus]:
     return found
 
 
-def _members(host: Host, proc: NativeProcess) -> list[int]:
-    """Live processes of the launched group, the leader gone or not: same process group,
-    started no earlier than the leader (so a recycled group id cannot match)."""
-    result = host.run(["sh", "-c", _ALL_STATS], timeout=60)
-    pids = []
+@dataclass(frozen=True)
+class Scan:
+    """One look at every process of the host: stat lines, and the launcher's markers in
+    each readable environment (pid -> the ``NAME=value`` entries)."""
+
+    stats: dict[int, ProcStat]
+    markers: dict[int, frozenset[str]]
+
+
+def parse_scan(text: str) -> Scan:
+    """``_SCAN``'s output (pure)."""
+    stat_text, _, marker_text = text.partition("@@MARKERS@@\n")
+    stats = {s.pid: s for s in map(parse_stat, stat_text.splitlines()) if s is not None}
+    markers: dict[int, set[str]] = {}
+    for entry in marker_text.split("\0"):
+        path, sep, value = entry.strip("\n").partition(":")
+        pid_text = path.removeprefix("/proc/").removesuffix("/environ")
+        if sep and pid_text.isdigit():
+            markers.setdefault(int(pid_text), set()).add(value)
+    return Scan(stats, {pid: frozenset(v) for pid, v in markers.items()})
+
+
+def scan(host: Host) -> Scan:
+    result = host.run(["sh", "-c", _SCAN], timeout=60)
+    return parse_scan(result.stdout)
+
+
+def members(proc: NativeProcess, seen: Scan) -> list[int]:
+    """The live processes of the launch's process group or session (the leader gone or
+    not), started no earlier than the leader. None if the leader's pid now belongs to
+    another process: then the group id may be someone else's too."""
+    if proc.start_ticks is None:
+        return []
+    leader = seen.stats.get(proc.pid)
+    if leader is not None and leader.alive and leader.start_ticks != proc.start_ticks:
+        return []
+    pgid, sid = proc.own_groups()
+    if pgid is None and sid is None:  # launched without setsid: the leader alone
+        marked = proc.marker in seen.markers.get(proc.pid, frozenset())
+        return [proc.pid] if leader is not None and leader.alive and marked else []
+    return sorted(
+        s.pid
+        for s in seen.stats.values()
+        if s.alive
+        and s.start_ticks >= proc.start_ticks
+        and ((pgid is not None and s.pgid == pgid) or (sid is not None and s.sid == sid))
+    )
+
+
+def strays(proc: NativeProcess, seen: Scan) -> list[int]:
+    """Live processes outside the group that carry this launch's token (they left its
+    session, or were started without setsid): never signalled, reported."""
+    if proc.start_ticks is None or proc.run_id is None:
+        return []  # older records: the name alone does not single out this launch
+    inside = set(members(proc, seen))
+    return sorted(
+        pid
+        for pid, found in seen.markers.items()
+        if proc.marker in found
+        and pid not in inside
+        and (stat := seen.stats.get(pid)) is not None
+        and stat.alive
+        and stat.start_ticks >= proc.start_ticks
+    )
+
+
+@dataclass(frozen=True)
+class Survivor:
+    """A process of an ended (or stopped) launch that still runs."""
+
+    pid: int
+    command: str
+    state: str  # the kernel's: D is uninterruptible sleep (a hung driver call)
+    left_group: bool  # outside the session and group: found by the launch's token
+
+    def describe(self) -> str:
+        where = ", outside its process group" if self.left_group else ""
+        state = ", uninterruptible (D)" if self.state == "D" else ""
+        return f"pid {self.pid} ({self.command}{where}{state})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "command": self.command,
+            "state": self.state,
+            "left_group": self.left_group,
+        }
+
+
+def _commands(host: Host, pids: Sequence[int]) -> dict[int, str]:
+    if not pids:
+        return {}
+    result = host.run(["sh", "-c", _COMMANDS, "sh", *map(str, pids)], timeout=30)
+    found = {}
     for line in result.stdout.splitlines():
-        stat = parse_stat(line)
-        if (
-            stat
-            and stat.pgid == proc.pid
-            and stat.state not in ("Z", "X")
-            and proc.start_ticks is not None
-            and stat.start_ticks >= proc.start_ticks
-        ):
-            pids.append(stat.pid)
-    return sorted(pids)
+        pid_text, _, command = line.partition("\t")
+        if pid_text.isdigit():
+            found[int(pid_text)] = command.strip()[:_COMMAND_CHARS]
+    return found
+
+
+def survivors_of(
+    host: Host, procs: Sequence[NativeProcess], seen: Scan | None = None
+) -> dict[str, list[Survivor]]:
+    """What still runs of each launch (its leader included, if alive: the caller asks
+    about launches that ended or were stopped), by name; one scan for all of them."""
+    seen = scan(host) if seen is None else seen
+    found = {p.name: (members(p, seen), strays(p, seen)) for p in procs}
+    commands = _commands(host, [pid for a, b in found.values() for pid in (*a, *b)])
+    out: dict[str, list[Survivor]] = {}
+    for name, (inside, outside) in found.items():
+        listed = [(pid, False) for pid in inside] + [(pid, True) for pid in outside]
+        out[name] = [
+            Survivor(
+                pid,
+                commands.get(pid) or seen.stats[pid].comm,
+                seen.stats[pid].state,
+                left,
+            )
+            for pid, left in listed
+            if pid in seen.stats
+        ]
+    return {name: found for name, found in out.items() if found}
 
 
 def group_pids(host: Host, proc: NativeProcess) -> list[int]:
     """The pids of the launched process group (the wrapper, vLLM, its workers)."""
     if not _is_ours(host, proc):
         return []
-    return _members(host, proc)
+    return members(proc, scan(host))
 
 
 def read_log(host: Host, name: str) -> str:
@@ -352,9 +540,12 @@ def read_log(host: Host, name: str) -> str:
 @dataclass
 class StopResult:
     name: str
-    was_running: bool
-    stopped: bool
-    signal: str | None
+    was_running: bool  # the leader (the wrapper of the command) was alive
+    stopped: bool  # nothing of it runs any more
+    signal: str | None  # the last signal sent to its groups (None: nothing to stop)
+    members: list[int] = field(default_factory=list)  # found alive, the leader included
+    survivors: list[Survivor] = field(default_factory=list)
+    elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -362,11 +553,24 @@ class StopResult:
             "was_running": self.was_running,
             "stopped": self.stopped,
             "signal": self.signal,
+            "members": list(self.members),
+            "survivors": [s.to_dict() for s in self.survivors],
+            "elapsed_s": round(self.elapsed_s, 3),
         }
 
 
-def stop(host: Host, name: str, *, timeout: float = 30.0, poll_s: float = 0.2) -> StopResult:
-    """SIGTERM the recorded process group, SIGKILL it after ``timeout``; touch nothing else."""
+def stop(
+    host: Host,
+    name: str,
+    *,
+    timeout: float = 30.0,
+    kill_wait: float = 10.0,
+    poll_s: float = 0.2,
+) -> StopResult:
+    """Stop every member of the recorded launch, its leader alive or not: SIGTERM to its
+    process groups, ``timeout`` for them to end, SIGKILL, ``kill_wait`` more, then a last
+    look; what still runs is in ``survivors``. Touches nothing outside the launch."""
+    started = time.monotonic()
     proc = load(host, name)
     if proc is None:
         raise NotReadyError(
@@ -374,32 +578,57 @@ def stop(host: Host, name: str, *, timeout: float = 30.0, poll_s: float = 0.2) -
             fix="list them with `instinct ps`",
             id="not_found",
         )
-    if not _is_ours(host, proc):
-        remove_vllm_temp_files(host, proc)
-        return StopResult(name, False, True, None)
-    stamp = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    hostfs.write_text(host, proc.stopped_path, stamp + "\n")
-    sent = "TERM"
-    # Done when the whole group is gone, not only its leader: a vLLM worker that outlives
-    # the API server still holds its GPU memory.
-    for sig, wait in (("TERM", timeout), ("KILL", 10.0)):
-        sent = sig
-        # the group first (setsid made pid the group id); the pid alone if setsid was absent
-        if not host.run(["kill", f"-{sig}", "--", f"-{proc.pid}"], timeout=30).ok:
-            host.run(["kill", f"-{sig}", str(proc.pid)], timeout=30)
-        deadline = time.monotonic() + wait
-        for _ in range(int(wait / poll_s) + 1):
-            if not _is_ours(host, proc) and not _members(host, proc):
-                _await_exit_file(host, proc)
-                remove_vllm_temp_files(host, proc)
-                return StopResult(name, True, True, sent)
-            if time.monotonic() > deadline:
+    was_running = _is_ours(host, proc)
+    seen = scan(host)
+    found = members(proc, seen)
+    if was_running and proc.pid not in found:  # its environment unreadable here
+        found = sorted({proc.pid, *found})
+    sent = None
+    if found:
+        stamp = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        hostfs.write_text(host, proc.stopped_path, stamp + "\n")
+        # done when every member is gone, not only the leader: a vLLM engine process that
+        # outlives the API server still holds its GPU memory
+        left = found
+        for sig, wait in (("TERM", timeout), ("KILL", kill_wait)):
+            sent = sig
+            _signal(host, proc, seen, left, sig)
+            seen, left = _wait_gone(host, proc, wait, poll_s)
+            if not left:
                 break
-            time.sleep(poll_s)
-    gone = not _is_ours(host, proc) and not _members(host, proc)
-    if gone:
+        if was_running:
+            _await_exit_file(host, proc)
+    survivors = survivors_of(host, [proc]).get(name, [])
+    if not survivors:
         remove_vllm_temp_files(host, proc)
-    return StopResult(name, True, gone, sent)
+    elapsed = time.monotonic() - started
+    return StopResult(name, was_running, not survivors, sent, found, survivors, elapsed)
+
+
+def _signal(host: Host, proc: NativeProcess, seen: Scan, pids: Sequence[int], sig: str) -> None:
+    """``sig`` to each process group of the members (the launch's own, and any a member
+    made inside its session); to the pids themselves where the launch leads no group."""
+    pgid, sid = proc.own_groups()
+    if pgid is None and sid is None:
+        host.run(["kill", f"-{sig}", *map(str, pids)], timeout=30)
+        return
+    groups = sorted({seen.stats[p].pgid for p in pids if p in seen.stats})
+    if groups:
+        host.run(["kill", f"-{sig}", "--", *(f"-{g}" for g in groups)], timeout=30)
+
+
+def _wait_gone(
+    host: Host, proc: NativeProcess, wait: float, poll_s: float
+) -> tuple[Scan, list[int]]:
+    """Poll until no member is left or ``wait`` has passed: the last look, and the members
+    still alive in it."""
+    deadline = time.monotonic() + wait
+    while True:
+        seen = scan(host)
+        left = members(proc, seen)
+        if not left or time.monotonic() > deadline:
+            return seen, left
+        time.sleep(poll_s)
 
 
 def _await_exit_file(host: Host, proc: NativeProcess, wait_s: float = 2.0) -> None:
@@ -408,6 +637,27 @@ def _await_exit_file(host: Host, proc: NativeProcess, wait_s: float = 2.0) -> No
         if _exit_code(host, proc) is not None:
             return
         time.sleep(0.1)
+
+
+def survivors_error(
+    host: Host, left: Sequence[tuple[str, Survivor]], details: dict[str, Any]
+) -> InstinctError:
+    """The failure of a stop that left processes running, each named (its launch's name,
+    pid and command); ``details``: what the stop did."""
+    names = sorted({name for name, _ in left})
+    listed = "; ".join(f"{name}: {s.describe()}" for name, s in left[:5])
+    more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+    return InstinctError(
+        f"{len(left)} process{'es' if len(left) != 1 else ''} of native endpoint "
+        f"{', '.join(names)} on {host.name} still run{'s' if len(left) == 1 else ''} after "
+        f"SIGTERM and SIGKILL: {listed}{more}",
+        fix="one in state D waits on the kernel (a hung GPU driver call: see `dmesg`; the GPU "
+        "may need a reset); one outside its process group was not signalled: check it with "
+        f"`ps -o pid,stat,args -p PID`, end it with `kill -9 PID`, then `instinct stop "
+        f"{names[0] if len(names) == 1 else 'NAME'}` again",
+        id="processes_survive",
+        details=details,
+    )
 
 
 def vllm_temp_files(log_text: str) -> list[str]:

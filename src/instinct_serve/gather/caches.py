@@ -8,12 +8,18 @@ touching the host's daemon): the key is made from the image reference, and ``ser
 it by the image's digest once the pull has brought the image (``image_id``: its id, the
 digest of its config, which also exists for images built or loaded locally;
 ``runtime.caches.prepare_caches``). A printed command keeps the reference's key.
+
+The root is canonical (``realpaths``: ``realpath`` on the host, through the ``Host``, so over
+ssh too): ``ROOT/.``, ``ROOT/../compile-cache``, ``PARENT//compile-cache`` and a symlink to
+ROOT are one root, one plan hash and one label, and ``cache prune`` compares like with like.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from instinct_serve.plan.caches import CACHE_SUBDIR, OFF, CacheLayout, layout_for
@@ -27,6 +33,14 @@ _CACHE_DIR_SCRIPT = (
     'else printf %s "${XDG_CACHE_HOME:-$HOME/.cache}/instinct-serve"; fi'
 )
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+# Each argument's canonical path, NUL-terminated (empty: it cannot be resolved, e.g. a symlink
+# loop). GNU ``realpath -m`` (a missing tail is fine: a root serve has not made yet), else the
+# POSIX ``cd -P`` for a directory where there is no realpath.
+_REALPATH = (
+    'for p do r=$(realpath -m -- "$p" 2>/dev/null) || r=$(cd -P -- "$p" 2>/dev/null && pwd -P) '
+    '|| r=; printf "%s\\0" "$r"; done'
+)
+_REALPATH_CHUNK = 256  # paths per command (argv length over ssh)
 
 
 def host_cache_dir(host: Host) -> str | None:
@@ -38,6 +52,35 @@ def host_cache_dir(host: Host) -> str | None:
     result = host.run(["sh", "-c", _CACHE_DIR_SCRIPT], timeout=30)
     path = result.stdout.strip()
     return path if result.ok and path.startswith("/") else None
+
+
+def realpaths(host: Host, paths: Sequence[str]) -> dict[str, str | None]:
+    """Each path's canonical form on ``host`` (symlinks, ``.``, ``..`` and ``//`` resolved),
+    None for one that cannot be resolved. Raises ``InstinctError`` when the host does not
+    answer (nothing may be compared, or removed, on a guess)."""
+    from instinct_serve.errors import InstinctError
+
+    wanted = list(dict.fromkeys(p for p in paths if p))
+    found: dict[str, str | None] = {}
+    for start in range(0, len(wanted), _REALPATH_CHUNK):
+        chunk = wanted[start : start + _REALPATH_CHUNK]
+        result = host.run(["sh", "-c", _REALPATH, "sh", *chunk], timeout=60)
+        answers = result.stdout.split("\0")
+        if not result.ok or len(answers) != len(chunk) + 1:
+            raise InstinctError(
+                f"cannot resolve paths on {host.name}: "
+                f"{result.stderr.strip() or f'exit {result.returncode}'}",
+                fix="check the host (`instinct check`)",
+                id="realpath_failed",
+            )
+        for path, real in zip(chunk, answers, strict=False):
+            found[path] = real if real.startswith("/") else None
+    return found
+
+
+def canonical_root(host: Host, root: str) -> str | None:
+    """``root`` resolved on ``host`` (None: it cannot be, e.g. a symlink loop)."""
+    return realpaths(host, [root]).get(root)
 
 
 def image_id(host: Host, image: str) -> str | None:
@@ -59,9 +102,13 @@ def cache_root(setting: str | None, host: Host) -> str | None:
         if host.is_local and not env.get("HOME"):
             env["HOME"] = os.path.expanduser("~")
         path = expand_path(setting.strip(), env)
-        return path.rstrip("/") or "/"
-    base = host_cache_dir(host)
-    return f"{base.rstrip('/')}/{CACHE_SUBDIR}" if base else None
+    else:
+        base = host_cache_dir(host)
+        if not base:
+            return None
+        path = f"{base.rstrip('/')}/{CACHE_SUBDIR}"
+    # unresolvable (a loop): the spelling, normalised; serve's mkdir then says what is wrong
+    return canonical_root(host, path) or posixpath.normpath(path)
 
 
 def resolve_compile_cache(setting: str | None, host: Host, plan: LaunchPlan) -> CacheLayout | None:

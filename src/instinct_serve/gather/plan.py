@@ -356,7 +356,7 @@ def _decide_tp(
         count_from=count_from,
     )
     situation = Situation(
-        env=dict(amd.env) | dict(opts.extra_env),
+        env=dict(amd.env) | opts.env_literal,
         vllm_version=ctx.vllm_version,
         partitions_per_gpu=per_gpu,
     )
@@ -530,7 +530,7 @@ def follow_config(ctx: LaunchContext, amd: AmdConfig, opts: PlanOptions) -> None
     """The fit sizes the launch as configured: its arguments and environment (the user's
     after the configuration's; VLLM_USE_V1 and the like change the memory)."""
     ctx.launch_args = [*amd.args, *opts.extra_args]
-    ctx.env = {**amd.env, **opts.extra_env}
+    ctx.env = {**amd.env, **opts.env_literal}
 
 
 def _image(opts: PlanOptions, amd: AmdConfig, catalog: Catalog) -> tuple[str, str]:

@@ -233,9 +233,10 @@ def sync(
 
 def _read_import(file: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The cache file's document and its ``models`` mapping; UsageError if it is not one."""
-    try:
-        with open(file, encoding="utf-8") as fh:
-            doc = json.load(fh)
+    from instinct_serve.paths import read_regular
+
+    try:  # a regular file under the cap only: a FIFO or /dev/zero must not hang or fill memory
+        doc = json.loads(read_regular(file))
     except OSError as exc:
         raise UsageError(
             f"cannot read {file}: {exc.strerror or exc}",

@@ -78,7 +78,7 @@ def cpu_kv_cache_gib(value: str) -> int:
         raise UsageError(
             f"{CPU_KV_ENV}={value!r}: vLLM's CPU backend takes a whole number of GiB, and 0 "
             "leaves no room for the KV cache",
-            fix=f"e.g. --env {CPU_KV_ENV}=4 (GiB of RAM for the KV cache)",
+            fix=f"e.g. --env-literal {CPU_KV_ENV}=4 (GiB of RAM for the KV cache)",
             id="bad_cpu_kv_space",
         )
     return int(text)

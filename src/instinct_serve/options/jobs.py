@@ -6,6 +6,7 @@ The shared fields live in the base classes, so ``--gpu``, ``--vram-gb``, ``--tp`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,6 +23,17 @@ from instinct_serve.options.spec import (
     opt,
 )
 from instinct_serve.units import KV_CACHE_DTYPE_BYTES
+
+SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _server_name(value: str) -> str | None:
+    """A name the server registry could hold (``servers.get`` says whether it does, when
+    the plan is made: listing the registered ones reads every installed distribution)."""
+    if not SERVER_NAME.fullmatch(value):
+        return "is not a server name (letters, digits, '_', '.', '-')"
+    return None
+
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
 DEFAULT_PORT = 8000
@@ -285,6 +297,15 @@ class PlanOptions(SizingOptions):
         help="Container image (default: newest vllm/vllm-openai-rocm).",
         max_length=512,
     )
+    server: str = opt(
+        "vllm",
+        kind="text",
+        metavar="NAME",
+        help="The inference server to plan for: vllm, or one an installed package registers "
+        "(entry points `instinct_serve.servers`).",
+        check=_server_name,
+        max_length=64,
+    )
     precision: str | None = opt(
         kind="text",
         metavar="PRECISION",
@@ -320,9 +341,12 @@ class PlanOptions(SizingOptions):
         kind="env",
         flag="--env",
         metavar="NAME[=VALUE]",
-        help="Extra environment variable (repeatable). A bare NAME passes the variable by "
-        "name: its value is taken from your environment at launch and never written in the "
-        "plan, an argument or a label (how tokens and keys go: --env VLLM_API_KEY).",
+        help="Extra environment variable (repeatable), always passed by name: NAME takes "
+        "your variable, NAME=VALUE this value, placed in the environment of the launching "
+        "process for this run only (docker's --env NAME copies it; over ssh it travels on "
+        "stdin). The value is never written in the plan, an argument, a label or the "
+        "printed command (how tokens and keys go: --env VLLM_API_KEY). A credential's "
+        "name or value on the command line is refused: export it and give the NAME.",
         names_into="env_by_name",
     )
     env_by_name: list[str] = opt(
@@ -331,6 +355,15 @@ class PlanOptions(SizingOptions):
         help="Environment variables passed by name (the bare NAMEs of --env).",
         cli=False,
         mcp=False,
+    )
+    env_literal: dict[str, str] = opt(
+        {},
+        kind="env",
+        flag="--env-literal",
+        metavar="NAME=VALUE",
+        help="A setting that is not secret, written as it is in the plan, the docker "
+        "command and the renderings (repeatable): --env-literal VLLM_USE_V1=0. Part of the "
+        "plan (its hash changes with it); a credential's name or value is refused.",
     )
     public: bool = opt(
         False,
@@ -451,15 +484,7 @@ class PlanOptions(SizingOptions):
 
     def check(self) -> None:
         super().check()
-        from instinct_serve.credentials import is_secret_name, looks_like_token
-
-        for key, value in self.extra_env.items():
-            if is_secret_name(key) or looks_like_token(value):
-                raise UsageError(
-                    f"{key} must not be given a value on the command line",
-                    fix=f"export {key} in your environment and pass it by name: --env {key}",
-                    id="secret_in_args",
-                )
+        _check_env_options(self)
         for flag in _secret_flags(self.extra_args):
             raise UsageError(
                 f"{flag} takes a secret, and arguments are visible to every user of the host "
@@ -490,6 +515,45 @@ class PlanOptions(SizingOptions):
         checked.engine, checked.default_gpu = self.engine, self.default_gpu
         checked.local_group = self.local_group
         checked.check()
+
+
+def _check_env_options(opts: PlanOptions) -> None:
+    """``--env`` and ``--env-literal``: no credential typed on the command line (every user
+    of the host sees an argv), no value that cannot travel by name, no name given twice."""
+    from instinct_serve.credentials import is_secret_name, looks_like_token
+
+    for key, value in opts.extra_env.items():
+        if is_secret_name(key) or looks_like_token(value):
+            raise UsageError(
+                f"{key} must not be given a value on the command line",
+                fix=f"export {key} in your environment and pass it by name: --env {key}",
+                id="secret_in_args",
+                details={"option": "extra_env", "name": key},
+            )
+        if "\n" in value or "\r" in value:
+            raise UsageError(
+                f"the value of --env {key} has a line break: a value passed by name is one line",
+                fix=f"give it with --env-literal {key}=... if it is not secret",
+                id="bad_env",
+                details={"option": "extra_env", "name": key},
+            )
+    for key, value in opts.env_literal.items():
+        if is_secret_name(key) or looks_like_token(value):
+            raise UsageError(
+                f"--env-literal {key} would write a credential in the plan, the docker "
+                "command and every rendering",
+                fix=f"pass it by name instead: export {key}=... and add --env {key}",
+                id="secret_in_args",
+                details={"option": "env_literal", "name": key},
+            )
+    twice = sorted(set(opts.env_literal) & {*opts.extra_env, *opts.env_by_name})
+    if twice:
+        raise UsageError(
+            f"{', '.join(twice)} given with both --env and --env-literal",
+            fix="give each variable once: --env (by name) or --env-literal (written in the plan)",
+            id="bad_env",
+            details={"option": "env_literal", "names": twice},
+        )
 
 
 def _secret_flags(args: Iterable[str]) -> list[str]:

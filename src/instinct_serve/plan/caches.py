@@ -218,7 +218,7 @@ def mounts(layout: CacheLayout | None) -> list[tuple[str, str]]:
 
 def container_env(layout: CacheLayout | None, env: dict[str, str]) -> dict[str, str]:
     """The variables pointing at the mounted caches (container paths); a variable the
-    plan sets itself (``--env VLLM_CACHE_ROOT=...``) is the plan's."""
+    plan sets itself (``--env-literal VLLM_CACHE_ROOT=...``) is the plan's."""
     out: dict[str, str] = {}
     if layout is None:
         return out

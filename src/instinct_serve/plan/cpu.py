@@ -123,7 +123,7 @@ def cpu_kv(plan: LaunchPlan, memory_bytes: int | None) -> CpuKv:
         SOURCE,
         f"{gib} GiB of RAM",
         "the plan's default (without it vLLM's CPU backend reserves a share of the RAM); "
-        f"--env {CPU_KV_ENV}=N sets another",
+        f"--env-literal {CPU_KV_ENV}=N sets another",
     )
 
 

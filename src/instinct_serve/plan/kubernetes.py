@@ -29,7 +29,8 @@ Every choice an admin would ask about is here once, with its reason:
   (see ``cache_mounts``), so a restart neither downloads nor recompiles. ReadWriteOnce for a
   single pod; ReadWriteMany once several pods mount it (replicas, autoscaling, nodes).
 * Disruption and rollout: see ``pod_disruption_budget`` and ``deployment``.
-* Secrets only by name: ``secretKeyRef`` per ``SECRET_REFS``, optional (a public model
+* Secrets only by name: ``secretKeyRef`` per ``SECRET_REFS`` (every other variable the
+  plan passes by name, ``--env NAME[=VALUE]``, from a Secret of its own), optional (a public model
   needs no token; no API key Secret means no authentication) except the API key of a
   ``--public`` plan, which the pod cannot start without.
 """
@@ -272,13 +273,23 @@ def header(plan: LaunchPlan, options: KubernetesOptions | None = None) -> str:
     ]
     if opts.nodes > 1:  # vLLM's multi-node advice: every node reads the same weights
         lines.append("Download the weights into the cache volume before the first start.")
-    lines.append("Secrets, by name only; both optional (a public model needs no token, and")
+    names = list(dict.fromkeys([*SECRET_REFS, *plan.secret_env]))
+    optional = "both optional" if len(names) == len(SECRET_REFS) else "all optional"
+    lines.append(f"Secrets, by name only; {optional} (a public model needs no token, and")
     lines.append("without the key the endpoint takes requests unauthenticated):")
-    for env_name, (secret, key) in SECRET_REFS.items():
+    for env_name in names:
+        secret, key = secret_ref(env_name)
         lines.append(
             f"  kubectl{ns} create secret generic {secret} --from-literal={key}=<{env_name}>"
         )
     return "".join(f"# {line}\n" for line in lines)
+
+
+def secret_ref(env_name: str) -> tuple[str, str]:
+    """The Secret (name, key) a variable passed by name is read from: ``SECRET_REFS``,
+    else one Secret per variable (``MY_SETTING`` -> ``my-setting``, key ``value``)."""
+    own = re.sub(r"[^a-z0-9]+", "-", env_name.lower()).strip("-") or "env"
+    return SECRET_REFS.get(env_name, (own, "value"))
 
 
 # ----------------------------------------------------------------------------- objects
@@ -619,7 +630,7 @@ def _env(plan: LaunchPlan, opts: KubernetesOptions) -> list[dict[str, Any]]:
             if var not in plan.env:
                 env.append({"name": var, "value": opts.socket_ifname})
     for secret_env in dict.fromkeys([*plan.secret_env, API_KEY_ENV]):
-        secret, key = SECRET_REFS.get(secret_env, (secret_env.lower().replace("_", "-"), "value"))
+        secret, key = secret_ref(secret_env)
         env.append(
             {
                 "name": secret_env,

@@ -24,6 +24,8 @@ LABEL_VERSION = "instinct-serve.version"
 # the host directory of the compile caches the container mounts (``instinct cache prune``
 # keeps a key an endpoint still uses)
 LABEL_COMPILE_CACHE = "instinct-serve.compile-cache"
+# the server kind (``servers``) of an endpoint that is not vLLM: ps, watch and top ask its routes
+LABEL_SERVER = "instinct-serve.server"
 MANAGED_VALUE = "true"
 
 

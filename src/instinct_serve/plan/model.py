@@ -12,12 +12,14 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from instinct_serve import servers
 from instinct_serve.errors import UsageError
 from instinct_serve.names import CONTAINER_NAME, is_env_name
 from instinct_serve.options import DEFAULT_PORT
 from instinct_serve.paths import CONTAINER_HF_HOME as CONTAINER_HF_CACHE
 from instinct_serve.plan import caches
 from instinct_serve.plan.caches import CacheLayout
+from instinct_serve.servers.vllm import API_KEY_ENV
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.matching import Match
@@ -46,7 +48,6 @@ __all__ = [
 WARMUP_TIMEOUT_S = 900
 
 
-API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads its API key from here (as --api-key's default)
 LOOPBACK = "127.0.0.1"
 EVERY_INTERFACE = "0.0.0.0"
 
@@ -190,6 +191,7 @@ class LaunchPlan:
     container_name: str
     port: int = DEFAULT_PORT
     engine: str = "docker"  # docker | native
+    server: str = "vllm"  # the inference server launched (``servers``: its kind's name)
     docker_flags: list[str] = field(default_factory=list)  # argv tokens, in order
     mounts: list[Mount] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # non-secret environment
@@ -237,7 +239,7 @@ class LaunchPlan:
     @property
     def api_key_env(self) -> str | None:
         """The variable that carries the endpoint's API key (by name), when it has one."""
-        return API_KEY_ENV if self.api_key is not None else None
+        return servers.of(self).api_key_env if self.api_key is not None else None
 
     @property
     def served_model_name(self) -> str:
@@ -264,7 +266,14 @@ class LaunchPlan:
             # where the caches live, not their key: the key follows from the image and the
             # gfx (already here), and a pull may only learn the digest after planning
             "compile_cache": self.cache.root if self.cache is not None else None,
+            **self._server(),
         } | ({"group": self.group.identity()} if self.group is not None else {})
+
+    def _server(self) -> dict[str, str]:
+        """``{"server": name}`` for a plan of any server but vLLM, else nothing: every plan
+        made before plans named their server is a vLLM plan, and its JSON and hash (the
+        endpoint's identity, on its labels) stay what they were."""
+        return {"server": self.server} if self.server != "vllm" else {}
 
     @property
     def plan_hash(self) -> str:
@@ -277,6 +286,7 @@ class LaunchPlan:
             "requested_model": self.requested_model,
             "served_model_name": self.served_model_name,
             "engine": self.engine,
+            **self._server(),
             "image": self.image,
             "container_name": self.container_name,
             "port": self.port,
@@ -322,9 +332,9 @@ class LaunchPlan:
 
 
 def container_args(plan: LaunchPlan) -> list[str]:
-    """What follows the image name: ``vllm serve``'s positional model, then its arguments
-    (the ROCm image's entrypoint is ``vllm serve``)."""
-    return [plan.model, *plan.vllm_args]
+    """What follows the image name (its entrypoint is the server): the plan's server says
+    (vLLM: ``vllm serve``'s positional model, then its arguments)."""
+    return servers.of(plan).container_args(plan)
 
 
 def startup_budget_s(plan: LaunchPlan) -> int:
@@ -419,6 +429,8 @@ def docker_argv(plan: LaunchPlan, *, restart: str | None = RESTART_POLICY) -> li
     for key, value in plan.env.items():
         argv += ["-e", f"{key}={value}"]
     for key, value in caches.container_env(plan.cache, plan.env).items():
+        argv += ["-e", f"{key}={value}"]
+    for key, value in servers.of(plan).environment(plan).items():  # vLLM: none
         argv += ["-e", f"{key}={value}"]
     for name in plan.secret_env:
         argv += ["--env", name]  # by name: docker copies the value from its own environment

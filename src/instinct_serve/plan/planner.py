@@ -20,12 +20,13 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from instinct_serve import __version__
+from instinct_serve import __version__, servers
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hardware.partitions import Layout, endpoints, spanning_warning
 from instinct_serve.names import is_env_name
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.builder import ArgMerge, PlanBuilder
+from instinct_serve.plan.caches import CACHE_VARIABLES
 from instinct_serve.plan.decisions import (
     FIT_OK,
     TpDecision,
@@ -35,7 +36,6 @@ from instinct_serve.plan.decisions import (
 )
 from instinct_serve.plan.labels import managed_labels
 from instinct_serve.plan.model import (
-    API_KEY_ENV,
     DEFAULT_PORT,
     Assigned,
     Conflict,
@@ -66,6 +66,18 @@ if TYPE_CHECKING:
     from instinct_serve.hardware.inventory import GpuInventory
 
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+# The variables the plan reads to size or check itself (plan.cpu, fit.catalog_link,
+# plan.constraints, the context and devices steps here, plan.caches.CACHE_VARIABLES): a
+# value passed by name is not in the plan, so these are given with --env-literal.
+PLAN_ENV = (
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_USE_V1",
+    "VLLM_USE_V2_MODEL_RUNNER",
+    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    "VLLM_ROCM_USE_AITER",
+    *DEVICE_ENV,
+)
 
 
 @dataclass
@@ -189,8 +201,8 @@ def _environment(b: PlanBuilder, inp: PlanInputs) -> None:
         values = seen.get(key, [])
         if len({v.value for v in values}) > 1:
             b.conflicts.append(Conflict("env", key, tuple(values), Assigned(source, value)))
-    for key, value in inp.options.extra_env.items():
-        b.override_env(key, value, "--env", "given by you")
+    for key, value in inp.options.env_literal.items():
+        b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
 
 
 def _devices(
@@ -239,14 +251,27 @@ def _secrets(b: PlanBuilder, opts: PlanOptions) -> str | None:
         "passed by name: docker copies it from your environment, so the "
         "token never appears in the command line or in this output",
     )
-    for key in opts.env_by_name:
+    for key in opts.extra_env:
+        if key in PLAN_ENV or key in CACHE_VARIABLES:
+            raise UsageError(
+                f"{key} shapes the plan, and a value passed by name (--env {key}=...) is not in it",
+                fix=f"give it with --env-literal {key}=VALUE (written in the plan)",
+                id="bad_env",
+                details={"option": "extra_env", "name": key},
+            )
+    for key in dict.fromkeys([*opts.env_by_name, *opts.extra_env]):
         if key in b.env:
             b.drop_env(key, "--env", "passed by name: your value replaces this one")
+        where = (
+            "the value given on the command line is placed in the environment of the "
+            "launching process for this run"
+            if key in opts.extra_env
+            else "its value is taken from your environment at launch"
+        )
         b.secret(
             key,
             "--env",
-            "passed by name: its value is taken from your environment at launch and "
-            "never written in the plan, an argument or a label",
+            f"passed by name: {where}, and never written in the plan, an argument or a label",
         )
     return _api_key(b, opts)
 
@@ -408,6 +433,7 @@ def _assemble(b: PlanBuilder, inp: PlanInputs, **decided: Any) -> LaunchPlan:
         container_name=opts.name or container_name(inp.variant.model_id, opts.port),
         port=opts.port,
         engine=opts.engine,
+        server=servers.get(opts.server).name,  # bad_server unless the registry has it
         precision=inp.variant.precision,
         variant=inp.variant.key,
         gpu_count=inv.gpu_count,
@@ -453,18 +479,19 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 def _api_key(b: PlanBuilder, opts: PlanOptions) -> str | None:
     """Where the endpoint's API key comes from, if it has one (``LaunchPlan.api_key``)."""
-    if API_KEY_ENV in opts.env_by_name:
+    kind = servers.get(opts.server)
+    if kind.api_key_env in opts.env_by_name:
         b.reason(
-            f"--env {API_KEY_ENV}",
+            f"--env {kind.api_key_env}",
             "--env",
-            "vLLM requires this key (Authorization: Bearer) on /v1/*; serve's own probes "
+            f"{kind.title} requires this key (Authorization: Bearer) on /v1/*; serve's own probes "
             "send it too",
         )
         return "environment"
     if not opts.public:
         return None
     b.secret(
-        API_KEY_ENV,
+        kind.api_key_env,
         "--public",
         "an endpoint open to the network needs a key: serve generates one, keeps it in a "
         "file only you can read on the host, and passes it by name",

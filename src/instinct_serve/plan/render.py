@@ -20,12 +20,12 @@ import functools
 import shlex
 from typing import Any
 
-from instinct_serve import vllm_args
+from instinct_serve import servers
 from instinct_serve.options import KubernetesOptions
 from instinct_serve.plan import caches, kubernetes
 from instinct_serve.plan.kubernetes import k8s_objects as k8s_objects
-from instinct_serve.plan.model import API_KEY_ENV, LaunchPlan, startup_budget_s
 from instinct_serve.plan.model import RESTART_POLICY as RESTART_POLICY
+from instinct_serve.plan.model import LaunchPlan, startup_budget_s
 from instinct_serve.plan.model import check_names as check_names
 from instinct_serve.plan.model import container_args as container_args
 from instinct_serve.plan.model import docker_argv as docker_argv
@@ -41,19 +41,15 @@ def shell_line(plan: LaunchPlan) -> str:
 
 
 def native_argv(plan: LaunchPlan) -> list[str]:
-    """``vllm serve MODEL --host ADDRESS ...`` for hosts without Docker (the port is the
-    server's own). vLLM listens on every interface by default: the plan's bind address
-    (127.0.0.1 unless public) is given unless the plan's arguments name a ``--host``."""
-    argv = ["vllm", "serve", plan.model]
-    if not vllm_args.has(plan.vllm_args, "--host"):
-        argv += ["--host", plan.bind_address]
-    return [*argv, *plan.vllm_args]
+    """The server's command for hosts without Docker, bound to the plan's address
+    (``vllm serve MODEL --host ADDRESS ...``: ``servers.vllm``)."""
+    return servers.of(plan).native_argv(plan)
 
 
 def native_env(plan: LaunchPlan) -> dict[str, str]:
     """Environment for the native route: the plan's env, the GPU restriction, and the
     compile caches' variables pointing at their host directories (``plan.caches``)."""
-    env = dict(plan.env)
+    env = {**servers.of(plan).environment(plan), **plan.env}  # the server's own (vLLM: none)
     if plan.gpu_indices is not None and "HIP_VISIBLE_DEVICES" not in env:
         env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in plan.gpu_indices)
     env.update(caches.host_env(plan.cache, env))
@@ -69,12 +65,28 @@ def native_script(plan: LaunchPlan) -> str:
     lines = [f"export {k}={shlex.quote(v)}" for k, v in native_env(plan).items()]
     for name in plan.secret_env:
         lines.append(f"# {name}: taken from your environment (export {name}=... beforehand)")
-    if plan.api_key_env:
-        lines.append(
-            f': "${{{API_KEY_ENV}:?export {API_KEY_ENV} first: the endpoint requires this key}}"'
-        )
+    key = plan.api_key_env
+    if key:
+        lines.append(f': "${{{key}:?export {key} first: the endpoint requires this key}}"')
     lines.append(shlex.join(native_argv(plan)))
     return "\n".join(lines) + "\n"
+
+
+def secret_notes(plan: LaunchPlan, fmt: str) -> list[str]:
+    """How to provide the variables the rendering names but does not carry (the plan's
+    ``secret_env``: HF_TOKEN, every ``--env``); a value given with ``--env NAME=VALUE`` is
+    in no rendering. The CLI prints them beside the text (stderr); compose's are in it."""
+    names = [n for n in plan.secret_env if n != "HF_TOKEN"]
+    if fmt in ("k8s", "native", "json") or not names:
+        return []  # the Kubernetes header and the native script say it themselves
+    where = {
+        "compose": "docker compose takes each from its own environment (or an .env file "
+        "beside the compose file)",
+    }.get(fmt, "docker run --env NAME copies each from its own environment")
+    return [
+        f"passed by name, not in this output: {', '.join(names)}; {where}: export "
+        f"{names[0]}=... before running it (HF_TOKEN too, for a gated model)"
+    ]
 
 
 def _compose_from_flags(flags: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -135,7 +147,8 @@ def compose_service(plan: LaunchPlan) -> dict[str, Any]:
             "python3",
             "-c",
             "import urllib.request; "
-            f"urllib.request.urlopen('http://localhost:{plan.port}/health', timeout=5)",
+            f"urllib.request.urlopen('http://localhost:{plan.port}"
+            f"{servers.of(plan).routes.health}', timeout=5)",
         ],
         "interval": "10s",
         "timeout": "6s",
@@ -220,7 +233,8 @@ def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> 
     if fmt == "native":
         return native_script(plan)
     if fmt == "compose":
-        return to_yaml(compose_service(plan))
+        notes = "".join(f"# {note}\n" for note in secret_notes(plan, fmt))
+        return notes + to_yaml(compose_service(plan))
     if fmt == "k8s":
         return kubernetes.header(plan, k8s) + to_yaml(k8s_objects(plan, k8s))
     if fmt == "json":

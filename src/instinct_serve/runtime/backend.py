@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from instinct_serve import servers
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import (
     LABEL_COMPILE_CACHE,
@@ -27,6 +28,7 @@ from instinct_serve.plan.labels import (
     LABEL_MODEL,
     LABEL_PLAN_HASH,
     LABEL_PORT,
+    LABEL_SERVER,
     MANAGED_VALUE,
     managed_labels,
 )
@@ -179,6 +181,8 @@ def launch_labels(plan: LaunchPlan, fixes: Sequence[str]) -> dict[str, str]:
         labels[LABEL_FIXES] = ",".join(fixes)
     if plan.cache is not None:
         labels[LABEL_COMPILE_CACHE] = plan.cache.directory
+    if plan.server != servers.DEFAULT:  # at launch, not in the plan: vLLM plans' hashes stay
+        labels[LABEL_SERVER] = plan.server
     return labels
 
 

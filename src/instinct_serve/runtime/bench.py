@@ -12,6 +12,12 @@ Which ``vllm`` runs the benchmark, in order:
 Each concurrency step is bounded: ``--num-prompts`` requests and a wall-clock limit (the
 process, or the benchmark container, is killed when it is exceeded). Runs are stored on
 this machine under ``<data dir>/bench/<plan hash>/<UTC time>.json``.
+
+What a user names is never a glob nor a path into the store: ``compare``'s argument is a
+file (it has a ``/``, starts with ``~`` or ``.``, ends in ``.json``, or is a file here: a
+regular one, read with ``paths.read_regular``) or the prefix of a plan hash (``PLAN_REF``),
+matched against the store's folder names; a plan hash from a container's label names a
+folder only when it is a plain name.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
+from instinct_serve.names import CONTAINER_NAME
 from instinct_serve.observe.bench import (
     BenchRun,
     Point,
@@ -45,10 +52,18 @@ if TYPE_CHECKING:
 CACHE_ENV = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE")
 API_KEY_ENV = "OPENAI_API_KEY"  # what `vllm bench serve` sends as "Authorization: Bearer"
 OUTPUT_TAIL = 1500
+PLAN_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # a plan hash (prefix), or no-plan
+NO_PLAN = "no-plan"
 
 
 def resolve(host: Host, name: str | None) -> Endpoint:
     """The endpoint to benchmark: the named one, or the only running one."""
+    if name is not None and not CONTAINER_NAME.fullmatch(name):
+        raise UsageError(
+            f"invalid endpoint name {name[:80]!r}",
+            fix="name a running endpoint (`instinct ps` lists them), or none for the only one",
+            id="bad_name",
+        )
     found = endpoints(host, [name] if name else [])
     if name is None:
         running = [e for e in found if e.running and e.port]
@@ -286,7 +301,8 @@ def store_root() -> Path:
 
 def save(bench: BenchRun, root: Path | None = None) -> Path:
     """Write the run under its plan hash; returns the file."""
-    folder = (root or store_root()) / bench.key
+    key = bench.key if PLAN_REF.fullmatch(bench.key) else NO_PLAN  # a label is data
+    folder = (root or store_root()) / key
     folder.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     path = folder / f"{stamp}.json"
@@ -302,11 +318,19 @@ def save(bench: BenchRun, root: Path | None = None) -> Path:
 
 
 def read_file(path: Path) -> BenchRun:
-    """A stored run, or one raw ``vllm bench serve --save-result`` file."""
+    """A stored run, or one raw ``vllm bench serve --save-result`` file (a regular file)."""
+    from instinct_serve.paths import read_regular
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_regular(path))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}", id="bad_bench_result") from exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(
+            f"cannot read {str(path)[:200]}: {why[:200]}",
+            fix="give a regular file written by `instinct bench` or `vllm bench serve "
+            "--save-result`, or a plan hash",
+            id="bad_bench_result",
+        ) from exc
     if isinstance(doc, dict) and "points" in doc:
         return BenchRun.from_dict(doc, str(path))
     return from_bench_result(doc, str(path))
@@ -319,11 +343,16 @@ def stored(root: Path | None = None) -> list[BenchRun]:
 
 def load(ref: str, root: Path | None = None) -> BenchRun:
     """A run by file path, or the latest stored run of a plan hash (a unique prefix)."""
-    path = Path(ref).expanduser()
-    if path.is_file():
-        return read_file(path)
+    if _is_file_ref(ref):
+        return read_file(Path(ref).expanduser())
+    if not PLAN_REF.fullmatch(ref):
+        raise UsageError(
+            f"{ref[:80]!r} is neither a result file nor a plan hash",
+            fix="give a plan hash (`instinct bench list`) or a result file's path",
+            id="bad_bench_ref",
+        )
     base = root or store_root()
-    folders = sorted(p for p in base.glob(f"{ref}*") if p.is_dir()) if ref else []
+    folders = sorted(p for p in _folders(base) if p.name.startswith(ref))
     if not folders:
         raise UsageError(
             f"no stored benchmark for {ref!r} (not a file, nor a plan hash in {base})",
@@ -341,6 +370,21 @@ def load(ref: str, root: Path | None = None) -> BenchRun:
     if not runs:
         raise UsageError(f"no readable run in {folders[0]}", id="bench_not_found")
     return runs[-1]
+
+
+def _is_file_ref(ref: str) -> bool:
+    """``compare``'s argument names a file: a path's shape, or a file in this directory."""
+    if "/" in ref or ref.startswith(("~", ".")) or ref.endswith(".json"):
+        return True
+    return os.path.isfile(ref)  # False for a name too long, with NUL, or unreadable
+
+
+def _folders(base: Path) -> list[Path]:
+    """The plan hash folders of the store (none when there is no store yet)."""
+    try:
+        return [p for p in base.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
 
 
 def stored_in(folder: Path) -> list[BenchRun]:

@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instinct_serve.errors import InstinctError
 from instinct_serve.plan.caches import META_FILE, SEED_MARKER, meta_doc, rekeyed, seed_argv
@@ -119,28 +119,45 @@ class CacheEntry:
         }
 
 
-# one line per key directory that holds our meta.json: "<kB>\t<dir>"; then the meta files
+# one line per key directory that holds our meta.json (a real directory, not a symlink to
+# one elsewhere: the tool never makes those): "<kB>\t<dir>"
 _LIST = (
-    'for d in "$1"/*/; do [ -f "$d/meta.json" ] || continue; '
+    'for d in "$1"/*/; do [ -L "${d%/}" ] && continue; [ -f "$d/meta.json" ] || continue; '
     'printf "%s\\n" "$(du -sk "$d" 2>/dev/null | cut -f1)	${d%/}"; done'
 )
+# every container, running or stopped, ours or not: its name, mounts and labels (JSON each)
+_INSPECT_FORMAT = "{{json .Name}}\t{{json .Mounts}}\t{{json .Config.Labels}}"
 
 
-def list_caches(host: Host, root: str) -> list[CacheEntry]:
-    """The keys the tool made under ``root`` on ``host``, with their size and users."""
+@dataclass
+class Listing:
+    """The keys under one (canonical) root, and whether the containers could be read: if
+    not, nobody is known to use a key, and ``prune`` must remove nothing."""
+
+    root: str
+    entries: list[CacheEntry]
+    containers_readable: bool = True
+    why: str | None = None  # why they could not be read
+
+
+def list_caches(host: Host, root: str) -> Listing:
+    """The keys the tool made under ``root`` (canonical: ``gather.caches.cache_root``) on
+    ``host``, with their size and users."""
     result = host.run(["sh", "-c", _LIST, "sh", root.rstrip("/") or "/"], timeout=120)
     entries: list[CacheEntry] = []
     for line in result.stdout.splitlines():
         kb, _, path = line.partition("\t")
-        if not path:
+        if not path or posixpath.dirname(path) != root.rstrip("/"):
             continue
         meta = _meta(host.read_text(posixpath.join(path, META_FILE)))
         if meta is None:
             continue
         size = int(kb) * 1024 if kb.strip().isdigit() else None
-        entries.append(CacheEntry(posixpath.dirname(path), posixpath.basename(path), size, meta))
-    _annotate(host, entries)
-    return sorted(entries, key=lambda e: e.key)
+        entries.append(CacheEntry(root, posixpath.basename(path), size, meta))
+    listing = Listing(root, sorted(entries, key=lambda e: e.key))
+    if entries:
+        _annotate(host, listing)
+    return listing
 
 
 def _meta(text: str | None) -> dict[str, Any] | None:
@@ -153,24 +170,68 @@ def _meta(text: str | None) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and doc.get("tool") == "instinct-serve" else None
 
 
-def _annotate(host: Host, entries: list[CacheEntry]) -> None:
-    """Which managed containers mount each key (their label), and whether its image is
-    still on the host. Without a usable Docker both stay unknown (nothing is in use)."""
-    if not entries:
+class Containers(NamedTuple):
+    """What every container on a host mounts: ``docker`` False where there is no docker."""
+
+    docker: bool
+    paths: dict[str, list[str]]  # container name -> host paths
+
+
+def container_paths(host: Host) -> Containers | None:
+    """The host paths every container (running or stopped, the tool's or not) mounts or names
+    in serve's compile-cache label, by container name; None when Docker is installed but the
+    list cannot be read (the daemon does not answer). No docker at all: no container."""
+    listed = host.run(["docker", "ps", "-aq", "--no-trunc"], timeout=60)
+    if listed.returncode == 127:
+        return Containers(False, {})
+    if not listed.ok:
+        return None
+    ids = listed.stdout.split()
+    if not ids:
+        return Containers(True, {})
+    found = host.run(
+        ["docker", "inspect", "--type", "container", "--format", _INSPECT_FORMAT, *ids],
+        timeout=120,
+    )
+    if not found.ok and "no such" not in found.stderr.lower():  # one removed meanwhile: fine
+        return None
+    out: dict[str, list[str]] = {}
+    for line in found.stdout.splitlines():
+        try:
+            name, mounts, labels = (json.loads(part) for part in line.split("\t"))
+        except ValueError:
+            return None
+        paths = [m.get("Source") for m in mounts or [] if isinstance(m, dict)]
+        paths.append((labels or {}).get(LABEL_COMPILE_CACHE))
+        out[str(name).lstrip("/")] = [p for p in paths if isinstance(p, str) and p]
+    return Containers(True, out)
+
+
+def _annotate(host: Host, listing: Listing) -> None:
+    """Which containers use each key (a mount or serve's label at or under its directory,
+    compared by realpath on the host), and whether its image is still on the host."""
+    from instinct_serve.gather.caches import realpaths
+
+    containers = container_paths(host)
+    if containers is None:
+        listing.containers_readable = False
+        listing.why = f"the container list cannot be read on {host.name} (Docker does not answer)"
+        return
+    real = realpaths(host, [p for paths in containers.paths.values() for p in paths])
+    for entry in listing.entries:
+        mine = entry.path + "/"
+        entry.used_by = sorted(
+            name
+            for name, paths in containers.paths.items()
+            if any((real.get(p) or posixpath.normpath(p)) + "/" == mine for p in paths)
+            or any((real.get(p) or posixpath.normpath(p)).startswith(mine) for p in paths)
+        )
+    if not containers.docker:
         return
     from instinct_serve.runtime.docker import Docker
 
     docker = Docker(host)
-    ok, _why = docker.available()
-    if not ok:
-        return
-    users: dict[str, list[str]] = {}
-    for info in docker.list_managed():
-        directory = info.labels.get(LABEL_COMPILE_CACHE)
-        if directory:
-            users.setdefault(directory.rstrip("/"), []).append(info.name)
-    for entry in entries:
-        entry.used_by = sorted(users.get(entry.path, []))
+    for entry in listing.entries:
         image_id = entry.meta.get("image_id")
         if entry.meta.get("engine") == "docker" and isinstance(image_id, str):
             entry.image_present = docker.image_present(image_id)

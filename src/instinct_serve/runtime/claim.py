@@ -8,15 +8,19 @@ only with ``--replace`` (or a yes to the question, for the same model).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host
+from instinct_serve.plan.labels import LABEL_GROUP, LABEL_ROLE, ROLE_ROUTER, label_text
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import intent
 from instinct_serve.runtime.address import suggest_port
 from instinct_serve.runtime.backend import Backend, Occupant, Target
+from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.docker_backend import DockerBackend
+from instinct_serve.runtime.docker_data import ContainerInfo
 from instinct_serve.runtime.events import EventSink, Replaced
 from instinct_serve.runtime.native import NativeBackend
 from instinct_serve.runtime.settings import ServeSettings
@@ -29,6 +33,42 @@ def discard_target(host: Host, target: Target, *, keep: bool) -> bool:
     if target.engine == "docker":
         return DockerBackend(host).discard(target.handle, keep=keep)
     return NativeBackend(host, "vllm").discard(target.name, keep=keep)
+
+
+def routed_group(host: Host, target: Target) -> list[ContainerInfo]:
+    """The replica group whose router ``target`` is (router first, then its replicas), or
+    [] when it routes none. A group is one endpoint: replacing its router alone would leave
+    its replicas holding their GPUs (and listed as endpoints of their own)."""
+    if target.engine != "docker" or not target.managed:
+        return []
+    docker = Docker(host)
+    try:
+        info = docker.get(target.handle)
+        if info is None or not info.managed:
+            return []
+        labels = info.labels
+        if label_text(labels, LABEL_ROLE) != ROLE_ROUTER or label_text(labels, LABEL_GROUP) != (
+            info.name
+        ):
+            return []
+        members = docker.list_managed(labels={LABEL_GROUP: info.name})
+    except NotReadyError:
+        return []
+    return sorted(members, key=lambda c: label_text(c.labels, LABEL_ROLE) != ROLE_ROUTER)
+
+
+def remove_group(host: Host, members: list[ContainerInfo]) -> list[str]:
+    """Stop and remove a replica group (``routed_group``: router first, no request in),
+    and forget the keys of its members; the names removed."""
+    from instinct_serve.runtime import keys
+
+    backend, removed = DockerBackend(host), []
+    for info in members:
+        if backend.discard(info.id, keep=False):
+            removed.append(info.name)
+        with contextlib.suppress(InstinctError):
+            keys.remove_key(host, keys.key_path(host, info.name))
+    return removed
 
 
 def refuse_foreign(host: Host, plan: LaunchPlan, occupants: list[Occupant]) -> None:
@@ -101,8 +141,12 @@ def clear_the_way(
                 note(f"removed {target.name}, a stopped endpoint of an earlier run")
             continue
         same_model = target.model == plan.model
+        group = routed_group(host, target)
         if not settings.replace:
-            question = f"{target.describe()} runs on port {target.port or plan.port}. Replace it?"
+            whole = f" (the router of {len(group) - 1} replicas: all go)" if group else ""
+            question = (
+                f"{target.describe()}{whole} runs on port {target.port or plan.port}. Replace it?"
+            )
             if same_model and confirm is not None and confirm(question):
                 pass
             else:
@@ -118,6 +162,12 @@ def clear_the_way(
                     details={"occupant": occ.to_dict()},
                 )
         intent.replacing(host, plan, target.name, getattr(backend, "device_root", ""))
+        if group:  # a replica group goes whole: its router and every replica
+            gone = remove_group(host, group)
+            replaced.extend(gone)
+            message = f"stopped and removed the replica group {target.name}: {', '.join(gone)}"
+            emit(Replaced(container=target.name, message=message))
+            continue
         discard_target(host, target, keep=False)
         replaced.append(target.name)
         emit(Replaced(container=target.name, message=f"stopped and removed {target.name}"))

@@ -24,6 +24,7 @@ from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.docker_data import ContainerInfo, PortHolder
 from instinct_serve.runtime.follower import LogFollower
 from instinct_serve.runtime.native import native_on_port
+from instinct_serve.runtime.owner import LABEL_OWNER, caller
 
 PULL_TIMEOUT_S = 3 * 3600.0
 STOP_GRACE_S = 5
@@ -152,8 +153,8 @@ class DockerBackend:
         it, so an interrupted launch still knows what it created: ``launching``)."""
         from instinct_serve.plan.render import docker_argv
 
-        labelled = copy.copy(plan)
-        labelled.labels = launch_labels(plan, fixes)
+        labelled = copy.copy(plan)  # who started it: at launch, never in the plan (its hash)
+        labelled.labels = {**launch_labels(plan, fixes), LABEL_OWNER: caller()}
         for mount in plan.mounts:
             if not mount.read_only and not self.host.exists(mount.host_path):
                 # Docker would create it as root: make it as the host's user instead.

@@ -17,10 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve import servers
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 
 if TYPE_CHECKING:
     from instinct_serve.credentials import Redactor
+    from instinct_serve.engine.launcher import StopResult
     from instinct_serve.hosts import Host
 
 HEALTH_TIMEOUT_S = 2.0
@@ -53,6 +55,10 @@ class Row:
     daemon_restarts: int = 0  # docker's restart count of this container (its policy)
     restarts: int = 0  # ``runtime.journal.summary``: by watch and by the daemon
     last_failure: dict[str, Any] | None = None
+    server: str = servers.DEFAULT  # the kind of server (``servers``): which route ``probe`` asks
+    # processes of an ended native endpoint that still run (``add_survivors``)
+    survivors: list[dict[str, Any]] = field(default_factory=list)
+    owner: str | None = None  # ``user@host`` who started it (``runtime.owner``); None: nobody
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,10 +73,12 @@ class Row:
             "image": self.image,
             "plan_hash": self.plan_hash,
             "id": self.id,
+            "owner": self.owner,
             "fixes": self.fixes.split(",") if self.fixes else [],
             "verified": self.verified,
             "restarts": self.restarts,
             "last_failure": self.last_failure,
+            "survivors": self.survivors,
         } | (
             {
                 "group": self.group,
@@ -85,6 +93,7 @@ class Row:
 
 def docker_rows(host: Host) -> tuple[list[Row], str | None]:
     """Managed containers, or (no rows, why) when Docker is not usable on the host."""
+    from instinct_serve.runtime import owner
     from instinct_serve.runtime.backend import LABEL_FIXES
     from instinct_serve.runtime.docker import Docker
     from instinct_serve.runtime.docker_backend import container_instance
@@ -94,7 +103,7 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
         found = Docker(host).list_managed()
     except NotReadyError as exc:
         return [], exc.message
-    from instinct_serve.plan.labels import LABEL_NODE_RANK, LABEL_ROLE, ROLE_WORKER
+    from instinct_serve.plan.labels import LABEL_NODE_RANK, LABEL_ROLE, LABEL_SERVER, ROLE_WORKER
 
     # a multi-node group is one endpoint, its head: headless ranks serve nothing themselves
     found = [
@@ -121,6 +130,8 @@ def docker_rows(host: Host) -> tuple[list[Row], str | None]:
             role=role(c),
             replica=replica_index(c.labels),
             daemon_restarts=c.restart_count,
+            server=c.labels.get(LABEL_SERVER, servers.DEFAULT),
+            owner=owner.of_labels(c.labels),
         )
         for c in found
     ]
@@ -131,6 +142,7 @@ def native_rows(host: Host) -> list[Row]:
     """Native vLLM processes ``serve --engine native`` launched (not other launches)."""
     from instinct_serve.engine import launcher
     from instinct_serve.runtime.native import process_instance
+    from instinct_serve.runtime.owner import of_meta
 
     try:
         found = launcher.list_processes(host)
@@ -164,19 +176,24 @@ def native_rows(host: Host) -> list[Row]:
                 id=str(status.process.pid),
                 fixes=",".join(meta.get("fixes") or []) or None,
                 instance=process_instance(status.process),
+                server=str(meta.get("server") or servers.DEFAULT),
+                owner=of_meta(meta),
             )
         )
     return rows
 
 
-def probe(host: Host, port: int) -> str:
-    """``/health`` of one endpoint: healthy, loading, an HTTP status, or why no answer."""
+def probe(host: Host, port: int, server: str = servers.DEFAULT) -> str:
+    """``/health`` (the ``server`` kind's health route) of one endpoint: healthy, loading, an
+    HTTP status, or why no answer."""
+    from instinct_serve import servers
     from instinct_serve.runtime.health import probe_health
     from instinct_serve.runtime.tunnel import tunnel
 
     try:
+        routes = servers.get(server).routes
         with tunnel(host, port) as base_url:
-            sample = probe_health(base_url, timeout=HEALTH_TIMEOUT_S)
+            sample = probe_health(base_url, timeout=HEALTH_TIMEOUT_S, routes=routes)
     except InstinctError as exc:
         return f"unknown ({exc.message})"
     if sample.ok:
@@ -188,12 +205,16 @@ def probe(host: Host, port: int) -> str:
 
 @dataclass
 class Listing:
-    """``ps``: the endpoints (at most ``limit``), how many there were, and Docker's state."""
+    """``ps``: the endpoints (at most ``limit``), how many there were, and Docker's state;
+    whose (``caller``'s own unless ``everyone``) and how many of others were ``hidden``."""
 
     host: str
     rows: list[Row]
     total: int
     docker_problem: str | None
+    caller: str = ""
+    everyone: bool = True
+    hidden: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -202,29 +223,40 @@ class Listing:
             "docker": None
             if self.docker_problem is None
             else {"available": False, "why": self.docker_problem},
+            "caller": self.caller,
+            "everyone": self.everyone,
+            "hidden": self.hidden,
         }
         if self.total > len(self.rows):
             doc["truncated"] = {"shown": len(self.rows), "total": self.total}
         return doc
 
 
-def list_endpoints(host: Host, *, health: bool = True, limit: int | None = None) -> Listing:
-    """Every managed container and native process; ``/health`` probed for running ones."""
+def list_endpoints(
+    host: Host, *, health: bool = True, limit: int | None = None, everyone: bool = False
+) -> Listing:
+    """The caller's managed containers and native processes (everyone's with ``everyone``;
+    a replica group counts as its router's); ``/health`` probed for running ones."""
     from instinct_serve.runtime.group import fold_rows
+    from instinct_serve.runtime.owner import caller, is_mine
 
     rows, docker_problem = docker_rows(host)
     rows = fold_rows(rows) + native_rows(host)
+    me = caller()
+    mine = rows if everyone else [r for r in rows if is_mine(r.owner, me)]
+    hidden, rows = len(rows) - len(mine), mine
     shown = rows if limit is None else rows[:limit]
     every = [r for row in shown for r in (row, *row.members)]
     if any(row.running for row in every):
         _add_verified(host, every)
     if every:
         _add_history(host, every)
+    add_survivors(host, every)
     if health:
         for row in every:
             if row.running and row.port:
-                row.health = probe(host, row.port)
-    return Listing(host.name, shown, len(rows), docker_problem)
+                row.health = probe(host, row.port, row.server)
+    return Listing(host.name, shown, len(rows), docker_problem, me, everyone, hidden)
 
 
 def _add_verified(host: Host, rows: list[Row]) -> None:
@@ -254,6 +286,52 @@ def _add_history(host: Host, rows: list[Row]) -> None:
             daemon_restarts=row.daemon_restarts,
         )
         row.restarts, row.last_failure = doc["restarts"], doc["last_failure"]
+
+
+def add_survivors(host: Host, rows: Sequence[Row]) -> None:
+    """The processes each ended (stopped or crashed) native endpoint left running, with
+    pid and command: a killed vLLM's engine processes hold GPU memory (one scan for all)."""
+    from instinct_serve.engine import launcher
+
+    ended = [r for r in rows if r.engine == "native" and not r.running]
+    if not ended:
+        return
+    try:
+        procs = [p for p in (launcher.load(host, r.name) for r in ended) if p is not None]
+        found = launcher.survivors_of(host, procs)
+    except InstinctError:
+        return
+    for row in ended:
+        row.survivors = [s.to_dict() for s in found.get(row.name, [])]
+
+
+def _stop_native(host: Host, name: str, model: Any) -> tuple[dict[str, Any], StopResult]:
+    """Stop a native endpoint's whole launch (``launcher.stop``): what it ended, and the
+    processes that survive (``stop_one`` then fails, naming them)."""
+    from instinct_serve.engine import launcher
+
+    result = launcher.stop(host, name)
+    _forget_record(host, name)
+    doc = {
+        "name": name,
+        "engine": "native",
+        "model": model,
+        "was_running": result.was_running,
+        "removed": False,
+        "processes": result.members,  # the pids it ended (``members``: a group's replicas)
+        "survivors": [s.to_dict() for s in result.survivors],
+        "stop_s": round(result.elapsed_s, 3),
+    }
+    return doc, result
+
+
+def _require_gone(host: Host, results: list[StopResult], stopped: list[dict[str, Any]]) -> None:
+    """``processes_survive``, naming each survivor of what was stopped (pid and command)."""
+    from instinct_serve.engine import launcher
+
+    left = [(r.name, s) for r in results for s in r.survivors]
+    if left:
+        raise launcher.survivors_error(host, left, {"host": host.name, "stopped": stopped})
 
 
 def find(host: Host, name: str) -> tuple[str, Any]:
@@ -375,43 +453,33 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
         _forget_key(host, info.name)
         _forget_record(host, info.name)
         return {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
-    from instinct_serve.engine import launcher
-
-    result = launcher.stop(host, found.name)
-    _forget_record(host, found.name)
-    return {
-        "name": found.name,
-        "engine": "native",
-        "model": found.meta.get("model"),
-        "was_running": result.was_running,
-        "removed": False,
-    }
+    doc, result = _stop_native(host, found.name, found.meta.get("model"))
+    _require_gone(host, [result], [doc])
+    return doc
 
 
-def stop_all(host: Host) -> list[dict[str, Any]]:
-    """Stop every endpoint this tool started on the host; what was stopped."""
-    from instinct_serve.engine import launcher
-    from instinct_serve.runtime.docker import Docker
-
+def stop_each(host: Host, names: Sequence[str], skipped: Sequence[dict[str, Any]] = ()) -> Any:
+    """Stop ``names`` one by one (``runtime.confirm.stop_selection`` chose them; ``skipped``:
+    the names it found nothing of ours for): ``{"host", "stopped", "not_stopped"}``, each
+    name reported. When nothing at all was stopped, the first failure is raised (its
+    ``details`` list every name), as for a single unknown name."""
     stopped: list[dict[str, Any]] = []
-    try:
-        from instinct_serve.runtime.group import forget_config, is_router
-
-        for info in Docker(host).stop_all_managed():
-            _forget_key(host, info.name)
-            _forget_record(host, info.name)
-            if is_router(info):
-                forget_config(host, info.name)
-            stopped.append(
-                {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
-            )
-    except NotReadyError:
-        pass  # no Docker here: native endpoints only
-    for row in native_rows(host):
-        if row.running:
-            launcher.stop(host, row.name)
-            _forget_record(host, row.name)
-            stopped.append(
-                {"name": row.name, "engine": "native", "model": row.model, "removed": False}
-            )
-    return stopped
+    failed = [dict(s) for s in skipped]
+    raised: list[InstinctError] = []
+    for name in names:
+        try:
+            stopped.append(stop_one(host, name))
+        except InstinctError as exc:
+            failed.append({"name": name, "status": exc.id, "message": exc.message})
+            raised.append(exc)
+    if len(failed) == 1 and raised and not stopped:
+        raise raised[0]  # the one endpoint's own failure (e.g. processes_survive), as it was
+    if failed and not stopped:
+        first = failed[0]
+        raise InstinctError(
+            f"{first['message']}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+            fix="list the endpoints with `instinct ps --everyone`",
+            id="not_managed" if first["status"] == "not_managed" else "not_found",
+            details={"not_stopped": failed},
+        )
+    return {"host": host.name, "stopped": stopped, "not_stopped": failed}

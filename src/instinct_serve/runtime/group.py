@@ -67,6 +67,7 @@ from instinct_serve.runtime.docker_backend import DockerBackend, container_insta
 from instinct_serve.runtime.docker_data import ContainerInfo
 from instinct_serve.runtime.documents import Endpoint, ServeOutcome, Status
 from instinct_serve.runtime.events import EventSink, Launched, Note, PhaseUpdate, Reused
+from instinct_serve.runtime.owner import LABEL_OWNER, caller
 from instinct_serve.runtime.proof import (
     endpoint_of,
     probe_coherence,
@@ -206,9 +207,7 @@ class GroupDeployer:
         change = self._resizing()
         for stray in self._strays():  # --replace: the group's replicas of another plan
             self.docker.stop(stray.id)
-            keys.remove_key(self.host, keys.key_path(self.host, stray.name))
-            verified.forget(self.host, stray.name)  # its proof and plan: of no use now
-            plans.forget(self.host, stray.name)
+            forget_records(self.host, stray.name)
         failed = self.launch_members()
         if failed is not None and change is not None:
             intent.clear(self.host, change)  # a failure reported: not one to finish later
@@ -220,9 +219,9 @@ class GroupDeployer:
         router = self._router()
         if not self.settings.replace or router is None or not self._ours(router):
             return None
-        extra = {"device_root": self.device_root} if self.device_root else {}
+        root = {"device_root": self.device_root}  # "" when none: the host's devices
         return intent.begin(
-            self.host, "resize", self.router.name, step="replacing", new=self.plan, extra=extra
+            self.host, "resize", self.router.name, step="replacing", new=self.plan, extra=root
         )
 
     def launch_members(self) -> ServeOutcome | None:
@@ -444,6 +443,7 @@ class GroupDeployer:
         # HAProxy's image runs as its own user: the file must be readable (no secret in it)
         hostfs.write_text(self.host, path, text, "644")
         argv = router_argv(self.plan, path)
+        argv[2:2] = ["--label", f"{LABEL_OWNER}={caller()}"]  # who started it (runtime.owner)
         if self.device_root:
             argv = rooted_devices(argv, self.device_root)
         self.sink(PhaseUpdate(phase="launching", message=f"router {self.router.name}"))
@@ -597,6 +597,13 @@ def fold_rows(rows: Sequence[Row]) -> list[Row]:
 def is_router(info: ContainerInfo) -> bool:
     """A group's router, started by this tool (its group is its own name)."""
     return info.managed and role(info) == ROLE_ROUTER and group_name(info) == info.name
+
+
+def forget_records(host: Host, name: str) -> None:
+    """A removed replica's key, proof and plan records are of no use any more."""
+    keys.remove_key(host, keys.key_path(host, name))
+    verified.forget(host, name)
+    plans.forget(host, name)
 
 
 def forget_config(host: Host, name: str) -> None:

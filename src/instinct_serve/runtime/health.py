@@ -27,6 +27,9 @@ import httpx
 from instinct_serve.errors import InstinctError
 from instinct_serve.gather.http import HttpErrors, get
 from instinct_serve.plan.model import WARMUP_TIMEOUT_S
+from instinct_serve.servers import Routes
+
+VLLM_ROUTES = Routes()  # the routes a caller who knows no server kind probes (vLLM's)
 
 DEFAULT_POLL_S = 2.0
 DEFAULT_WARMUP_TIMEOUT_S = float(WARMUP_TIMEOUT_S)  # first request: kernel compilation, JITs
@@ -100,10 +103,15 @@ class WaitResult:
 
 
 def probe_health(
-    base_url: str, *, timeout: float = 3.0, client: httpx.Client | None = None
+    base_url: str,
+    *,
+    timeout: float = 3.0,
+    client: httpx.Client | None = None,
+    routes: Routes = VLLM_ROUTES,
 ) -> HealthSample:
-    """One ``GET /health``. Refused connections and 503 are normal while a model loads."""
-    url = normalize_base_url(base_url) + "/health"
+    """One ``GET /health`` (the server's health route). Refused connections and 503 are
+    normal while a model loads."""
+    url = normalize_base_url(base_url) + routes.health
     own = client is None
     http = client or _client(timeout, None)
     start = time.monotonic()
@@ -132,6 +140,7 @@ def wait_healthy(
     interval: float = DEFAULT_POLL_S,
     request_timeout: float = 3.0,
     on_sample: Callable[[HealthSample], None] | None = None,
+    routes: Routes = VLLM_ROUTES,
 ) -> WaitResult:
     """Poll ``/health`` every ``interval`` seconds until it answers 200.
 
@@ -157,7 +166,7 @@ def wait_healthy(
             if still_running is not None and not still_running():
                 outcome = WaitOutcome.CONTAINER_EXITED
                 return WaitResult(outcome, time.monotonic() - start, polls, last)
-            last = probe_health(base_url, timeout=request_timeout, client=http)
+            last = probe_health(base_url, timeout=request_timeout, client=http, routes=routes)
             polls += 1
             if on_sample is not None:
                 on_sample(last)
@@ -218,10 +227,14 @@ _MODELS_ERRORS = HttpErrors(
 
 
 def list_models(
-    base_url: str, *, timeout: float = 10.0, api_key: str | None = None
+    base_url: str,
+    *,
+    timeout: float = 10.0,
+    api_key: str | None = None,
+    routes: Routes = VLLM_ROUTES,
 ) -> list[ServedModel]:
     """The served model names (``--served-model-name``, else the model id)."""
-    url = normalize_base_url(base_url) + "/v1/models"
+    url = normalize_base_url(base_url) + routes.models
     with _client(timeout, api_key) as http:
         response = get(http, url, _MODELS_ERRORS)
     try:
@@ -280,10 +293,11 @@ def complete(
     extra: dict[str, Any] | None = None,
     error_id: str = "completion_failed",
     timeout_id: str = "completion_timeout",
+    routes: Routes = VLLM_ROUTES,
 ) -> CompletionResult:
     """One completion: chat for instruct models, ``/v1/completions`` for base models
     without a chat template (vLLM rejects chat requests for those)."""
-    path = "/v1/chat/completions" if use_chat else "/v1/completions"
+    path = routes.chat if use_chat else routes.completions
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": temperature}
     if use_chat:
         body["messages"] = [{"role": "user", "content": prompt}]
@@ -356,6 +370,7 @@ def warmup(
     timeout: float = DEFAULT_WARMUP_TIMEOUT_S,
     max_tokens: int = 16,
     api_key: str | None = None,
+    routes: Routes = VLLM_ROUTES,
 ) -> CompletionResult:
     """The first request, which compiles kernels; its latency is worth reporting.
 
@@ -371,6 +386,7 @@ def warmup(
         api_key=api_key,
         error_id="warmup_failed",
         timeout_id="warmup_timeout",
+        routes=routes,
     )
 
 
@@ -507,6 +523,7 @@ def coherence_probe(
     timeout: float = DEFAULT_PROBE_TIMEOUT_S,
     max_tokens: int = 32,
     api_key: str | None = None,
+    routes: Routes = VLLM_ROUTES,
 ) -> CoherenceResult:
     """Ask a greedy known-answer question and judge the answer (``judge_coherence``).
 
@@ -522,6 +539,7 @@ def coherence_probe(
         "api_key": api_key,
         "error_id": "coherence_probe_failed",
         "timeout_id": "coherence_probe_timeout",
+        "routes": routes,
     }
     if use_chat:
         try:

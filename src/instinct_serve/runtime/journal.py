@@ -33,10 +33,13 @@ FAILURE_KINDS = frozenset(
 
 # $1: the file; the line on stdin.
 _APPEND = 'mkdir -p "${1%/*}" && cat >> "$1"'
+# Reads: regular files only (``-f``: not a FIFO, a device or a link loop), and only their
+# last $3 bytes (``tail -c`` seeks: a huge or sparse file costs nothing), then $2 lines.
+_READ = '[ -f "$1" ] || exit 0; tail -c "$3" -- "$1" | tail -n "$2"'
 # $1: the directory; for each file, its name then its last lines.
 _READ_ALL = (
     'for f in "$1"/*.jsonl; do [ -f "$f" ] || continue; '
-    'printf "#%s\\n" "${f##*/}"; tail -n "$2" "$f"; done; exit 0'
+    'printf "#%s\\n" "${f##*/}"; tail -c "$3" -- "$f" | tail -n "$2"; done; exit 0'
 )
 
 
@@ -91,17 +94,23 @@ def _parse(line: str) -> dict[str, Any] | None:
     return doc
 
 
+def _bytes(tail: int) -> int:
+    """The most ``tail`` lines of ours can take (each under ``MAX_LINE``)."""
+    return tail * (MAX_LINE + 1)
+
+
 def read(host: Host, name: str, tail: int = TAIL) -> list[dict[str, Any]]:
     path = _path(host, name)
     if path is None:
         return []
-    result = host.run(["tail", "-n", str(tail), "--", path], timeout=30)
+    result = host.run(["sh", "-c", _READ, "sh", path, str(tail), str(_bytes(tail))], timeout=30)
     return [d for d in map(_parse, result.stdout.splitlines()) if d is not None]
 
 
 def read_all(host: Host, tail: int = TAIL) -> dict[str, list[dict[str, Any]]]:
     """Every endpoint's recent events, by name (one command, for ``ps``)."""
-    result = host.run(["sh", "-c", _READ_ALL, "sh", _dir(host), str(tail)], timeout=30)
+    argv = ["sh", "-c", _READ_ALL, "sh", _dir(host), str(tail), str(_bytes(tail))]
+    result = host.run(argv, timeout=30)
     out: dict[str, list[dict[str, Any]]] = {}
     current: list[dict[str, Any]] | None = None
     for line in result.stdout.splitlines():

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from instinct_serve.plan.model import LaunchPlan
 
 _KEY = re.compile(r"[A-Za-z0-9_-]{20,256}")
+MAX_KEY_FILE = 1024  # a key is at most 256 characters: anything larger is not one
 
 # $1: the key file. The key comes on stdin; umask 077 from the first byte written.
 _WRITE = (
@@ -49,7 +50,7 @@ def new_key() -> str:
 
 def read_key(host: Host, path: str) -> str | None:
     """The key in ``path``, or None when there is none (or it is not a key)."""
-    text = (host.read_text(path) or "").strip()
+    text = (host.read_text(path, MAX_KEY_FILE) or "").strip()
     return text if _KEY.fullmatch(text) else None
 
 
@@ -89,12 +90,13 @@ def caller_key(plan: LaunchPlan, secrets: Mapping[str, str]) -> str | None:
     starts (None: the plan passes no key of the caller's)."""
     if plan.api_key != "environment":
         return None
-    value = secrets.get(API_KEY_ENV, "")
+    name = plan.api_key_env or API_KEY_ENV
+    value = secrets.get(name, "")
     if not valid_key(value):
         raise UsageError(
-            f"--env {API_KEY_ENV} passes your {API_KEY_ENV} by name, and it is not set "
+            f"--env {name} passes your {name} by name, and it is not set "
             "in your environment (or holds a newline)",
-            fix=f"export {API_KEY_ENV}=<your key> first, or drop --env {API_KEY_ENV} "
+            fix=f"export {name}=<your key> first, or drop --env {name} "
             "(with --public a key is generated)",
             id="api_key_missing",
         )

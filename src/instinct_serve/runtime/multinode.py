@@ -37,6 +37,7 @@ from instinct_serve.runtime import health
 from instinct_serve.runtime.deploying import deploy_to_end
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.follower import LogFollower
+from instinct_serve.runtime.owner import LABEL_OWNER, caller
 
 if TYPE_CHECKING:
     from instinct_serve.options import PlanOptions
@@ -315,7 +316,7 @@ class GroupRunner:
             for mount in node.plan.mounts:
                 if not mount.read_only and not host.exists(mount.host_path):
                     host.run(["mkdir", "-p", "--", mount.host_path], timeout=30)
-            argv = node.argv
+            argv = [*node.argv[:2], "--label", f"{LABEL_OWNER}={caller()}", *node.argv[2:]]
             if self.device_root:
                 from instinct_serve.runtime.docker_backend import rooted_devices
 

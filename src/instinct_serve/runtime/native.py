@@ -26,6 +26,7 @@ from instinct_serve.runtime.backend import (
     same_command,
 )
 from instinct_serve.runtime.docker import Docker
+from instinct_serve.runtime.owner import META_OWNER, caller
 
 META_ENGINE = "instinct-serve"
 
@@ -175,7 +176,8 @@ class NativeBackend:
             "max_model_len": plan.max_model_len,
             "gpu_indices": plan.gpu_indices,
             "secret_env": sorted(secrets),
-        }
+            META_OWNER: caller(),  # who started it (``runtime.owner``)
+        } | ({"server": plan.server} if plan.server != "vllm" else {})  # ps probes its route
         self._launching = plan.container_name
         launcher.launch(
             self.host, plan.container_name, native_argv(self.vllm_command, plan), env=env, meta=meta
@@ -225,10 +227,15 @@ class NativeBackend:
         return result.stdout if result.ok else ""
 
     def discard(self, name: str, *, keep: bool) -> bool:
-        """Stop the process group (SIGKILL after ``DISCARD_TERM_S``). Its state directory
-        (log) is kept either way: a relaunch under the same name appends to the same log."""
+        """Stop every process of the launch (SIGKILL after ``DISCARD_TERM_S``), also those a
+        crashed server left behind; ``processes_survive`` if any still runs (a relaunch
+        beside them would find their GPU memory taken). Its state directory (log) is kept
+        either way: a relaunch under the same name appends to the same log."""
         try:
             result = launcher.stop(self.host, name, timeout=DISCARD_TERM_S)
         except NotReadyError:
             return False
-        return result.was_running
+        if result.survivors:
+            left = [(name, s) for s in result.survivors]
+            raise launcher.survivors_error(self.host, left, result.to_dict())
+        return bool(result.members)

@@ -59,6 +59,8 @@ def to_doc(plan: LaunchPlan) -> dict[str, Any]:
     doc = {key: getattr(plan, key) for key in _FIELDS}
     doc["mounts"] = [list(m) for m in plan.mounts]
     doc["group"] = plan.group.record() if plan.group is not None else None
+    if plan.server != "vllm":  # a record without one is a vLLM plan's, as before servers
+        doc["server"] = plan.server
     copied: dict[str, Any] = json.loads(json.dumps(doc))  # plain JSON values (copies)
     return copied
 
@@ -68,7 +70,7 @@ def from_doc(doc: Any) -> LaunchPlan | None:
     if not isinstance(doc, dict):
         return None
     try:
-        fields = {key: doc[key] for key in _FIELDS if key in doc}
+        fields = {key: doc[key] for key in (*_FIELDS, "server") if key in doc}
         mounts = [Mount(str(h), str(c), bool(ro)) for h, c, ro in doc.get("mounts") or []]
         plan = LaunchPlan(mounts=mounts, **fields)
     except (TypeError, ValueError, KeyError):
@@ -97,7 +99,7 @@ def _path(host: Host, name: str) -> str | None:
 
 def load(host: Host, name: str) -> PlanRecord:
     path = _path(host, name)
-    text = (host.read_text(path) or "")[:MAX_RECORD_BYTES] if path else ""
+    text = (host.read_text(path, MAX_RECORD_BYTES) or "") if path else ""
     try:
         doc = json.loads(text) if text else {}
     except ValueError:

@@ -40,8 +40,10 @@ from instinct_serve.runtime.events import (
     WarmedUp,
     phase_words,
 )
+from instinct_serve.runtime.health import VLLM_ROUTES
 from instinct_serve.runtime.settings import ServeSettings
 from instinct_serve.runtime.startup import FAILED_GRACE_S
+from instinct_serve.servers import Routes
 
 SHOWN_TAIL = 30  # log lines shown with a failure
 
@@ -122,16 +124,27 @@ def serve_outcome(
 
 
 def warm_up(
-    base_url: str, model: str, settings: ServeSettings, api_key: str | None, *, use_chat: bool
+    base_url: str,
+    model: str,
+    settings: ServeSettings,
+    api_key: str | None,
+    *,
+    use_chat: bool,
+    routes: Routes = VLLM_ROUTES,
 ) -> health.CompletionResult:
     """The first request (it compiles kernels: may take minutes)."""
+    timeout = settings.warmup_timeout_s
     return health.warmup(
-        base_url, model, use_chat=use_chat, timeout=settings.warmup_timeout_s, api_key=api_key
+        base_url, model, use_chat=use_chat, timeout=timeout, api_key=api_key, routes=routes
     )
 
 
 def probe_coherence(
-    base_url: str, endpoint: Endpoint, settings: ServeSettings, api_key: str | None
+    base_url: str,
+    endpoint: Endpoint,
+    settings: ServeSettings,
+    api_key: str | None,
+    routes: Routes = VLLM_ROUTES,
 ) -> health.CoherenceResult:
     """The greedy known-answer probe; its verdict kept on ``endpoint``."""
     probe = health.coherence_probe(
@@ -140,6 +153,7 @@ def probe_coherence(
         use_chat=endpoint.use_chat,
         timeout=settings.probe_timeout_s,
         api_key=api_key,
+        routes=routes,
     )
     endpoint.coherence = probe.to_dict()
     return probe
@@ -185,17 +199,19 @@ class Prover:
         settings: ServeSettings,
         api_key: str | None,
         *,
+        routes: Routes = VLLM_ROUTES,
         emit: EventSink,
         note: Callable[[str], None],
         gone: Callable[[], bool],
     ) -> None:
         self.base_url, self.settings, self.api_key = base_url, settings, api_key
+        self.routes = routes
         self.emit, self.note, self.gone = emit, note, gone
 
     def run(self, endpoint: Endpoint) -> Proof:
         """Fills in ``endpoint`` (its context length, warm-up, coherence) as it goes."""
         try:
-            models = health.list_models(self.base_url, api_key=self.api_key)
+            models = health.list_models(self.base_url, api_key=self.api_key, routes=self.routes)
         except InstinctError as exc:
             return Proof(error=exc)
         match = next((m for m in models if m.id == endpoint.model), None)
@@ -218,23 +234,25 @@ class Prover:
             return Proof()
         self.emit(PhaseUpdate(phase="coherence_probe", message="greedy known-answer probe"))
         try:
-            probe = probe_coherence(self.base_url, endpoint, self.settings, self.api_key)
+            probe = probe_coherence(
+                self.base_url, endpoint, self.settings, self.api_key, self.routes
+            )
         except InstinctError as exc:
             return Proof(died=True) if self.gone() else Proof(error=exc)
         self.emit(CoherenceChecked(verdict=probe.verdict.verdict, text=probe.completion.text[:200]))
         return Proof(probe=probe)
 
     def _warmup(self, endpoint: Endpoint) -> health.CompletionResult:
-        base_url, settings, key = self.base_url, self.settings, self.api_key
+        base_url, settings, key, routes = self.base_url, self.settings, self.api_key, self.routes
         try:
-            return warm_up(base_url, endpoint.model, settings, key, use_chat=True)
+            return warm_up(base_url, endpoint.model, settings, key, use_chat=True, routes=routes)
         except InstinctError as exc:
             if exc.details.get("status_code") != 400:
                 raise
         # vLLM answers 400 to chat requests for base models without a chat template.
         endpoint.use_chat = False
         self.note("the model has no chat template: using /v1/completions")
-        return warm_up(base_url, endpoint.model, settings, key, use_chat=False)
+        return warm_up(base_url, endpoint.model, settings, key, use_chat=False, routes=routes)
 
 
 # --------------------------------------------------------------------------- failures

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from instinct_serve import servers
 from instinct_serve.diagnose import Diagnosis, Finding, diagnose
 from instinct_serve.errors import InstinctError
 from instinct_serve.plan.model import LaunchPlan
@@ -79,11 +80,12 @@ class Deployer(ServeRun):
             raise impostor(self.plan, existing, problem)
         self.plan = self._with_name(existing.name)
         self._load_key(create=False)
-        sample = health.probe_health(self.base_url, timeout=3.0)
+        routes = servers.of(self.plan).routes
+        sample = health.probe_health(self.base_url, timeout=3.0, routes=routes)
         if sample.ok:
             endpoint = self._endpoint(warmup_s=None, coherence=None)
             try:
-                models = health.list_models(self.base_url, api_key=self.api_key)
+                models = health.list_models(self.base_url, api_key=self.api_key, routes=routes)
             except InstinctError as exc:
                 raise impostor(self.plan, existing, f"/v1/models failed: {exc.message}") from None
             match = next((m for m in models if m.id == endpoint.model), None)
@@ -235,6 +237,7 @@ class Deployer(ServeRun):
             redact=self.redact,
             emit=self.emit,
             base_url=lambda: self.base_url,
+            routes=servers.of(self.plan).routes,
         ).run()
 
     def _wait_and_finish(self, handle: str) -> ServeOutcome:
@@ -337,6 +340,7 @@ class Deployer(ServeRun):
             self.base_url,
             self.settings,
             self.api_key,
+            routes=servers.of(self.plan).routes,
             emit=self.emit,
             note=self.note,
             gone=lambda: self.backend.exit_info(handle) is not None,

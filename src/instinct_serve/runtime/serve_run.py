@@ -14,12 +14,12 @@ import signal
 import time
 from typing import Any
 
+from instinct_serve import servers
 from instinct_serve.credentials import Redactor
 from instinct_serve.diagnose import Diagnosis
-from instinct_serve.diagnose.phases import PhaseTracker
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
-from instinct_serve.plan.model import API_KEY_ENV, LOOPBACK, LaunchPlan
+from instinct_serve.plan.model import LOOPBACK, LaunchPlan
 from instinct_serve.runtime import keys
 from instinct_serve.runtime.address import public_address, ssh_words
 from instinct_serve.runtime.backend import Backend, launch_labels
@@ -87,7 +87,7 @@ class ServeRun:
         self.replaced: list[str] = []
         self.notes: list[str] = []
         self.use_chat = True
-        self.tracker = PhaseTracker()
+        self.tracker = servers.of(plan).tracker()  # the server's own start-up log
         self.started = time.monotonic()
         self._tunnel = LazyTunnel(host)
         self.address = public_address(host)
@@ -136,7 +136,7 @@ class ServeRun:
             return
         self.key_file, key = found
         self.api_key = key
-        self.secrets[API_KEY_ENV] = key
+        self.secrets[servers.of(self.plan).api_key_env] = key
         self.redact = Redactor.default([*self.secrets.values()])
 
     def interrupted(self, signum: int = signal.SIGINT) -> Interrupted:
@@ -186,7 +186,7 @@ class ServeRun:
 
     def _launch(self) -> None:
         attempt = len(self.relaunches) + 1
-        self.tracker = PhaseTracker()
+        self.tracker = servers.of(self.plan).tracker()
         self.phase("launching", self.plan.container_name, attempt=attempt)
         name = self.plan.container_name
         self._launching = True  # a Ctrl-C inside the call must still clean up

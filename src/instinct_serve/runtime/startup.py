@@ -20,6 +20,7 @@ from instinct_serve.runtime.backend import Backend, ExitInfo
 from instinct_serve.runtime.events import EventSink, Healthy, PhaseUpdate, Stalled
 from instinct_serve.runtime.follower import LogFollower
 from instinct_serve.runtime.settings import ServeSettings
+from instinct_serve.servers import Routes
 
 if TYPE_CHECKING:
     import httpx
@@ -70,10 +71,11 @@ class StartupWatch:
         redact: Redactor,
         emit: EventSink,
         base_url: Callable[[], str],
+        routes: Routes,
     ) -> None:
         self.backend, self.handle, self.tracker = backend, handle, tracker
         self.settings, self.detach, self.redact, self.emit = settings, detach, redact, emit
-        self.base_url = base_url
+        self.base_url, self.routes = base_url, routes
         self.start = time.monotonic()
         self.deadline = self.start + timeout_s
         self.follower = LogFollower(backend.follow(handle))
@@ -175,7 +177,9 @@ class StartupWatch:
         return None
 
     def _poll_health(self) -> WaitResult | None:
-        sample = health.probe_health(self.base_url(), timeout=3.0, client=self.http)
+        sample = health.probe_health(
+            self.base_url(), timeout=3.0, client=self.http, routes=self.routes
+        )
         if sample.ok:
             if self.tracker.phase != "ready":  # /health beat the log line to us
                 self.emit(PhaseUpdate(phase="ready", message="API server answers /health"))

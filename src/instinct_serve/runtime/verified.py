@@ -89,7 +89,7 @@ def load(host: Host, name: str, instance: str | None) -> dict[str, Any] | None:
     path = _path(host, name)
     if path is None or instance is None:
         return None
-    doc = _parse((host.read_text(path) or "")[:MAX_RECORD_BYTES])
+    doc = _parse(host.read_text(path, MAX_RECORD_BYTES) or "")
     return doc if doc is not None and doc["instance"] == instance else None
 
 

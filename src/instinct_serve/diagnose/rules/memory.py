@@ -304,7 +304,7 @@ def _kv_cache_no_memory_cpu(ctx: DiagnoseContext, kv_gib: float = -1.0, **at: An
         cause=f"vLLM's CPU backend gave the KV cache no room: its space in RAM{said} comes "
         f"from {CPU_KV_ENV} (or --kv-cache-memory-bytes), and it was too small for one block.",
         fix=f"Set {CPU_KV_ENV} to the GiB of RAM the KV cache may use (e.g. "
-        f"--env {CPU_KV_ENV}={raised}), or pass --kv-cache-memory-bytes; "
+        f"--env-literal {CPU_KV_ENV}={raised}), or pass --kv-cache-memory-bytes; "
         "--gpu-memory-utilization does not size it on the CPU backend.",
         retry={"set_env": {CPU_KV_ENV: str(raised)}},
         details={"backend": "cpu", "kv_cache_space_gib": kv_gib if kv_gib >= 0 else None},

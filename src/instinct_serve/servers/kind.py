@@ -1,0 +1,119 @@
+"""What the rest of the tool asks of an inference server: the ``ServerKind`` interface.
+
+The planner, the renderers, serve, ``top`` and ``bench`` launch and prove one kind of
+server (vLLM today). Whatever they need to know about it that another server would answer
+differently is asked here, of the plan's kind (``servers.of(plan)``), never assumed:
+
+- the command: what follows the image (the image's entrypoint is the server's command),
+  the native argv, the variable that carries the API key, and variables of its own;
+- the routes of its HTTP API: health, model list, completions, metrics;
+- how its start-up log reads (a phase tracker) and which lines mean it failed;
+- the names of its metrics, the memory model ``fit`` sizes it by, and its benchmark client.
+
+Pure: data and functions of a plan, no I/O. The types of the answers live with the code
+that uses them (``diagnose``, ``fit``, ``observe``); they are imported here for type
+checking only, so that this module stays a leaf every layer may import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from instinct_serve.diagnose.failure_signals import FailureSignal
+    from instinct_serve.diagnose.phases import PhaseTracker
+    from instinct_serve.fit.vllm import VllmBehaviour
+    from instinct_serve.observe.vllm import Name
+    from instinct_serve.plan.model import LaunchPlan
+
+__all__ = ["Routes", "ServerKind"]
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The paths of a server's HTTP API, from its root (``http://host:port``).
+
+    ``health`` answers 200 once the server takes requests (503 or no answer while it
+    loads); ``models`` lists the served model names (OpenAI's ``/v1/models`` shape);
+    ``chat`` and ``completions`` are the OpenAI-compatible completion routes serve warms
+    up and probes with; ``metrics`` is the Prometheus exposition ``top`` reads."""
+
+    health: str = "/health"
+    models: str = "/v1/models"
+    chat: str = "/v1/chat/completions"
+    completions: str = "/v1/completions"
+    metrics: str = "/metrics"
+
+
+class ServerKind(Protocol):
+    """One kind of inference server. ``servers.vllm.VLLM`` is the built-in one; a second
+    one is one module that defines an object with these members, registered under the
+    entry-point group ``instinct_serve.servers`` (``servers.get``)."""
+
+    @property
+    def name(self) -> str:
+        """The registry key and ``LaunchPlan.server`` (``"vllm"``)."""
+        ...
+
+    @property
+    def title(self) -> str:
+        """How messages name it (``"vLLM"``)."""
+        ...
+
+    @property
+    def executable(self) -> str:
+        """The command a native install runs (``vllm``), ``native_argv``'s first word."""
+        ...
+
+    @property
+    def image_repository(self) -> str:
+        """The container image repository of its releases (``vllm/vllm-openai-rocm``)."""
+        ...
+
+    @property
+    def api_key_env(self) -> str:
+        """The variable the server reads its API key from, passed by name only."""
+        ...
+
+    @property
+    def routes(self) -> Routes: ...
+
+    @property
+    def failure_signals(self) -> tuple[FailureSignal, ...]:
+        """The log lines that mean its start-up failed, whatever came before them."""
+        ...
+
+    @property
+    def metric_names(self) -> Mapping[str, tuple[Name, ...]]:
+        """Each metric concept ``top`` reads, with every name it had (newest first)."""
+        ...
+
+    def container_args(self, plan: LaunchPlan) -> list[str]:
+        """What follows the image in ``docker run`` (its entrypoint is the server)."""
+        ...
+
+    def native_argv(self, plan: LaunchPlan) -> list[str]:
+        """The whole command of a native launch, ``executable`` first."""
+        ...
+
+    def environment(self, plan: LaunchPlan) -> dict[str, str]:
+        """Variables the server itself needs beside the plan's ``env`` (vLLM: none)."""
+        ...
+
+    def tracker(self) -> PhaseTracker:
+        """A fresh reader of its start-up log (phases, figures, failure)."""
+        ...
+
+    @property
+    def memory_behaviour(self) -> Callable[..., VllmBehaviour]:
+        """The memory model ``fit`` sizes this server's weights, KV cache and budget by:
+        called as ``fit.vllm.behaviour`` is (a release ``version``, ``platform``, ...)."""
+        ...
+
+    @property
+    def bench_argv(self) -> Callable[..., list[str]]:
+        """The benchmark client's argv after ``executable`` for one step: called as
+        ``observe.bench.bench_args`` is; its result is read by ``observe.bench.parse_result``."""
+        ...
