@@ -523,6 +523,11 @@ ERRORS: dict[str, ErrorId] = {
     ),
     "recipes_api_failed": ErrorId(FAILED, "check the network (or --api-url), then retry"),
     "recipes_api_unreachable": ErrorId(FAILED, "check the network (or --api-url), then retry"),
+    "recovery_failed": ErrorId(
+        FAILED,
+        "an interrupted change could not be finished or undone: `instinct ps` names it; "
+        "read `instinct logs NAME`, then serve the plan you want again",
+    ),
     "router_unhealthy": ErrorId(FAILED, "read its log: `instinct logs ROUTER`", (NOT_READY,)),
     "scrape_failed": ErrorId(
         FAILED, "a vLLM still loading answers 503; wait for `instinct ps` to say healthy"

@@ -83,6 +83,15 @@ def test_watch_restarts_an_endpoint_that_died_in_service(serve: Serve) -> None:
     again = inspect(name)
     assert again is not None and again["State"]["Running"] and again["Id"] != first_id
     assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200
+    # the crashed container's log was saved beside the journal before the relaunch, and
+    # the container (renamed out of the way) removed only once the relaunch was proven
+    saved = next(e for e in events if e["kind"] == "crash_log")
+    assert saved["id"] == first_id and saved["container"].startswith(f"{name}-crashed-")
+    log = Path(saved["saved"])
+    assert log.parent == Path(os.environ["INSTINCT_DATA_DIR"]) / "events"
+    assert "Starting vLLM server" in log.read_text()
+    assert inspect(first_id) is None and inspect(saved["container"]) is None
+    assert kinds.index("crash_log") < kinds.index("restarted") < kinds.index("recovered")
     row = _ps(name)
     assert row["restarts"] == 1
     assert row["last_failure"]["kind"] == "exited" and "exited" in row["last_failure"]["why"]

@@ -19,6 +19,7 @@ from instinct_serve.cli.common import (
     host_option,
     hosts_option,
     json_option,
+    warn,
     yes_option,
 )
 from instinct_serve.errors import UsageError
@@ -67,12 +68,14 @@ def ps(
     from instinct_serve.cli.multinode import hosts_of
     from instinct_serve.plan.labels import ROLE_ROUTER
     from instinct_serve.runtime.endpoints import list_endpoints
+    from instinct_serve.runtime.recover import resolve
 
     nodes = hosts_of(hosts_spec, host_spec)
     if nodes is not None:
         return _ps_groups(nodes, not no_health, as_json)
 
     host = get_host(host_spec)
+    interrupted = resolve(host, lambda text: warn(text, as_json))  # changes cut short
     listing = list_endpoints(host, health=not no_health, everyone=everyone)
     rows, docker_problem = listing.rows, listing.docker_problem
     hidden = listing.hidden
@@ -131,7 +134,7 @@ def ps(
                 con.print(f"[red]{escape(_survivors(row.name, row.survivors))}[/]")
         _hidden(con, hidden)
 
-    emit(listing.to_dict(), as_json, human)
+    emit(listing.to_dict() | ({"interrupted": interrupted} if interrupted else {}), as_json, human)
     return 0
 
 

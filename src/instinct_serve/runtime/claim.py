@@ -15,6 +15,7 @@ from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_GROUP, LABEL_ROLE, ROLE_ROUTER, label_text
 from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.runtime import intent
 from instinct_serve.runtime.address import suggest_port
 from instinct_serve.runtime.backend import Backend, Occupant, Target
 from instinct_serve.runtime.docker import Docker
@@ -160,6 +161,7 @@ def clear_the_way(
                     id="endpoint_exists" if same_model else "port_in_use_managed",
                     details={"occupant": occ.to_dict()},
                 )
+        intent.replacing(host, plan, target.name, getattr(backend, "device_root", ""))
         if group:  # a replica group goes whole: its router and every replica
             gone = remove_group(host, group)
             replaced.extend(gone)

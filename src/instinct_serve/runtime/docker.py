@@ -376,6 +376,12 @@ class Docker:
         self._check(self._run(["start", info.id], timeout=max(self.timeout, 120)), "start")
         return info
 
+    def rename(self, name: str, new_name: str) -> ContainerInfo:
+        """``docker rename`` a container this tool started (kept aside under another name)."""
+        info = self.require_managed(name, "rename")
+        self._check(self._run(["rename", info.id, new_name], timeout=60), "rename")
+        return info
+
     def remove(self, name: str) -> ContainerInfo:
         """Remove a stopped container this tool started (before a relaunch under its name)."""
         return self.stop(name, remove=True)

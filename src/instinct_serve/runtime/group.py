@@ -60,7 +60,7 @@ from instinct_serve.plan.replicas import (
     restart_argv,
     router_argv,
 )
-from instinct_serve.runtime import health, keys, plans
+from instinct_serve.runtime import health, intent, keys, plans, verified
 from instinct_serve.runtime.deploying import Interrupted
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.docker_backend import DockerBackend, container_instance, rooted_devices
@@ -204,12 +204,25 @@ class GroupDeployer:
                 raise self._conflict(holder.describe())
 
     def deploy(self) -> ServeOutcome:
+        change = self._resizing()
         for stray in self._strays():  # --replace: the group's replicas of another plan
             self.docker.stop(stray.id)
+            forget_records(self.host, stray.name)
         failed = self.launch_members()
-        if failed is not None:
-            return failed
-        return self._finish(reused=False)
+        if failed is not None and change is not None:
+            intent.clear(self.host, change)  # a failure reported: not one to finish later
+        return failed if failed is not None else self._finish(reused=False)
+
+    def _resizing(self) -> intent.Intent | None:
+        """Served again with ``--replace`` over its router (a resize, another plan): the
+        intent, cleared once this plan is proven (``_finish``), else finished later."""
+        router = self._router()
+        if not self.settings.replace or router is None or not self._ours(router):
+            return None
+        root = {"device_root": self.device_root}  # "" when none: the host's devices
+        return intent.begin(
+            self.host, "resize", self.router.name, step="replacing", new=self.plan, extra=root
+        )
 
     def launch_members(self) -> ServeOutcome | None:
         """Launch (or reuse) every replica, detached once loading so they load together;
@@ -337,6 +350,7 @@ class GroupDeployer:
         }
         outcome.phase = "ready"
         plans.save(self.host, self.plan)  # what `serve --upgrade` and `rollback` start from
+        intent.settled(self.host, self.plan)  # a resize bringing this plan is over
         return outcome
 
     def _prove_router(self, endpoint: Endpoint) -> None:
@@ -583,6 +597,13 @@ def fold_rows(rows: Sequence[Row]) -> list[Row]:
 def is_router(info: ContainerInfo) -> bool:
     """A group's router, started by this tool (its group is its own name)."""
     return info.managed and role(info) == ROLE_ROUTER and group_name(info) == info.name
+
+
+def forget_records(host: Host, name: str) -> None:
+    """A removed replica's key, proof and plan records are of no use any more."""
+    keys.remove_key(host, keys.key_path(host, name))
+    verified.forget(host, name)
+    plans.forget(host, name)
 
 
 def forget_config(host: Host, name: str) -> None:

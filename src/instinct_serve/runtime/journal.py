@@ -9,7 +9,9 @@ a line well under PIPE_BUF); reads take the last ``TAIL`` lines.
 Kinds: ``watch_started``, ``watch_stopped``, ``unhealthy``, ``hung``, ``exited``, ``restarted``
 (``by``: ``docker``: its restart policy, seen as a new run of the container; ``watch``),
 ``relaunched`` (with a known fix), ``recovered``, ``gave_up``, ``upgraded``,
-``upgrade_failed``, ``rolled_back``.
+``upgrade_failed``, ``rollback_failed``, ``rolled_back``, ``interrupted`` (a change cut short,
+finished or undone by the next command: ``runtime.recover``), ``crash_log`` (a crashed
+container's log saved beside the journal before ``watch`` relaunches it).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from instinct_serve.hosts import Host
 from instinct_serve.names import CONTAINER_NAME
 
 TAIL = 500
+MAX_LOG_CHARS = 16 * 1024 * 1024  # a crashed container's saved log: its last 16 MiB
 MAX_LINE = 3500  # under PIPE_BUF (4096): one write, never interleaved
 RESTART_KINDS = frozenset({"restarted", "relaunched"})
-FAILURE_KINDS = frozenset({"unhealthy", "hung", "exited", "gave_up", "upgrade_failed"})
+FAILURE_KINDS = frozenset(
+    {"unhealthy", "hung", "exited", "gave_up", "upgrade_failed", "rollback_failed"}
+)
 
 # $1: the file; the line on stdin.
 _APPEND = 'mkdir -p "${1%/*}" && cat >> "$1"'
@@ -59,6 +64,24 @@ def record(host: Host, name: str, kind: str, **fields: Any) -> dict[str, Any]:
     if path is not None:
         host.run(["sh", "-c", _APPEND, "sh", path], timeout=30, input=line + "\n")
     return doc
+
+
+def save_log(host: Host, name: str, label: str, text: str) -> str | None:
+    """Keep a container's log beside the journal (``events/NAME.LABEL.log``): the path,
+    or None when it could not be written."""
+    from instinct_serve.engine import hostfs
+    from instinct_serve.errors import InstinctError
+
+    path = _path(host, name)
+    if path is None or not CONTAINER_NAME.fullmatch(label):
+        return None
+    target = f"{path.removesuffix('.jsonl')}.{label}.log"
+    try:
+        hostfs.makedirs(host, _dir(host))
+        hostfs.write_text(host, target, text[-MAX_LOG_CHARS:], "600")
+    except InstinctError:
+        return None
+    return target
 
 
 def _parse(line: str) -> dict[str, Any] | None:

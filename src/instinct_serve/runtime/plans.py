@@ -139,3 +139,11 @@ def save(host: Host, plan: LaunchPlan, *, last_good: LaunchPlan | bool | None = 
     except InstinctError:
         if not keep:
             raise
+        return
+
+
+def forget(host: Host, name: str) -> None:
+    """The record of an endpoint that is gone for good (a candidate once switched over)."""
+    path = _path(host, name)
+    if path is not None:
+        host.run(["rm", "-f", "--", path], timeout=30)

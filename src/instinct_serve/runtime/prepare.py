@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError, NotReadyError
 from instinct_serve.hardware.target import CPU_SOURCE
-from instinct_serve.runtime.events import EventSink, PhaseUpdate, WarningEvent
+from instinct_serve.runtime.events import EventSink, Note, PhaseUpdate, WarningEvent
 
 if TYPE_CHECKING:
     from instinct_serve.checks import CheckReport
@@ -244,11 +244,13 @@ def prepare(
     """
     from instinct_serve.gather.plan import cpu_plan_target, make_plan
     from instinct_serve.runtime.docker_backend import DockerBackend
+    from instinct_serve.runtime.recover import resolve
 
     def warn(message: str) -> None:
         sink(WarningEvent(message=message))
 
     sink(PhaseUpdate(phase="checking", message=f"host {host.name}"))
+    resolve(host, lambda text: sink(Note(message=text)))  # a change cut short: settled first
     # The native engine first: a CPU-only one (allowed by INSTINCT_ALLOW_CPU_ENGINE) needs
     # no GPU, and its plan is the CPU backend's (hardware.target.cpu_target).
     native = native_engine(host, warn) if engine == "native" else None

@@ -31,7 +31,7 @@ from instinct_serve import servers
 from instinct_serve.diagnose import Diagnosis, Finding, diagnose
 from instinct_serve.errors import InstinctError
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime import health, plans, verified
+from instinct_serve.runtime import health, intent, plans, verified
 from instinct_serve.runtime.backend import Target
 from instinct_serve.runtime.claim import clear_the_way, impostor, refuse_foreign
 from instinct_serve.runtime.documents import Endpoint, Relaunch, ServeOutcome
@@ -146,11 +146,14 @@ class Deployer(ServeRun):
         known fix relaunches it with the fix)."""
         return self._reuse(target)
 
-    def restart(self, handle: str, signals: frozenset[Any] = frozenset()) -> ServeOutcome:
+    def restart(
+        self, handle: str, signals: frozenset[Any] = frozenset(), *, keep: bool = False
+    ) -> ServeOutcome:
         """The adopted endpoint ``handle`` died or hangs after it was ready: relaunch it
         under the launch lock with the known fix of its diagnosis when one applies and was
         not tried yet (serve's retry mapping), else as planned; then wait, warm up and
-        probe it like any serve. Its log goes with it: the caller keeps the diagnosis."""
+        probe it like any serve. Its log goes with it (``keep``: stopped, not removed, for
+        the caller to remove once the relaunch is proven): the caller keeps the diagnosis."""
         from instinct_serve.runtime.lock import HostLock
 
         diagnosis = self._diagnose(handle, signals)
@@ -158,10 +161,10 @@ class Deployer(ServeRun):
         retry = self._relaunch_plan(diagnosis)
         if retry is not None:
             finding, new_plan, changes = retry
-            self._relaunch(handle, finding, new_plan, changes)
+            self._relaunch(handle, finding, new_plan, changes, keep=keep)
         else:
             with HostLock(self.host, on_wait=self.note):
-                self.backend.discard(handle, keep=False)  # adopted: ours
+                self.backend.discard(handle, keep=keep)  # adopted: ours
                 self.launched = None
                 self._launch()
         assert self.launched is not None
@@ -277,14 +280,20 @@ class Deployer(ServeRun):
         return self._failed(handle, WaitResult("exited"), self._diagnose(handle, frozenset()))
 
     def _relaunch(
-        self, handle: str, finding: Finding, new_plan: LaunchPlan, changes: list[str]
+        self,
+        handle: str,
+        finding: Finding,
+        new_plan: LaunchPlan,
+        changes: list[str],
+        *,
+        keep: bool = False,
     ) -> None:
         """Replace this run's failed endpoint with one launched with the fix, under the
         launch lock (no other serve launches the plan in between)."""
         from instinct_serve.runtime.lock import HostLock
 
         with HostLock(self.host, on_wait=self.note):
-            self.backend.discard(handle, keep=False)  # ours: _wait_and_finish checked
+            self.backend.discard(handle, keep=keep)  # ours: _wait_and_finish checked
             self.launched = None
             self.fixes.append(finding.id)
             self.relaunches.append(Relaunch(finding.id, finding.title, changes))
@@ -369,4 +378,5 @@ class Deployer(ServeRun):
         if target is not None and target.running:
             self.backend.supervise(target.handle)
             plans.save(self.host, self.plan)
+            intent.settled(self.host, self.plan)  # a replace bringing this plan is over
             record_proof(self.host, target.name, target.instance, self.plan.plan_hash, endpoint)

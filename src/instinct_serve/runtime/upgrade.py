@@ -8,13 +8,19 @@ publish the same host port:
 1. the new plan is launched beside the old one as ``NAME-next`` on a spare port and goes
    through everything serve does. If it fails, it is stopped (kept for its log) and the
    old endpoint is never touched: same container, still answering;
-2. once proven, the candidate is stopped (its GPU memory freed), and the plan is served
-   on the real port in place of the old endpoint (serve's ``--replace`` path). The image
-   is pulled and the weights are on disk and in the page cache by then, so the outage is
-   one warm start of the server (measured and reported as ``downtime_s``), not a cold one;
+2. once proven, the candidate is removed (its GPU memory freed), the old endpoint is
+   stopped and kept aside as ``NAME-prev`` (``park``: the last working copy is never
+   removed before its replacement is proven), and the plan is served on the real port
+   (serve's ``--replace`` path). The image is pulled and the weights are on disk and in
+   the page cache by then, so the outage is one warm start of the server (measured and
+   reported as ``downtime_s``), not a cold one. Proven there, the old container is
+   removed (``finish_switch``); failed, the new one is kept stopped as ``NAME-next`` for
+   its log and the old one renamed back and started again (``undo_switch``);
 3. the old plan is kept as ``last_good`` (``runtime.plans``); ``rollback``
-   (``runtime.rollback``) serves it again the same way. Should the real-port launch itself
-   fail, the old plan is served again at once (an automatic rollback).
+   (``runtime.rollback``) goes to it the same way (``kind="rolled_back"``).
+
+Each step is announced in an intent record first (``runtime.intent``): a change cut short
+is finished or undone by the next command (``runtime.recover``).
 
 This path is not zero-downtime: that needs the router (``--replicas N``, ``runtime.
 upgrade_group``); a single endpoint served without one keeps no proxy in every request's
@@ -34,10 +40,11 @@ from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH, LABEL_PORT
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime import journal, plans
+from instinct_serve.runtime import intent, journal, plans
 from instinct_serve.runtime.backend import Backend, Target
 from instinct_serve.runtime.claim import discard_target
 from instinct_serve.runtime.deploying import deploy_to_end, reuse_once
+from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.documents import ServeOutcome
 from instinct_serve.runtime.events import EventSink, Healthy, Note, ServeEvent
 from instinct_serve.runtime.settings import ServeSettings
@@ -46,6 +53,8 @@ if TYPE_CHECKING:
     from instinct_serve.runtime.serve import Deployer
 
 CANDIDATE_SUFFIX = "-next"
+PARKED_SUFFIX = "-prev"  # the old endpoint, stopped and kept aside during the switch
+CHANGE = {"upgraded": "upgrade", "rolled_back": "rollback"}  # journal kind -> change
 SPARE_PORTS = range(1, 200)  # offsets from the real port tried for the candidate
 SPARE_PORT_TRIES = 3  # launches on fresh spare ports when one was taken meanwhile
 T = TypeVar("T")
@@ -75,8 +84,6 @@ class Clock:
 def spare_port(host: Host, port: int, taken: Collection[int] = ()) -> int:
     """A port near ``port`` that nothing listens on, on the endpoint's host (and not one
     of ``taken``, already given to another new replica)."""
-    from instinct_serve.runtime.docker import Docker
-
     docker = Docker(host)
     for offset in SPARE_PORTS:
         candidate = port + offset
@@ -158,13 +165,15 @@ def deploy_replacing(
     )
 
 
-def recorded_plan(host: Host, name: str, backend: Backend) -> tuple[Target, LaunchPlan]:
+def recorded_plan(
+    host: Host, name: str, backend: Backend, verb: str = "upgrade"
+) -> tuple[Target, LaunchPlan]:
     """The running endpoint ``name`` and the plan it was proven with; ``UsageError`` when
     there is nothing of ours to upgrade, a group, or no record to roll back to."""
     old = backend.target(name)
     if old is None or not old.managed or not old.running:
         raise UsageError(
-            f"nothing to upgrade: no running instinct-serve endpoint named {name} on {host.name}",
+            f"nothing to {verb}: no running instinct-serve endpoint named {name} on {host.name}",
             fix="serve it without --upgrade (or name the running one with --name)",
             id="not_found",
         )
@@ -194,62 +203,107 @@ def upgrade(
     backend: Backend,
     settings: ServeSettings,
     sink: EventSink,
+    *,
+    kind: str = "upgraded",
 ) -> ServeOutcome:
-    """Serve ``plan`` in place of the running endpoint of the same name (module docstring)."""
+    """Serve ``plan`` in place of the running endpoint of the same name (module docstring);
+    ``kind``: ``rolled_back`` for ``rollback``, which goes the same way to the last good plan."""
     name = plan.container_name
-    old, old_plan = recorded_plan(host, name, backend)
+    old, old_plan = recorded_plan(host, name, backend, CHANGE[kind])
     wanted = plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)
     if wanted == old.plan_hash:
-        sink(Note(message=f"{name} already runs this plan: nothing to upgrade"))
+        sink(Note(message=f"{name} already runs this plan: nothing to {CHANGE[kind]}"))
         reused = reuse_once(_deployer(host, plan, backend, settings, sink))
         if reused is not None:
             return reused
+    cand_name = name + CANDIDATE_SUFFIX
+    with intent.change(
+        host,
+        CHANGE[kind],
+        name,
+        step="candidate",
+        old=old_plan,
+        new=plan,
+        candidates=[cand_name],
+        device_root=getattr(backend, "device_root", ""),
+        settle=lambda change: settle_switch(host, change),
+    ) as change:
 
-    def launch(ports: list[int]) -> tuple[LaunchPlan, ServeOutcome]:
-        cand = candidate_of(plan, ports[0])
-        sink(
-            Note(
-                message=f"starting the new plan beside {name} as {cand.container_name} on "
-                f"port {cand.port}"
+        def launch(ports: list[int]) -> tuple[LaunchPlan, ServeOutcome]:
+            cand = candidate_of(plan, ports[0])
+            sink(
+                Note(
+                    message=f"starting the new plan beside {name} as {cand.container_name} on "
+                    f"port {cand.port}"
+                )
             )
-        )
-        return cand, deploy_replacing(host, cand, backend, settings, sink)
+            return cand, deploy_replacing(host, cand, backend, settings, sink)
 
-    cand, proven = on_spare_ports(host, plan.port, 1, launch, sink)
-    if proven.status not in ("ready", "reused"):
-        left = backend.target(cand.container_name)
-        if left is not None and left.running:  # a timeout leaves it running: not here
-            discard_target(host, left, keep=True)
-        note = f"{name} still serves the old plan, untouched"
-        proven.notes.append(note)
-        sink(Note(message=note))
-        why = proven.failure.cause if proven.failure else proven.status
-        journal.record(host, name, "upgrade_failed", why=why, candidate=cand.container_name)
-        return proven
-    cand_target = backend.target(cand.container_name)
-    if cand_target is not None:
-        discard_target(host, cand_target, keep=False)
-    forget_candidate(host, cand.container_name)
+        cand, proven = on_spare_ports(host, plan.port, 1, launch, sink)
+        if proven.status not in ("ready", "reused"):
+            return _candidate_failed(host, backend, kind, cand, proven)
+        cand_target = backend.target(cand.container_name)
+        if cand_target is not None:
+            discard_target(host, cand_target, keep=False)
+        forget_candidate(host, cand.container_name)
+        change.advance("switching", candidates=[])
+        return _switch(host, change, old, backend, settings, sink, kind)
+
+
+def _candidate_failed(
+    host: Host, backend: Backend, kind: str, cand: LaunchPlan, proven: ServeOutcome
+) -> ServeOutcome:
+    """The new plan failed beside the old one: kept (stopped) for its log; the old
+    endpoint and the records are untouched."""
+    name = cand.container_name.removesuffix(CANDIDATE_SUFFIX)
+    left = backend.target(cand.container_name)
+    if left is not None and left.running:  # a timeout leaves it running: not here
+        discard_target(host, left, keep=True)
+    note = f"{name} still serves the {'old' if kind == 'upgraded' else 'current'} plan, untouched"
+    if kind != "upgraded":
+        note += "; its records are unchanged"
+    proven.notes.append(note)
+    if proven.status in ("ready", "reused"):
+        proven.status = "failed"
+    why = proven.failure.cause if proven.failure else proven.status
+    journal.record(host, name, f"{CHANGE[kind]}_failed", why=why, candidate=cand.container_name)
+    return proven
+
+
+def _switch(
+    host: Host,
+    change: intent.Intent,
+    old: Target,
+    backend: Backend,
+    settings: ServeSettings,
+    sink: EventSink,
+    kind: str,
+) -> ServeOutcome:
+    """The proven plan on the real port: the old endpoint is stopped and kept aside
+    (``park``; a native one is stopped), the new one launched and proven in its place;
+    then the old one is removed (``finish_switch``), or, should the new one fail, put
+    back (``undo_switch``)."""
+    assert change.new is not None and change.old is not None
+    name, plan = change.name, change.new
     clock = Clock(sink)
+    if old.engine == "docker":
+        change.advance("switching", parked=old.handle)
+        park(Docker(host), old.handle, name)
+    else:
+        discard_target(host, old, keep=False)
     final = deploy_replacing(host, plan, backend, settings, clock)
     if final.status != "ready":
         sink(Note(message=f"the new plan failed on port {plan.port}: serving the old one again"))
-        journal.record(
-            host, name, "upgrade_failed", why=final.failure.cause if final.failure else final.status
-        )
-        back = deploy_replacing(host, old_plan, backend, settings, sink)
-        journal.record(host, name, "rolled_back", status=back.status, automatic=True)
-        final.notes.append(f"rolled back to the old plan: {back.status}")
+        why = final.failure.cause if final.failure else final.status
+        journal.record(host, name, f"{CHANGE[kind]}_failed", why=why)
+        back = undo_switch(host, change, keep_failed=True, prove=(backend, settings, sink))
+        if change.parked is None:  # a native endpoint is stopped, not kept: served again
+            back = deploy_replacing(host, change.old, backend, settings, sink).status
+        journal.record(host, name, "rolled_back", status=back, automatic=True)
+        final.notes.append(f"rolled back to the old plan: {back}")
         return final
-    plans.save(host, final.plan, last_good=old_plan)
-    journal.record(
-        host,
-        name,
-        "upgraded",
-        downtime_s=clock.downtime_s,
-        image=final.plan.image,
-        previous_image=old_plan.image,
-    )
+    change.advance("switched")
+    finish_switch(host, change, downtime_s=clock.downtime_s)
     final.notes.append(
         f"switched over: {name} was down {clock.downtime_s} s (old stopped → new healthy); "
         f"the old plan is kept: `instinct rollback {name}` returns to it"
@@ -258,9 +312,179 @@ def upgrade(
     return final
 
 
+def park(docker: Docker, handle: str, name: str) -> None:
+    """Keep the old endpoint aside, stopped, as ``NAME-prev``: its name and port are free
+    for the new one, and it can be started again as it was until the new one is proven."""
+    aside = name + PARKED_SUFFIX
+    stale = docker.get(aside)
+    if stale is not None and stale.managed and stale.id != handle:
+        docker.stop(stale.id)
+    info = docker.get(handle)
+    if info is None:
+        return
+    if info.name != aside:
+        docker.rename(handle, aside)
+    docker.stop(handle, remove=False)
+
+
+def unpark(docker: Docker, handle: str, name: str) -> bool:
+    """The old endpoint back under its name, started again; False when it is gone."""
+    info = docker.get(handle)
+    if info is None or not info.managed:
+        return False
+    if info.name != name:
+        docker.rename(handle, name)
+    if not info.state.running:
+        docker.start(handle)
+    return True
+
+
+def finish_switch(host: Host, change: intent.Intent, *, downtime_s: float | None = None) -> None:
+    """The new plan is proven on the real port: record it (the old one as last good),
+    remove the old endpoint kept aside and the candidate's records, journal it."""
+    assert change.new is not None
+    name = change.name
+    kind = "upgraded" if change.change == "upgrade" else "rolled_back"
+    plans.save(host, change.new, last_good=change.old)
+    if change.parked is not None:
+        parked = Docker(host).get(change.parked)
+        if parked is not None and parked.managed and parked.name != name:
+            Docker(host).stop(parked.id)
+    forget_candidate(host, name + CANDIDATE_SUFFIX)
+    fields: dict[str, object] = {"image": change.new.image}
+    if change.old is not None:
+        fields["previous_image"] = change.old.image
+    journal.record(host, name, kind, downtime_s=downtime_s, **fields)
+
+
+def undo_switch(
+    host: Host,
+    change: intent.Intent,
+    *,
+    keep_failed: bool,
+    prove: tuple[Backend, ServeSettings, EventSink] | None = None,
+) -> str:
+    """The new plan is not proven on the real port: it is removed (or, ``keep_failed``,
+    stopped and kept as ``NAME-next`` for its log), the old endpoint started again under
+    its name, and the records put back as they were. With ``settings`` the old endpoint
+    is then waited for and proven (``prove``: serve's reuse path): its status."""
+    name = change.name
+    if change.old is not None:
+        plans.save(host, change.old, last_good=change.old_last_good)
+    if change.parked is None:  # native: nothing was kept aside
+        return "the old endpoint is gone"
+    docker = Docker(host)
+    for attempt in (1, 2):  # a launch still in flight may take the name meanwhile
+        _set_aside_new(docker, change, keep_failed=keep_failed)
+        try:
+            if not unpark(docker, change.parked, name):
+                return "the old endpoint is gone"
+            break
+        except InstinctError:
+            if attempt == 2:
+                raise
+    if prove is None or change.old is None:
+        return "started again"
+    back = reuse_once(_deployer(host, change.old, *prove))
+    return back.status if back is not None else "started again, not answering yet"
+
+
+def _set_aside_new(docker: Docker, change: intent.Intent, *, keep_failed: bool) -> None:
+    """The unproven new endpoint on the real name: removed, or (``keep_failed``) stopped
+    and kept as ``NAME-next`` for its log."""
+    name = change.name
+    current = docker.get(name)
+    if current is None or not current.managed or current.id == change.parked:
+        return
+    if not keep_failed:
+        docker.stop(current.id)
+        return
+    stale = docker.get(name + CANDIDATE_SUFFIX)
+    if stale is not None and stale.managed:
+        docker.stop(stale.id)
+    docker.stop(current.id, remove=False)
+    docker.rename(current.id, name + CANDIDATE_SUFFIX)
+
+
 def forget_candidate(host: Host, name: str) -> None:
-    """The candidate's records (key, proof) are of no use once it is gone."""
+    """The candidate's records (key, proof, plan) are of no use once it is gone."""
     from instinct_serve.runtime.endpoints import _forget_key, _forget_record
 
     _forget_key(host, name)
     _forget_record(host, name)
+    plans.forget(host, name)
+
+
+def proven_new(host: Host, change: intent.Intent) -> bool:
+    """The endpoint runs the change's new plan on its real port, proven there."""
+    from instinct_serve.runtime import verified
+    from instinct_serve.runtime.docker_backend import container_instance
+
+    info = Docker(host).get(change.name)
+    if info is None or not info.state.running or info.id == change.parked:
+        return False
+    doc = verified.load(host, change.name, container_instance(info))
+    wanted = {change.new_hash, change.new.plan_hash if change.new else None} - {None}
+    return doc is not None and doc.get("plan_hash") in wanted
+
+
+def _remove_candidates(host: Host, change: intent.Intent) -> list[str]:
+    docker = Docker(host)
+    removed = []
+    for name in change.candidates:
+        info = docker.get(name)
+        if info is not None and info.managed and info.id != change.parked:
+            docker.stop(info.id)
+            removed.append(name)
+        forget_candidate(host, name)
+    return removed
+
+
+def settle_switch(host: Host, change: intent.Intent) -> str:
+    """Finish or undo the switch ``change`` names, whose process is gone
+    (``runtime.recover``): what was done."""
+    name = change.name
+    if change.step == "candidate":
+        removed = _remove_candidates(host, change)
+        what = f"removed the unproven {', '.join(removed)}" if removed else "nothing launched"
+        return f"undone before the switch: {what}; {name} still serves the old plan"
+    if change.step == "switched" or proven_new(host, change):
+        finish_switch(host, change)
+        return f"finished: {name} serves the new plan, the old one is kept as last good"
+    back = undo_switch(host, change, keep_failed=False)
+    if back == "the old endpoint is gone" and change.old is not None:
+        return "undone: " + serve_again(host, change, change.old)
+    return f"undone: the unproven new plan removed, {name}'s old plan {back}"
+
+
+def serve_again(host: Host, change: intent.Intent, plan: LaunchPlan) -> str:
+    """Serve ``plan`` again (a relaunch; its running endpoint is reused): its status."""
+    backend = backend_for_plan(host, plan, device_root(change))
+    outcome = deploy_replacing(host, plan, backend, ServeSettings(), lambda _event: None)
+    if not outcome.ok:
+        raise InstinctError(
+            f"{plan.container_name} could not be served again: {outcome.status}",
+            fix=f"`instinct logs {plan.container_name}`, then serve it again",
+            id="recovery_failed",
+        )
+    return f"{plan.container_name} served again ({plan.image})"
+
+
+def device_root(change: intent.Intent) -> str:
+    """The stand-in device tree (``--root``) the change's launches used: a relaunch needs
+    it again."""
+    root = change.extra.get("device_root")
+    return root if isinstance(root, str) else ""
+
+
+def backend_for_plan(host: Host, plan: LaunchPlan, device_root: str = "") -> Backend:
+    """The backend a recorded plan runs on (``device_root``: the stand-in device tree of
+    ``--root``, as serve's)."""
+    if plan.launcher == "native":
+        from instinct_serve.engine.discovery import discover, require_usable
+        from instinct_serve.runtime.native import NativeBackend
+
+        return NativeBackend(host, require_usable(discover(host)).vllm_command)
+    from instinct_serve.runtime.docker_backend import DockerBackend
+
+    return DockerBackend(host, device_root=device_root)

@@ -21,6 +21,10 @@ shares passes 1: ``check_fits_beside``), two or more replicas on the same GPU se
 replaced one at a time (``_roll``: replica I out of rotation by a reload, drained, removed,
 the new one started on its GPUs, proven, put in rotation; a failed one puts the old plan
 back the same way); anything else is refused before anything starts.
+
+The swap announces its steps in an intent record (``runtime.intent``: ``candidate``,
+``routing``, ``switched``); ``settle_group`` finishes or undoes one cut short. The
+one-at-a-time roll writes none yet.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.plan.replicas import Replica, haproxy_config, moved
-from instinct_serve.runtime import journal, plans
+from instinct_serve.runtime import intent, journal, plans
 from instinct_serve.runtime.deploying import reuse_once
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.documents import ServeOutcome
@@ -228,13 +232,30 @@ def swap(
         )
         return cand, _launch_and_prove(host, cand, settings, sink, gfx, device_root)
 
-    cand, proven = on_spare_ports(host, group.router.port, len(group.members), launch, sink)
-    assert cand.group is not None
-    new_names = [m.name for m in cand.group.members]
-    if not isinstance(proven, list):
-        return _candidate_failed(host, name, proven, new_names)
-    figures = _switch(docker, old_plan, cand, sink)
-    _remove(docker, [n for n in old_names if n not in new_names])
+    # the candidates' names are known now; their ports once a launch got them
+    named = moved(plan, [m.port for m in group.members], suffix)
+    assert named.group is not None
+    with intent.change(
+        host,
+        "upgrade" if kind == "upgraded" else "rollback",
+        name,
+        step="candidate",
+        old=old_plan,
+        new=named,
+        candidates=[m.name for m in named.group.members if m.name not in old_names],
+        extra={"group": True},
+        device_root=device_root,
+        settle=lambda change: settle_group(host, change),
+    ) as change:
+        cand, proven = on_spare_ports(host, group.router.port, len(group.members), launch, sink)
+        assert cand.group is not None
+        new_names = [m.name for m in cand.group.members]
+        if not isinstance(proven, list):
+            return _candidate_failed(host, name, proven, new_names)
+        change.advance("routing", new=cand)
+        figures = _switch(docker, old_plan, cand, sink)
+        change.advance("switched")
+        remove_replicas(docker, [n for n in old_names if n not in new_names])
     outcome = _settled(host, cand, settings, sink, gfx, device_root, "switched")
     if outcome.status == "reused":
         outcome.status = "ready"
@@ -264,7 +285,7 @@ def _switch(
         write_config(host, name, haproxy_config(old_plan))
         with contextlib.suppress(InstinctError):
             reload_router(docker, name)
-        _remove(docker, new_names)
+        remove_replicas(docker, new_names)
         journal.record(host, name, "upgrade_failed", why=exc.message, candidate=new_names)
         raise
     switch_s = round(time.monotonic() - started, 3)
@@ -376,7 +397,7 @@ class _Roller:
         if current is not None:
             self.slots[index] = None
             self.route()
-            _remove(self.docker, [current.name])
+            remove_replicas(self.docker, [current.name])
 
         def launch(ports: list[int]) -> tuple[Replica, list[ServeOutcome] | ServeOutcome]:
             member = group.members[index]
@@ -498,7 +519,7 @@ def _candidate_failed(
 
     docker = Docker(host)
     culprit = failed.plan.container_name
-    _remove(docker, [n for n in new_names if n != culprit])
+    remove_replicas(docker, [n for n in new_names if n != culprit])
     _keep_stopped(docker, culprit)
     note = f"{name} still serves the old plan, untouched"
     failed.notes.append(note)
@@ -513,7 +534,7 @@ def _candidate_failed(
     return failed
 
 
-def _remove(docker: Docker, names: list[str]) -> None:
+def remove_replicas(docker: Docker, names: list[str]) -> None:
     """Stop and remove these replicas (ours only), and forget their keys and proofs."""
     for member in names:
         info = docker.get(member)
@@ -521,3 +542,32 @@ def _remove(docker: Docker, names: list[str]) -> None:
             with contextlib.suppress(InstinctError):
                 docker.stop(info.id)
         forget_candidate(docker.host, member)
+
+
+def settle_group(host: Host, change: intent.Intent) -> str:
+    """Finish or undo the group's switch ``change`` names, whose process is gone
+    (``runtime.recover``): what was done."""
+    old, new, name = change.old, change.new, change.name
+    assert old is not None and new is not None and old.group and new.group
+    docker = Docker(host)
+    old_names = [m.name for m in old.group.members]
+    new_names = [m.name for m in new.group.members]
+    new_only = [n for n in new_names if n not in old_names]
+    old_only = [n for n in old_names if n not in new_names]
+    if change.step == "candidate":
+        remove_replicas(docker, new_only)
+        return f"undone before the switch: removed {', '.join(new_only)}; {name} is untouched"
+    running = all((i := docker.get(n)) is not None and i.state.running for n in new_only)
+    if change.step == "routing" and not running:
+        write_config(host, name, haproxy_config(old))
+        with contextlib.suppress(InstinctError):
+            reload_router(docker, name)
+        plans.save(host, old, last_good=change.old_last_good)
+        remove_replicas(docker, new_only)
+        return f"undone: {name} routes to its old replicas again"
+    if change.step == "routing":
+        write_config(host, name, haproxy_config(new))
+        reload_router(docker, name)
+    plans.save(host, new, last_good=old)
+    remove_replicas(docker, old_only)
+    return f"finished: {name} routes to {', '.join(new_names)}; the old plan is the last good"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
@@ -177,7 +178,11 @@ class Watcher:
     def run(self) -> int:
         """Watch until the endpoint is removed, given up on, or the bounds are reached:
         0, or 1 after giving up."""
+        from instinct_serve.runtime.recover import resolve
+
         settings = self.settings
+        for found in resolve(self.host):  # changes cut short: finished or undone first
+            self.sink({"event": "interrupted", "kind": "interrupted", "at": found["at"], **found})
         target = self._target()
         if target is None:
             raise InstinctError(
@@ -256,8 +261,14 @@ class Watcher:
         """Gone, or being replaced? A serve that replaces an endpoint (``--replace``,
         ``--upgrade``, ``rollback``) removes it and launches its successor under the host's
         launch lock: once the lock is free, the successor is there if there is one."""
+        from instinct_serve.runtime import intent
         from instinct_serve.runtime.lock import HostLock
 
+        deadline = time.monotonic() + self.settings.startup_s
+        while time.monotonic() < deadline and any(  # an upgrade or rollback switching it
+            i.name == self.name and i.alive() for i in intent.load_all(self.host)
+        ):
+            time.sleep(min(1.0, self.settings.interval_s))
         with HostLock(self.host):
             pass
         return self._target() is not None
@@ -313,10 +324,13 @@ class Watcher:
         memory.last_restart_at = time.monotonic()
         started = time.monotonic()
         deployer = self._deployer(target)
+        crashed = self._keep_crashed(target)
         try:
-            outcome = deployer.restart(target.handle)
+            outcome = deployer.restart(target.handle, keep=crashed is not None)
         finally:
             deployer.close()
+        if crashed is not None:
+            self._after_crashed(crashed, outcome.status in ("ready", "reused"))
         diagnosis = deployer.last_diagnosis
         finding = diagnosis.primary if diagnosis is not None else None
         kind = "relaunched" if deployer.relaunches else "restarted"
@@ -333,6 +347,43 @@ class Watcher:
         memory.instance_since = time.monotonic()
         memory.failed_checks = 0
         self._after(outcome, started=started)
+
+    def _keep_crashed(self, target: Target) -> str | None:
+        """Before a relaunch: a crashed (or hung) container is renamed out of its name's
+        way (``NAME-crashed-<time>``) and its log saved beside the journal, so neither is
+        lost if the relaunch fails; its new name, or None (native: its log is a file)."""
+        if self.backend.engine != "docker":
+            return None
+        from instinct_serve.runtime.docker import Docker
+
+        docker = Docker(self.host)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        aside = f"{self.name}-crashed-{stamp}"[:128]
+        try:
+            text = docker.logs(target.handle, tail=None)
+            docker.rename(target.handle, aside)
+        except InstinctError as exc:
+            self.record("crash_log", id=target.handle, saved=None, why=exc.message)
+            return None
+        path = journal.save_log(self.host, self.name, f"crashed-{stamp}", text)
+        self.record("crash_log", id=target.handle, container=aside, saved=path)
+        return target.handle
+
+    def _after_crashed(self, handle: str, proven: bool) -> None:
+        """The crashed container goes once its successor is proven; else it stays."""
+        from instinct_serve.runtime.docker import Docker
+
+        info = Docker(self.host).get(handle)
+        if info is None:
+            return
+        if proven:
+            try:
+                Docker(self.host).stop(handle)
+            except InstinctError as exc:
+                self.record("crash_kept", container=info.name, why=exc.message)
+            return
+        why = "the relaunch was not proven: kept for its log"
+        self.record("crash_kept", container=info.name, why=why)
 
     def _after(self, outcome: Any, *, started: float | None) -> None:
         if outcome.status in ("ready", "reused"):
