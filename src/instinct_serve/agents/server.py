@@ -156,11 +156,12 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "rollback",
             "Roll back an upgrade",
-            "Serve an endpoint's last good plan (the one serve with upgrade=true replaced) in "
-            "its place, proven as serve proves it; behind a router without a refused request, "
-            "else with a warm restart. A second rollback undoes the first (`instinct rollback "
-            "NAME --json`). Without confirm: what it would replace and keep (change) and its "
-            "change_hash, nothing done; show it, then call with confirm=true and change_hash.",
+            "Serve an endpoint's last good plan (the one serve with upgrade=true replaced): "
+            "proven beside the running endpoint before it takes the port (a failed rollback "
+            "leaves the current one serving). A second rollback undoes the first "
+            "(`instinct rollback NAME --json`). Without confirm: what it would replace and "
+            "keep (change) and its change_hash, nothing done; show it, then call with "
+            "confirm=true and change_hash.",
             inputs.RollbackInput,
             core.rollback,
             read_only=False,

@@ -157,9 +157,10 @@ def rollback(
     name: str, root: str, yes: bool, host_spec: str | None, as_json: bool, **kwargs: Any
 ) -> int:
     """Serve NAME's last good plan again (the one `serve --upgrade` replaced): it is
-    launched on the real port in place of the current one, warmed up and probed; the
-    current plan becomes the last good one (a second rollback undoes the first). What it
-    replaces is shown and asked about first; --yes answers for you."""
+    proven beside the current endpoint on a spare port, as `serve --upgrade` proves, and
+    only then switched in (a failed rollback leaves the current one serving); the current
+    plan becomes the last good one (a second rollback undoes the first). What it replaces
+    is shown and asked about first; --yes answers for you."""
     from instinct_serve.cli.serve import ServeView
     from instinct_serve.runtime.confirm import rollback_change
     from instinct_serve.runtime.rollback import rollback as run_rollback
