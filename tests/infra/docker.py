@@ -69,7 +69,7 @@ import pytest
 
 from instinct_serve.hosts import LocalHost
 from instinct_serve.plan.labels import label_args
-from tests.infra import shared
+from tests.infra import leases, shared
 from tests.infra.paths import LOGS
 from tests.infra.ports import free_port
 
@@ -80,8 +80,8 @@ IMAGE_REPO = "instinct-serve-test/vllm-double"
 IMAGE_RECIPE = "4"  # bump to force a rebuild when the recipe below changes
 IMAGE_ENTRYPOINT = ["vllm", "serve"]  # vllm/vllm-openai-rocm: docker/Dockerfile.rocm
 DAEMON_START_TIMEOUT_S = 30.0
-DOCKERD_PIDS = "dockerd-pids"  # run list (tests.infra.shared): daemons this run started
-IMAGES_CREATED = "images-created"  # run list: image tags this run made, removed at its end
+DAEMON_LEASED = "dockerd-leased"  # run list: this run holds the daemon (``leases``)
+IMAGES_LEASED = "images-leased"  # run list: image tags this run holds (``leases``)
 IMAGES_BUILT = "images-built"  # run list: the test images' summary lines
 _STATE_DIR = Path(tempfile.gettempdir()) / "instinct-serve-test-devices"
 
@@ -195,12 +195,18 @@ def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerDa
     """A usable Docker daemon (see the module docstring)."""
     if shutil.which("docker") is None:
         unavailable("the docker CLI is not installed (apt-get install docker.io)")
-    with shared.once("dockerd"):  # xdist workers: one starts it, the others find it running
+    # xdist workers: one starts it, the others find it running; other runs on this machine
+    # hold it too (``leases``): the last one stops it, if a test run started it
+    with shared.once("dockerd"), leases.held("dockerd"):
         version = _docker_version()
         started = False
+        pid = None
         if version is None:
-            version = _start_dockerd(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
+            version, pid = _start_dockerd(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
             started = True
+        if not shared.recorded(DAEMON_LEASED):
+            leases.take("dockerd", made=started, pid=pid)
+            shared.record(DAEMON_LEASED, "dockerd")
     daemon = DockerDaemon(version=version, started_here=started)
     daemon.remove_stale_containers()
     try:
@@ -209,10 +215,10 @@ def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerDa
         daemon.remove_session_containers()
 
 
-def _start_dockerd(log: Path) -> str:
-    """Start ``dockerd`` in its own session, record its pid for the end of the run (the
-    controller stops it: a worker that started it may finish before the others), and return
-    its version once it answers."""
+def _start_dockerd(log: Path) -> tuple[str, int]:
+    """Start ``dockerd`` in its own session; its version once it answers, and its pid (the
+    last run holding it stops it: a worker that started it may finish before the others,
+    and another checkout's run may be using it)."""
     dockerd = shutil.which("dockerd")
     if dockerd is None or os.geteuid() != 0:
         unavailable("no Docker daemon answers and dockerd cannot be started here (not root?)")
@@ -220,7 +226,6 @@ def _start_dockerd(log: Path) -> str:
         proc = subprocess.Popen(
             [dockerd], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    shared.record(DOCKERD_PIDS, str(proc.pid))
     deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
     version = None
     while version is None and time.monotonic() < deadline and proc.poll() is None:
@@ -229,17 +234,20 @@ def _start_dockerd(log: Path) -> str:
     if version is None:
         _stop_pid(proc.pid)
         unavailable(f"dockerd did not come up; its log:\n{log.read_text()[-2000:]}")
-    return version
+    return version, proc.pid
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """At the end of the run (the controller under xdist): remove the images the run built,
-    then stop the daemon when the run started it."""
+    """At the end of the run (the controller under xdist): release the images and the
+    daemon; what no other live run holds and a test run made goes (``leases``)."""
     if shared.is_worker():
         return
-    remove_created_images()
-    for pid in shared.recorded(DOCKERD_PIDS):
-        _stop_pid(int(pid))
+    release_images()
+    if shared.recorded(DAEMON_LEASED):
+        with leases.held("dockerd"):
+            last, pid = leases.release("dockerd")
+            if last and pid is not None:
+                _stop_pid(pid)
 
 
 def _stop_pid(pid: int) -> None:
@@ -541,7 +549,6 @@ def build_test_image() -> TestImage:
         if out.returncode != 0:
             raise RuntimeError(f"docker import failed: {out.stderr.strip()}")
     _remove_old_tags(tag)
-    shared.record(IMAGES_CREATED, tag)
     return TestImage(tag, time.monotonic() - start, False, python)
 
 
@@ -564,7 +571,7 @@ def _remove_old_tags(keep: str, older_than_s: float = 6 * 3600) -> None:
                 stamp = datetime.strptime(" ".join(created.split()[:3]), "%Y-%m-%d %H:%M:%S %z")
             except ValueError:
                 continue
-            if tag != keep and now - stamp.timestamp() > older_than_s:
+            if tag != keep and now - stamp.timestamp() > older_than_s and not leases.in_use(tag):
                 # fails harmlessly while a container still uses it
                 subprocess.run(["docker", "rmi", tag], capture_output=True, text=True)
 
@@ -583,12 +590,21 @@ def derived_test_image(
     dockerfile = "\n".join(lines) + "\n"
     digest.update(dockerfile.encode())
     tag = f"{IMAGE_REPO}-derived:{digest.hexdigest()[:16]}"
-    with shared.once(f"image-{digest.hexdigest()[:16]}"):  # one build per run, not per worker
-        _build_derived(tag, dockerfile, files or {})
+    # one build per run, not per worker; held by this run until its end (``leases``)
+    with shared.once(f"image-{digest.hexdigest()[:16]}"), leases.held("images"):
+        _lease_image(tag, _build_derived(tag, dockerfile, files or {}))
     return tag
 
 
-def _build_derived(tag: str, dockerfile: str, files: Mapping[str, bytes]) -> None:
+def _lease_image(tag: str, made: bool) -> None:
+    """This run holds ``tag`` until its end (once per run; ``made``: this run built it)."""
+    if tag not in shared.recorded(IMAGES_LEASED):
+        leases.take(tag, made=made)
+        shared.record(IMAGES_LEASED, tag)
+
+
+def _build_derived(tag: str, dockerfile: str, files: Mapping[str, bytes]) -> bool:
+    """Build ``tag`` unless it exists; True when it was built here."""
     if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
         with tempfile.TemporaryDirectory() as context:
             for path, data in files.items():
@@ -605,26 +621,34 @@ def _build_derived(tag: str, dockerfile: str, files: Mapping[str, bytes]) -> Non
             )
         if out.returncode != 0:
             raise RuntimeError(f"docker build failed: {out.stderr.strip()}")
-        shared.record(IMAGES_CREATED, tag)
+        return True
+    return False
 
 
-def remove_created_images() -> list[str]:
-    """Remove the images this run created (children first); leave those it found. At the
-    end of the run (``pytest_unconfigure``): a worker's image may serve another worker."""
+def release_images() -> list[str]:
+    """Release the images this run held (children first) and remove those no other live
+    run holds that a test run made; leave the rest. At the end of the run
+    (``pytest_unconfigure``): a worker's image may serve another worker, and another
+    checkout's run may be using it."""
     removed = []
-    for tag in reversed(shared.recorded(IMAGES_CREATED)):
-        out = subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, text=True)
-        if out.returncode == 0:
-            removed.append(tag)
-    (shared.run_dir() / IMAGES_CREATED).unlink(missing_ok=True)
+    with leases.held("images"):
+        for tag in reversed(list(dict.fromkeys(shared.recorded(IMAGES_LEASED)))):
+            last, _pid = leases.release(tag)
+            if not last:
+                continue
+            out = subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, text=True)
+            if out.returncode == 0:
+                removed.append(tag)
+    (shared.run_dir() / IMAGES_LEASED).unlink(missing_ok=True)
     return removed
 
 
 def _session_image(lock: str, build: Callable[[], TestImage], what: str) -> TestImage:
     """``build()`` once per run (the first worker builds, the others reuse), or fail."""
     try:
-        with shared.once(lock):
+        with shared.once(lock), leases.held("images"):
             image = build()
+            _lease_image(image.tag, not image.reused)
     except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
         pytest.fail(f"could not build the {what} test image: {exc}")
     how = "reused" if image.reused else f"built in {image.build_s:.1f} s"
@@ -695,7 +719,6 @@ def build_router_image() -> TestImage:
         out = subprocess.run([*argv, tar_path, tag], capture_output=True, text=True, timeout=300)
         if out.returncode != 0:
             raise RuntimeError(f"docker import failed: {out.stderr.strip()}")
-    shared.record(IMAGES_CREATED, tag)
     return TestImage(tag, time.monotonic() - start, False, real)
 
 

@@ -25,6 +25,7 @@ import pytest
 from filelock import FileLock
 
 RUN_DIR_ENV = "INSTINCT_TEST_RUN_DIR"
+OWNER_FILE = "owner.pid"  # the controller's pid: the run is alive while it is
 _owned: list[Path] = []
 
 
@@ -65,9 +66,23 @@ def recorded(name: str) -> list[str]:
         return []
 
 
+def run_id() -> str:
+    """The run's name, unique on this machine (its run directory's)."""
+    return run_dir().name
+
+
+def owner_pid() -> int:
+    """The pid of the run's controller (this process outside pytest-xdist)."""
+    try:
+        return int((run_dir() / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not is_worker():
-        run_dir()  # made here, before xdist starts the workers, so they inherit it
+        # made here, before xdist starts the workers, so they inherit it
+        (run_dir() / OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
 
 
 @pytest.hookimpl(trylast=True)
