@@ -216,7 +216,7 @@ def test_kill_rollback_at_every_step(serve: Serve) -> None:
     assert up.returncode == 0, up.explain()
     result = campaign(
         "rollback",
-        lambda: ["rollback", name, "--root", str(serve.root), "--json"],
+        lambda: ["rollback", name, "--yes", "--root", str(serve.root), "--json"],
         _single_check(name, port),
     )
     assert result.kills > 3

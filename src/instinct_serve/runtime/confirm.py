@@ -219,7 +219,10 @@ def _find(host: Host, name: str) -> tuple[str, Any] | dict[str, str]:
     except InstinctError as exc:
         return {"status": exc.id, "message": exc.message}
     if engine == "docker" and not found.managed:
-        why = f"container {found.name} was not started by instinct-serve"
+        why = (
+            f"refusing to stop container {found.name}: instinct-serve did not create it "
+            "(no instinct-serve.managed=true label)"
+        )
         return {"status": "not_managed", "message": why}
     return engine, found
 

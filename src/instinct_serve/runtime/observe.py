@@ -116,7 +116,8 @@ def endpoints(host: Host, names: Sequence[str] = ()) -> list[Endpoint]:
     from instinct_serve.engine import launcher
     from instinct_serve.runtime.endpoints import list_endpoints
 
-    listing = list_endpoints(host, health=False)
+    # a name is asked for on purpose, whoever started it; all: the caller's own, as ps
+    listing = list_endpoints(host, health=False, everyone=bool(names))
     rows = listing.rows
     if names:
         known = {r.name for r in rows}
