@@ -121,8 +121,15 @@ def test_it_was_planned_for_the_cpu_backend(served: Served) -> None:
         warnings
     )
     state = served.state()
-    # the plan's own: its name, the compile cache kept across restarts (issue 15), the KV space
-    expected = ["INSTINCT_NATIVE_NAME", "VLLM_CACHE_ROOT", "VLLM_CPU_KVCACHE_SPACE"]
+    # the plan's own: its name and run token (every child inherits them: the launcher finds
+    # the processes of the launch by them), the compile cache kept across restarts (issue
+    # 15), the KV space
+    expected = [
+        "INSTINCT_NATIVE_NAME",
+        "INSTINCT_NATIVE_RUN",
+        "VLLM_CACHE_ROOT",
+        "VLLM_CPU_KVCACHE_SPACE",
+    ]
     assert sorted(state["env_names"]) == expected
     assert state["meta"]["gpu_indices"] is None
     assert "--gpu-memory-utilization" not in state["argv"]
