@@ -161,20 +161,10 @@ class DockerDaemon:
         for line in out.stdout.splitlines():
             cid, _, labels = line.partition(" ")
             match = re.search(rf"{re.escape(TEST_PID_LABEL)}=(\d+)", labels)
-            if match and not _pid_alive(int(match.group(1))):
+            if match and not leases.pid_alive(int(match.group(1))):
                 stale.append(cid)
         if stale:
             self.docker("rm", "-f", *stale, timeout=120)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _docker_version() -> str | None:
@@ -255,9 +245,9 @@ def _stop_pid(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and _pid_alive(pid) and not _reap(pid):
+        while time.monotonic() < deadline and leases.pid_alive(pid) and not _reap(pid):
             time.sleep(0.2)
-        if _pid_alive(pid) and not _reap(pid):
+        if leases.pid_alive(pid) and not _reap(pid):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -42,7 +42,8 @@ def held(name: str) -> Iterator[None]:
         yield
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (another user's too)."""
     if pid <= 0:
         return False
     try:
@@ -79,7 +80,7 @@ def release(thing: str) -> tuple[bool, int | None]:
     (directory / f"{shared.run_id()}.lease").unlink(missing_ok=True)
     live = []
     for lease in directory.glob("*.lease"):
-        if _alive(_pid_of(lease)):
+        if pid_alive(_pid_of(lease)):
             live.append(lease)
         else:
             lease.unlink(missing_ok=True)  # a run that was killed: its lease holds nothing
@@ -93,4 +94,4 @@ def release(thing: str) -> tuple[bool, int | None]:
 
 def in_use(thing: str) -> bool:
     """True while a live run holds ``thing`` (an old image's clean-up passes it over)."""
-    return any(_alive(_pid_of(lease)) for lease in _directory(thing).glob("*.lease"))
+    return any(pid_alive(_pid_of(lease)) for lease in _directory(thing).glob("*.lease"))
