@@ -192,7 +192,7 @@ class LaunchPlan:
     port: int = DEFAULT_PORT
     # how the server is launched (``Launcher``): in a container, or as a process on the host
     launcher: Launcher = "docker"
-    server: str = "vllm"  # the inference server launched (``servers``: its kind's name)
+    server: str = servers.DEFAULT  # the inference server launched (``servers``: its kind's name)
     docker_flags: list[str] = field(default_factory=list)  # argv tokens, in order
     mounts: list[Mount] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # non-secret environment
@@ -267,14 +267,14 @@ class LaunchPlan:
             # where the caches live, not their key: the key follows from the image and the
             # gfx (already here), and a pull may only learn the digest after planning
             "compile_cache": self.cache.root if self.cache is not None else None,
-            **self._server(),
+            **self.server_field(),
         } | ({"group": self.group.identity()} if self.group is not None else {})
 
-    def _server(self) -> dict[str, str]:
+    def server_field(self) -> dict[str, str]:
         """``{"server": name}`` for a plan of any server but vLLM, else nothing: every plan
         made before plans named their server is a vLLM plan, and its JSON and hash (the
         endpoint's identity, on its labels) stay what they were."""
-        return {"server": self.server} if self.server != "vllm" else {}
+        return {"server": self.server} if self.server != servers.DEFAULT else {}
 
     @property
     def plan_hash(self) -> str:
@@ -287,7 +287,7 @@ class LaunchPlan:
             "requested_model": self.requested_model,
             "served_model_name": self.served_model_name,
             "engine": self.launcher,  # the key agents and records read (`--engine`)
-            **self._server(),
+            **self.server_field(),
             "image": self.image,
             "container_name": self.container_name,
             "port": self.port,

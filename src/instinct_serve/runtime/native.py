@@ -177,7 +177,7 @@ class NativeBackend:
             "gpu_indices": plan.gpu_indices,
             "secret_env": sorted(secrets),
             META_OWNER: caller(),  # who started it (``runtime.owner``)
-        } | ({"server": plan.server} if plan.server != "vllm" else {})  # ps probes its route
+        } | plan.server_field()  # ps probes its route
         self._launching = plan.container_name
         launcher.launch(
             self.host, plan.container_name, native_argv(self.vllm_command, plan), env=env, meta=meta

@@ -62,8 +62,7 @@ def to_doc(plan: LaunchPlan) -> dict[str, Any]:
     doc = {_KEYS.get(key, key): getattr(plan, key) for key in _FIELDS}
     doc["mounts"] = [list(m) for m in plan.mounts]
     doc["group"] = plan.group.record() if plan.group is not None else None
-    if plan.server != "vllm":  # a record without one is a vLLM plan's, as before servers
-        doc["server"] = plan.server
+    doc |= plan.server_field()  # a record without one is a vLLM plan's, as before servers
     copied: dict[str, Any] = json.loads(json.dumps(doc))  # plain JSON values (copies)
     return copied
 
