@@ -128,6 +128,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -1193,6 +1194,10 @@ def engine_core(index: str) -> int:
     if os.environ.get("VLLM_DOUBLE_CHILDREN_TERM") == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"vllm-double: engine core {index} pid {os.getpid()} ({how or 'same group'})", flush=True)
+    ready = os.environ.pop("VLLM_DOUBLE_READY_FD", "")
+    if ready:  # the handshake: detached and signals set before the API server serves
+        os.write(int(ready), b"1")
+        os.close(int(ready))
     while True:
         time.sleep(3600)
 
@@ -1204,7 +1209,16 @@ def start_children(port: int) -> None:
     """``VLLM_DOUBLE_CHILDREN``: the engine-core stand-ins (see the module docstring)."""
     for index in range(int(os.environ.get("VLLM_DOUBLE_CHILDREN", "0") or 0)):
         argv = [sys.executable, str(Path(__file__).resolve()), "engine-core", "--port", str(port)]
-        CHILDREN.append(subprocess.Popen([*argv, "--index", str(index)]))
+        read, write = os.pipe()
+        env = {**os.environ, "VLLM_DOUBLE_READY_FD": str(write)}
+        argv += ["--index", str(index)]
+        CHILDREN.append(subprocess.Popen(argv, env=env, pass_fds=(write,)))
+        os.close(write)
+        # like vLLM's engine-core handshake: the API server serves only once its engine
+        # cores are set up (detached, SIGTERM handling in place); bounded at 60 s
+        if select.select([read], [], [], 60)[0]:
+            os.read(read, 1)
+        os.close(read)
 
 
 def stop_children() -> None:
