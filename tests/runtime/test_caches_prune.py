@@ -11,8 +11,11 @@ tool. The CLI runs as a subprocess, locally and over the loopback sshd.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -142,3 +145,111 @@ def test_prune_over_ssh_canonicalises_on_the_host(world: dict[str, Any], sshd: S
     assert doc["root"] == str(root)
     assert sorted(e["key"] for e in doc["removed"]) == KEYS[4:]
     assert sorted(p.name for p in root.iterdir()) == KEYS[:4]
+
+
+BULKY = [f"gfx942-{i:012x}" for i in range(100, 103)]  # removed one after the other
+BULKY_FILES = 1500  # enough that a removal is still under way when the kill lands
+
+
+def make_bulky(root: Path) -> None:
+    for key in BULKY:
+        kernels = root / key / "triton" / "kernels"
+        kernels.mkdir(parents=True)
+        for i in range(BULKY_FILES):
+            (kernels / f"k{i:05d}.so").write_bytes(b"x" * 64)
+        meta = {"tool": "instinct-serve", "key": key, "engine": "docker", "image_id": None}
+        (root / key / "meta.json").write_text(json.dumps(meta))
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, theirs, and so on (read from /proc; the host runs each command in
+    a session of its own, so a process group would not reach them)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found += (kids := parents.get(todo.pop(), []))
+        todo += kids
+    return found
+
+
+def kill_all(pid: int) -> None:
+    """SIGKILL ``pid`` and all it started (a host going down): stopped first, so it starts
+    nothing more while its descendants are found."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGSTOP)
+    for each in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, signal.SIGKILL)
+
+
+def removal_begun(root: Path, key: str) -> bool:
+    """The key is set aside, gone, or has lost a file."""
+    if (root / f".{key}.removing").exists() or not (root / key / "meta.json").exists():
+        return True
+    try:
+        return len(os.listdir(root / key / "triton" / "kernels")) < BULKY_FILES
+    except OSError:
+        return True
+
+
+def kill_at_removal(root: Path, n: int) -> bool:
+    """Run ``cache prune --all --yes`` and SIGKILL it, its ``rm`` with it (the whole host
+    going down), once its Nth removal has begun (a ``.KEY.removing`` seen, or a key gone);
+    False when prune ended first."""
+    from tests.serve.conftest import CLI
+
+    argv = [*CLI, "cache", "prune", "--compile-cache", str(root), "--all", "--yes", "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    begun: set[str] = set()
+    deadline = time.monotonic() + 120
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            begun |= {k for k in BULKY if removal_begun(root, k)}
+            if len(begun) >= n:
+                kill_all(proc.pid)
+                proc.wait(timeout=30)
+                return True
+            time.sleep(0.002)
+        return False
+    finally:
+        if proc.poll() is None:
+            kill_all(proc.pid)
+        proc.wait(timeout=30)
+
+
+def test_prune_killed_at_every_removal_leaves_no_half_cache(world: dict[str, Any]) -> None:
+    """Kill at every step of a prune (issue 26): each removal is a rename out of every
+    plan's reach, then ``rm``; whatever the kill cut, no key is left half removed (whole or
+    gone), ``ls`` names the unfinished removals, the next prune finishes them, and the mounted
+    caches and their endpoints are untouched."""
+    root: Path = world["root"]
+    kills = 0
+    for n in range(1, len(BULKY) + 1):
+        make_bulky(root)
+        if not kill_at_removal(root, n):
+            continue
+        kills += 1
+        names = sorted(p.name for p in root.iterdir())
+        for key in (k for k in names if not k.startswith(".")):
+            assert (root / key / "meta.json").is_file(), (n, key)  # whole, or not there
+            if key in BULKY:
+                assert len(list((root / key / "triton" / "kernels").iterdir())) == BULKY_FILES
+        aside = sorted(str(root / k) for k in names if k.endswith(".removing"))
+        run = run_cli(["cache", "ls", "--compile-cache", str(root), "--json"])
+        assert run.returncode == 0, run.explain()
+        assert json.loads(run.stdout)["unfinished_removals"] == aside, (n, names)
+        code, doc = prune(str(root), "--all", "--yes")
+        assert code == 0, doc
+        assert doc["finished_removals"] == aside
+        assert sorted(p.name for p in root.iterdir()) == KEYS[:4], n
+        for key in KEYS[:4]:
+            assert (root / key / "vllm" / "artifact").read_text() == "compiled\n"
+    print(f"\nkill campaign prune: {kills} removals killed, 0 half caches")
+    assert kills >= 2  # the removals are long enough for the kill to land
+    assert all(answers(url) for url in world["urls"])

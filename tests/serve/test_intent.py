@@ -1,14 +1,12 @@
 """Intent records (``runtime.intent``) on this machine's data directory: written whole,
 read back, skipped when they do not parse; a record whose process is alive is in
 progress, one whose process is gone is settled by the next command (``runtime.recover``).
-Real files and real processes; no daemon needed (a prune is named, not acted on)."""
+Real files and real processes; no daemon needed (the records of live processes are left alone)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from instinct_serve.hosts import LocalHost
@@ -20,24 +18,15 @@ def _dir() -> Path:
     return Path(os.environ["INSTINCT_DATA_DIR"]) / "intents"
 
 
-def _dead_pid() -> tuple[int, str | None]:
-    """A process that has ended (and been reaped), with the start time it had."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    start = intent._start_time(proc.pid)
-    proc.kill()
-    proc.wait()
-    return proc.pid, start
-
-
 def test_a_record_is_written_whole_and_read_back() -> None:
     host = LocalHost()
-    rec = intent.begin(host, "prune", "cache-prune-a", step="removing", extra={"left": ["x"]})
-    path = _dir() / "cache-prune-a.prune.json"
-    assert json.loads(path.read_text())["step"] == "removing"
+    rec = intent.begin(host, "replace", "intent-a", step="candidate", extra={"left": ["x"]})
+    path = _dir() / "intent-a.replace.json"
+    assert json.loads(path.read_text())["step"] == "candidate"
     assert not list(_dir().glob("*.tmp.*"))  # renamed into place
-    rec.advance("removed", extra={"left": []})
-    found = [r for r in intent.load_all(host) if r.name == "cache-prune-a"]
-    assert [(r.change, r.step, r.extra) for r in found] == [("prune", "removed", {"left": []})]
+    rec.advance("switching", extra={"left": []})
+    found = [r for r in intent.load_all(host) if r.name == "intent-a"]
+    assert [(r.change, r.step, r.extra) for r in found] == [("replace", "switching", {"left": []})]
     assert found[0].alive()  # this very process
     intent.clear(host, rec)
     assert not path.exists()
@@ -45,34 +34,17 @@ def test_a_record_is_written_whole_and_read_back() -> None:
 
 def test_a_record_of_a_live_process_is_in_progress_and_left_alone() -> None:
     host = LocalHost()
-    rec = intent.begin(host, "prune", "cache-prune-b", step="removing")
+    rec = intent.begin(host, "replace", "intent-b", step="candidate")
     try:
-        found = [d for d in resolve(host) if d["name"] == "cache-prune-b"]
+        found = [d for d in resolve(host) if d["name"] == "intent-b"]
         assert [d["resolved"] for d in found] == ["in progress"]
-        assert (_dir() / "cache-prune-b.prune.json").exists()
-    finally:
-        intent.clear(host, rec)
-
-
-def test_a_record_of_a_dead_process_is_named_by_the_next_command() -> None:
-    host = LocalHost()
-    rec = intent.begin(host, "prune", "cache-prune-c", step="removing", extra={"left": ["a", "b"]})
-    pid, start = _dead_pid()
-    rec.owner = {**rec.owner, "pid": pid, "start": start}
-    intent.write(host, rec)
-    said: list[str] = []
-    try:
-        found = [d for d in resolve(host, said.append) if d["name"] == "cache-prune-c"]
-        assert len(found) == 1 and "2 cache(s)" in found[0]["resolved"], found
-        assert any("interrupted prune of cache-prune-c" in s for s in said), said
-        # a prune is finished by the cache command: its record stays until then
-        assert (_dir() / "cache-prune-c.prune.json").exists()
+        assert (_dir() / "intent-b.replace.json").exists()
     finally:
         intent.clear(host, rec)
 
 
 def test_a_reused_pid_is_not_the_owner() -> None:
-    rec = intent.Intent(change="prune", name="x", step="s")
+    rec = intent.Intent(change="replace", name="x", step="s")
     assert rec.alive()
     rec.owner = {**rec.owner, "start": "1"}  # this pid, another process's start time
     assert not rec.alive()

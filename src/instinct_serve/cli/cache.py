@@ -84,12 +84,14 @@ def ls(setting: str | None, host_spec: str | None, as_json: bool) -> int:
         "root": root,
         "containers_readable": listing.containers_readable,
         "caches": [e.to_dict() for e in entries],
+        "unfinished_removals": listing.unfinished,
     }
 
     def human(con: Console) -> None:
         from rich.markup import escape
         from rich.table import Table
 
+        _unfinished_note(con, listing.unfinished, done=False)
         if not entries:
             con.print(f"No compile caches under {escape(root)} on {escape(host.name)}.")
             return
@@ -133,7 +135,7 @@ def prune(
     """Remove compile caches: by default those whose image is gone from the host, or the
     KEYS named, or --all. Never one a container still mounts, and nothing when the containers
     cannot be read. Shows what would go and what stays unless --yes."""
-    from instinct_serve.runtime.caches import remove, select
+    from instinct_serve.runtime.caches import finish_removal, remove, select
 
     if keys and every:
         raise UsageError("give keys or --all, not both", id="bad_input")
@@ -156,6 +158,8 @@ def prune(
     chosen, kept = select(entries, keys=keys, every=every)
     removed: list[CacheEntry] = []
     if yes:
+        for aside in listing.unfinished:  # chosen and confirmed by the prune that was cut
+            finish_removal(host, aside)
         for entry in chosen:
             remove(host, entry)
             removed.append(entry)
@@ -166,9 +170,29 @@ def prune(
         "removed" if yes else "would_remove": [e.to_dict() for e in chosen],
         "kept": [{**e.to_dict(), "why": why} for e, why in kept],
         "freed_bytes": sum(e.size_bytes or 0 for e in removed),
+        "finished_removals" if yes else "unfinished_removals": listing.unfinished,
     }
-    emit(doc, as_json, lambda con: _prune_summary(con, chosen, kept, yes))
+
+    def human(con: Console) -> None:
+        _unfinished_note(con, listing.unfinished, done=yes)
+        _prune_summary(con, chosen, kept, yes)
+
+    emit(doc, as_json, human)
     return 0
+
+
+def _unfinished_note(con: Console, unfinished: list[str], *, done: bool) -> None:
+    """Removals an interrupted prune left (``.KEY.removing``): finished, or to be."""
+    from rich.markup import escape
+
+    for path in unfinished:
+        if done:
+            con.print(f"finished the interrupted removal of {escape(path)}")
+        else:
+            con.print(
+                f"[yellow]{escape(path)}: a removal an interrupted prune left; "
+                "`instinct cache prune --yes` finishes it[/]"
+            )
 
 
 def _prune_summary(

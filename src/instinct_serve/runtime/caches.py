@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from instinct_serve.errors import InstinctError
 from instinct_serve.plan.caches import META_FILE, SEED_MARKER, meta_doc, rekeyed, seed_argv
@@ -127,6 +127,12 @@ _LIST = (
     'for d in "$1"/*/; do [ -L "${d%/}" ] && continue; [ -f "$d/meta.json" ] || continue; '
     'printf "%s\\n" "$(du -sk "$d" 2>/dev/null | cut -f1)	${d%/}"; done'
 )
+# the removals a killed prune left: "<dir>" per ".KEY.removing" directory under the root
+_REMOVING = (
+    'for d in "$1"/.*.removing/; do [ -d "$d" ] && [ ! -L "${d%/}" ] '
+    '&& printf "%s\\n" "${d%/}"; done; exit 0'
+)
+REMOVING_SUFFIX = ".removing"
 # every container, running or stopped, ours or not: its name, mounts and labels (JSON each)
 _INSPECT_FORMAT = "{{json .Name}}\t{{json .Mounts}}\t{{json .Config.Labels}}"
 
@@ -140,6 +146,7 @@ class Listing:
     entries: list[CacheEntry]
     containers_readable: bool = True
     why: str | None = None  # why they could not be read
+    unfinished: list[str] = field(default_factory=list)  # removals a killed prune left
 
 
 def list_caches(host: Host, root: str) -> Listing:
@@ -157,9 +164,22 @@ def list_caches(host: Host, root: str) -> Listing:
         size = int(kb) * 1024 if kb.strip().isdigit() else None
         entries.append(CacheEntry(root, posixpath.basename(path), size, meta))
     listing = Listing(root, sorted(entries, key=lambda e: e.key))
+    listing.unfinished = _unfinished(host, root.rstrip("/") or "/")
     if entries:
         _annotate(host, listing)
     return listing
+
+
+def _unfinished(host: Host, root: str) -> list[str]:
+    """The ``.KEY.removing`` directories a prune killed mid-way left under ``root``: already
+    chosen and confirmed, out of every plan's reach (no key is spelled so), finished by the
+    next prune."""
+    result = host.run(["sh", "-c", _REMOVING, "sh", root], timeout=60)
+    return sorted(
+        path
+        for path in result.stdout.splitlines()
+        if posixpath.dirname(path) == root and path.endswith(REMOVING_SUFFIX)
+    )
 
 
 def _meta(text: str | None) -> dict[str, Any] | None:
@@ -263,17 +283,33 @@ def select(
 
 
 def remove(host: Host, entry: CacheEntry) -> None:
-    """Remove one key's directory (only ever one holding the tool's ``meta.json``)."""
+    """Remove one key's directory (only ever one holding the tool's ``meta.json``): renamed
+    to ``.KEY.removing`` first (one atomic step: a kill during the long ``rm`` leaves no
+    half key that ``ls`` or a serve could take for a cache), then removed."""
     meta = posixpath.join(entry.path, META_FILE)
     if _meta(host.read_text(meta)) is None:
         raise InstinctError(
             f"{entry.path} is not a compile cache instinct-serve made: not removed", id="bad_input"
         )
-    result = host.run(["rm", "-rf", "--", entry.path], timeout=600)
+    aside = posixpath.join(entry.root, f".{entry.key}{REMOVING_SUFFIX}")
+    moved = host.run(["mv", "-T", "--", entry.path, aside], timeout=60)
+    if not moved.ok:
+        _unremovable(host, entry.path, moved.stderr or moved.stdout)
+    finish_removal(host, aside)
+
+
+def finish_removal(host: Host, aside: str) -> None:
+    """Remove a ``.KEY.removing`` directory (a removal begun by ``remove``)."""
+    if not posixpath.basename(aside).endswith(REMOVING_SUFFIX):
+        raise InstinctError(f"{aside} is not a removal in progress: not removed", id="bad_input")
+    result = host.run(["rm", "-rf", "--", aside], timeout=600)
     if not result.ok:
-        raise InstinctError(
-            f"cannot remove {entry.path} on {host.name}: "
-            f"{(result.stderr or result.stdout).strip() or 'rm failed'}",
-            fix=f"files a container wrote may be root's: sudo rm -rf {shlex.quote(entry.path)}",
-            id="compile_cache_unremovable",
-        )
+        _unremovable(host, aside, result.stderr or result.stdout)
+
+
+def _unremovable(host: Host, path: str, said: str) -> NoReturn:
+    raise InstinctError(
+        f"cannot remove {path} on {host.name}: {said.strip() or 'rm failed'}",
+        fix=f"files a container wrote may be root's: sudo rm -rf {shlex.quote(path)}",
+        id="compile_cache_unremovable",
+    )

@@ -6,7 +6,8 @@ lost ssh connection, an unexpected error) leaves its record for the next command
 like ``plans`` and ``verified``, so every client of the host sees it), written whole and
 renamed into place (``hostfs.write_text``): a reader sees the step before or the step
 after, never half a record. It names the change (``upgrade``, ``rollback``, ``resize``,
-``replace``, ``prune``), the endpoint, the plans involved (the old one, with the
+``replace``; a prune needs none: its ``.KEY.removing`` directories are its record,
+``runtime.caches``), the endpoint, the plans involved (the old one, with the
 last-good plan recorded before the change, and the new one), the containers it launched
 and has not proven yet (``candidates``), the old endpoint's container once it is stopped
 and kept aside (``parked``), and the step reached. ``runtime.recover`` reads the records
@@ -40,7 +41,7 @@ from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import plans
 
-CHANGES = ("upgrade", "rollback", "resize", "replace", "prune")
+CHANGES = ("upgrade", "rollback", "resize", "replace")
 STALE_S = 6 * 3600.0  # a record from another machine: in progress this long after its step
 MAX_RECORD_BYTES = 1_048_576
 # $1: the directory; one record per line (each file is one line of JSON).

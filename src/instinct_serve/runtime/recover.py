@@ -15,8 +15,7 @@ Per change and step (the step is written before its destructive action):
 - ``resize`` (a group served again with ``--replace``): the new plan served to the end
   (its running replicas are reused), since what it replaced is gone;
 - ``replace``: the old endpoint put back when it was kept aside, else the new plan proven
-  (or launched) to the end;
-- ``prune``: named with what it had left; the cache command finishes it.
+  (or launched) to the end.
 """
 
 from __future__ import annotations
@@ -104,9 +103,9 @@ def sweep(host: Host, busy: set[str]) -> list[str]:
     return removed
 
 
-def settle(host: Host, change: Intent) -> str | None:
+def settle(host: Host, change: Intent) -> str:
     """Finish or undo one change (module docstring): what was done, and its record
-    cleared; None when it stays (a prune, named only)."""
+    cleared."""
     if change.change in ("upgrade", "rollback"):
         from instinct_serve.runtime.upgrade import settle_switch
         from instinct_serve.runtime.upgrade_group import settle_group
@@ -115,13 +114,8 @@ def settle(host: Host, change: Intent) -> str | None:
         done = settle_group(host, change) if group else settle_switch(host, change)
     elif change.change == "resize":
         done = _resize(host, change)
-    elif change.change == "replace":
-        done = _replace(host, change)
     else:
-        return (
-            f"{len(change.extra.get('left') or [])} cache(s) were still to remove: "
-            "`instinct cache prune` again finishes it"
-        )
+        done = _replace(host, change)
     clear(host, change)
     journal.record(
         host,
