@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,3 +138,27 @@ def test_serve_replace_without_a_terminal_names_what_it_removes(serve: Serve) ->
     ]
     after = inspect(name)
     assert after is not None and after["Id"] == before["Id"]
+
+
+def test_a_stopped_endpoint_taken_over_by_serve_leaves_its_log(serve: Serve) -> None:
+    """A stopped endpoint of ours that holds the name is removed by the next serve (nothing
+    runs in it), but its log (why it stopped) is saved beside the journal first and the
+    output says where."""
+    from tests.serve.conftest import docker
+
+    port, name = free_port(), serve.name("stopped")
+    first = serve(name=name, port=port)
+    assert first.returncode == 0, first.explain()
+    before = inspect(name)
+    assert before is not None
+    assert docker("stop", "-t", "5", name).returncode == 0  # stopped outside the tool
+    again = serve(name=name, port=port)
+    assert again.returncode == 0, again.explain()
+    after = inspect(name)
+    assert after is not None and after["Id"] != before["Id"]
+    notes = [e["message"] for e in again.events if e.get("event") == "note"]
+    said = [n for n in notes if n.startswith(f"removed {name}, a stopped endpoint")]
+    assert len(said) == 1 and "its log kept at " in said[0], notes
+    kept = said[0].split("its log kept at ", 1)[1].rstrip(")")
+    text = Path(kept).read_text(encoding="utf-8")
+    assert "Application startup complete" in text, text[-500:]  # the first run's own log

@@ -123,10 +123,19 @@ def records(prefix: str) -> dict[str, set[str]]:
 def settle_and_check(
     campaign: Campaign, name: str, port: int, expected: Callable[[], set[str]]
 ) -> None:
-    """The next command (``ps``) settles what the kill left; then the invariants."""
-    ps = run_cli(["ps", "--json", "--no-health"], timeout=KILL_RUN_S)
-    assert ps.returncode == 0, ps.explain()
-    doc = json.loads(ps.stdout)
+    """The next command settles what the kill left (``ps``, or every other kill the MCP
+    ``status`` tool, which settles the same way); then the invariants."""
+    if campaign.kills % 2:
+        ps = run_cli(["ps", "--json", "--no-health"], timeout=KILL_RUN_S)
+        assert ps.returncode == 0, ps.explain()
+        doc = json.loads(ps.stdout)
+    else:
+        from instinct_serve.agents import core
+        from instinct_serve.agents.inputs import StatusInput
+
+        outcome = core.status(StatusInput(no_health=True))
+        assert outcome.exit_code == 0, outcome
+        doc = outcome.doc
     for found in doc.get("interrupted", []):
         campaign.named += 1
         assert found["resolved"] and found["resolved"] != "in progress", found

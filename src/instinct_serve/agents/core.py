@@ -183,13 +183,16 @@ def diagnose(inp: DiagnoseInput) -> Outcome:
 
 
 def status(inp: StatusInput) -> Outcome:
-    """``instinct ps --json``: the endpoints this tool started (at most ``MAX_LIST``)."""
+    """``instinct ps --json``: the endpoints this tool started (at most ``MAX_LIST``), after
+    finishing or undoing any change cut short (``interrupted``, as ``ps`` does)."""
     from instinct_serve.runtime.endpoints import list_endpoints
+    from instinct_serve.runtime.recover import resolve
 
-    listing = list_endpoints(
-        _host(inp.host), health=not inp.no_health, limit=MAX_LIST, everyone=inp.everyone
-    )
-    return Outcome(_doc(listing))
+    host = _host(inp.host)
+    interrupted = resolve(host)
+    listing = list_endpoints(host, health=not inp.no_health, limit=MAX_LIST, everyone=inp.everyone)
+    doc = _doc(listing)
+    return Outcome(doc | ({"interrupted": interrupted} if interrupted else {}))
 
 
 def logs(inp: LogsInput) -> Outcome:

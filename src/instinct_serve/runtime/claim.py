@@ -2,8 +2,8 @@
 
 The deployer's first concept (``runtime.serve``): before a launch, whatever holds the
 plan's port or name is looked at. Something this tool did not start is never touched (an
-error names it); a stopped endpoint of ours is removed; a running one of ours is replaced
-only with ``--replace`` (or a yes to the question, for the same model).
+error names it); a stopped endpoint of ours is removed, its log saved first; a running one
+of ours is replaced only with ``--replace`` (or a yes to the question, for the same model).
 """
 
 from __future__ import annotations
@@ -33,6 +33,26 @@ def discard_target(host: Host, target: Target, *, keep: bool) -> bool:
     if target.engine == "docker":
         return DockerBackend(host).discard(target.handle, keep=keep)
     return NativeBackend(host, "vllm").discard(target.name, keep=keep)
+
+
+def keep_stopped_log(host: Host, target: Target) -> str | None:
+    """A stopped container of ours is evidence (why it stopped): its log is saved beside
+    the journal (``events/NAME.stopped-<time>.log``) before serve removes it to take its
+    name or port; the path, or None (native: its log file stays anyway)."""
+    if target.engine != "docker":
+        return None
+    from datetime import UTC, datetime
+
+    from instinct_serve.runtime import journal
+
+    try:
+        text = Docker(host).logs(target.handle, tail=None)
+    except InstinctError:
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    path = journal.save_log(host, target.name, f"stopped-{stamp}", text)
+    journal.record(host, target.name, "removed_stopped", container=target.name, saved=path)
+    return path
 
 
 def routed_group(host: Host, target: Target) -> list[ContainerInfo]:
@@ -137,8 +157,10 @@ def clear_the_way(
         target = occ.target
         assert target is not None
         if not target.running:
+            kept = keep_stopped_log(host, target)
             if discard_target(host, target, keep=False):
-                note(f"removed {target.name}, a stopped endpoint of an earlier run")
+                where = f" (its log kept at {kept})" if kept else ""
+                note(f"removed {target.name}, a stopped endpoint of an earlier run{where}")
             continue
         same_model = target.model == plan.model
         group = routed_group(host, target)
