@@ -71,7 +71,15 @@ def cluster(sshd: SshServer, docker_daemon: DockerDaemon, tmp_path: Path) -> Ite
         docker("network", "rm", network)
 
 
-def serve_group(serve: Serve, cluster: Cluster, image: str, name: str, port: int) -> Run:
+def serve_group(
+    serve: Serve,
+    cluster: Cluster,
+    image: str,
+    name: str,
+    port: int,
+    *extra: str,
+    yes: bool = True,
+) -> Run:
     # the ranks' names: the group's, and NAME-node1 (removed by the fixture either way)
     serve.names.append(f"{name}-node1")
     args = serve.args(
@@ -80,9 +88,11 @@ def serve_group(serve: Serve, cluster: Cluster, image: str, name: str, port: int
         "--multi-node",
         "--network",
         cluster.network,
+        *extra,
         image=image,
         name=name,
         port=port,
+        yes=yes,
     )
     args[args.index("--root") + 1] = str(cluster.root)  # this test's root: GPUs detected
     return run_cli(args, env=cluster.env, timeout=180)
@@ -190,6 +200,7 @@ def test_two_nodes_rendezvous_and_serve_as_one(serve: Serve, cluster: Cluster) -
     assert logs.returncode == 0, logs.explain()
     assert "[rank 0 node-a]" in logs.stdout and "[rank 1 node-b]" in logs.stdout
 
+    replaced_by_group_serve(serve, cluster, name, port)
     stop = run_cli(["stop", "--yes", name, "--hosts", cluster.hosts, "--json"], env=cluster.env)
     assert stop.returncode == 0, stop.explain()
     stopped = sorted(s["name"] for s in json.loads(stop.stdout)["stopped"])
@@ -197,6 +208,29 @@ def test_two_nodes_rendezvous_and_serve_as_one(serve: Serve, cluster: Cluster) -
     assert inspect(name) is None and inspect(f"{name}-node1") is None
     again = run_cli(["stop", "--yes", name, "--hosts", cluster.hosts], env=cluster.env)
     assert again.returncode != 0 and "no multi-node group" in again.stderr
+
+
+def replaced_by_group_serve(serve: Serve, cluster: Cluster, name: str, port: int) -> None:
+    """Served again over a running group: refused without --replace, and with it but without
+    --yes (both naming every rank's container it would remove); with both, the summary is an
+    event before the removal and the group is new."""
+    before = {n: inspect(n)["Id"][:12] for n in (name, f"{name}-node1")}  # type: ignore[index]
+    wanted = sorted(f"{host}:{n}" for host, n in zip(NODES, before, strict=True))
+    image = serve.double(load_s=0.5)
+    refused = serve_group(serve, cluster, image, name, port)
+    assert refused.returncode != 0 and refused.result["error"]["id"] == "group_exists"
+    asked = serve_group(serve, cluster, image, name, port, "--replace", yes=False)
+    error = asked.result["error"]
+    assert error["id"] == "confirmation_required", asked.explain()
+    touch = error["details"]["change"]["touch"]
+    assert sorted(t["name"] for t in touch) == wanted
+    assert sorted(t["id"] for t in touch) == sorted(before.values())
+    assert {n: inspect(n)["Id"][:12] for n in before} == before  # type: ignore[index]
+    again = serve_group(serve, cluster, image, name, port, "--replace")
+    assert again.returncode == 0, again.explain()
+    [said] = again.of("replacing")
+    assert sorted(t["name"] for t in said["change"]["touch"]) == wanted
+    assert all(inspect(n)["Id"][:12] != old for n, old in before.items())  # type: ignore[index]
 
 
 def test_a_failing_worker_fails_the_group_with_its_log_line(serve: Serve, cluster: Cluster) -> None:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from instinct_serve.hosts import Host
     from instinct_serve.options import PlanOptions, ServeOptions
     from instinct_serve.plan.multinode import MultiNodePlan
+    from instinct_serve.runtime.confirm import Change
 
 
 def hosts_of(text: str | None, host_spec: str | None) -> list[Host] | None:
@@ -62,13 +63,15 @@ def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int |
         elif "message" in redacted:
             view.print(f"· {redacted['message']}")
 
-    def confirm(plan: MultiNodePlan) -> None:
+    def confirm(plan: MultiNodePlan, change: Change) -> None:
         if opts.yes:
             return
+        removes = "" if change.empty else " and " + "; ".join(change.lines())
         raise UsageError(
-            "serve --hosts starts containers on several machines: it needs --yes",
+            f"serve --hosts starts containers on several machines{removes}: it needs --yes",
             fix="review it with `instinct serve ... --hosts ... --json` events, then add --yes",
             id="confirmation_required",
+            details={"change": change.to_dict()} if not change.empty else None,
         )
 
     outcome = serve_group(opts, hosts, sink=sink, confirm=confirm)

@@ -42,6 +42,7 @@ from instinct_serve.runtime.owner import LABEL_OWNER, caller
 if TYPE_CHECKING:
     from instinct_serve.options import PlanOptions
     from instinct_serve.plan.model import PlanResult
+    from instinct_serve.runtime.confirm import Change
 
 PROBE_SCRIPT = (
     "import socket,sys,time\n"
@@ -288,6 +289,26 @@ class GroupRunner:
         return (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
 
     # -- start, follow, stop
+
+    def earlier(self) -> Change:
+        """What ``--replace`` would stop and remove: this group's earlier containers on
+        every node (ours by label), each once (two nodes may share a daemon), named
+        ``HOST:NAME`` with the host its rank runs on."""
+        from instinct_serve.runtime.confirm import Change, Item
+        from instinct_serve.runtime.owner import of_labels
+
+        nodes = zip(self.plan.nodes, self.hosts, strict=True)
+        ranks = {node.plan.container_name: host.name for node, host in nodes}
+        touch: dict[str, Item] = {}
+        for host, docker in zip(self.hosts, self.docker, strict=True):
+            for info in docker.list_managed(labels={LABEL_GROUP: self.plan.group}):
+                where = ranks.get(info.name, host.name)
+                owner = of_labels(info.labels)
+                name = f"{where}:{info.name}"
+                item = Item("container", name, info.short_id, owner, info.model, info.port)
+                touch.setdefault(info.id, item)
+        hosts = ",".join(host.name for host in self.hosts)
+        return Change("replace", hosts, tuple(touch.values()))
 
     def clear(self) -> list[str]:
         """Remove this group's earlier containers (ours by label only; a foreign container
@@ -709,7 +730,7 @@ def serve_group(
     hosts: Sequence[Host],
     *,
     sink: Sink,
-    confirm: Callable[[MultiNodePlan], None] | None = None,
+    confirm: Callable[[MultiNodePlan, Change], None] | None = None,
 ) -> GroupOutcome | Decision:
     """``serve --hosts``: decide, check every node, plan, start, follow, prove.
 
@@ -734,8 +755,6 @@ def serve_group(
         require_ready(host, opts.model, opts.port, opts.hf_cache, opts.root, "docker")
     _result, plan = plan_across(opts, hosts, node_inventory, decision.why)
     event("plan", **plan.to_dict())
-    if confirm is not None:
-        confirm(plan)
     head = plan.head.plan
     secrets = local_secrets(head.secret_env)
     runner = GroupRunner(
@@ -749,19 +768,19 @@ def serve_group(
         api_key=secrets.get("VLLM_API_KEY"),
         device_root=opts.root,
     )
+    change = runner.earlier()
+    if not change.empty and not opts.replace:
+        names = sorted({item.name for item in change.touch})
+        raise InstinctError(
+            f"group {plan.group} already has containers: {', '.join(names)}",
+            fix=f"stop it (instinct stop {plan.group} --hosts ...) or pass --replace",
+            id="group_exists",
+            details={"change": change.to_dict()},
+        )
+    if confirm is not None:
+        confirm(plan, change)
     runner.preflight()
-    if opts.replace:
+    if not change.empty:
+        event("replacing", message="; ".join(change.lines()), change=change.to_dict())
         runner.clear()
-    else:
-        existing = [
-            info.name
-            for docker in runner.docker
-            for info in docker.list_managed(labels={LABEL_GROUP: plan.group})
-        ]
-        if existing:
-            raise InstinctError(
-                f"group {plan.group} already has containers: {', '.join(sorted(set(existing)))}",
-                fix=f"stop it (instinct stop {plan.group} --hosts ...) or pass --replace",
-                id="group_exists",
-            )
     return deploy_to_end(runner)
