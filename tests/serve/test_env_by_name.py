@@ -131,3 +131,45 @@ def test_a_given_value_travels_over_ssh_on_stdin(
     assert calls and all(given not in json.dumps(c["argv"]) for c in calls)
     assert any("MY_SETTING" in json.dumps(c["argv"]) for c in calls)  # the name, in the run
     assert given not in run.stdout + run.stderr
+
+
+def test_a_relaunch_passes_on_the_values_the_endpoint_was_given(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """``--env NAME=VALUE`` given once: a later ``serve --upgrade`` and ``rollback``, run
+    where the value is not exported, pass on the value the running endpoint was given (read
+    from its container), still by name only: never in docker's argv."""
+    given = "given-once-" + uuid.uuid4().hex
+    exported = "exported-once-" + uuid.uuid4().hex
+    bin_dir, record = _recording(tmp_path, "docker", ["MY_SETTING", "SSH_KEY"])
+    bare = {k: v for k, v in os.environ.items() if k not in ("MY_SETTING", "SSH_KEY")}
+    env = {**bare, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    name, port = serve.name("inherit"), free_port()
+    serve.names += [f"{name}-next", f"{name}-prev"]
+    first = serve(
+        "--env", f"MY_SETTING={given}", "--env", "SSH_KEY", name=name, port=port,
+        env={**env, "SSH_KEY": exported},
+    )  # fmt: skip
+    assert first.returncode == 0, first.explain()
+    other = serve.double(load_s=0.2)
+    up = serve(
+        "--upgrade", "--env", "MY_SETTING", "--env", "SSH_KEY", image=other, name=name,
+        port=port, env=env,
+    )  # fmt: skip
+    assert up.returncode == 0, up.explain()
+    for step in ("upgrade", "rollback"):
+        info = inspect(name)
+        assert info is not None, step
+        assert f"MY_SETTING={given}" in info["Config"]["Env"], step
+        assert f"SSH_KEY={exported}" in info["Config"]["Env"], step
+        if step == "upgrade":
+            back = run_cli(
+                ["rollback", name, "--yes", "--root", str(serve.root), "--json"], env=env
+            )
+            assert back.returncode == 0, back.explain()
+            assert given not in back.stdout + back.stderr
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    launches = [c for c in calls if c["argv"][:1] == ["run"] and "-d" in c["argv"]]
+    assert len(launches) >= 3
+    assert all(c["env"] == {"MY_SETTING": given, "SSH_KEY": exported} for c in launches)
+    assert all(given not in json.dumps(c["argv"]) for c in calls)

@@ -45,6 +45,8 @@ class Campaign:
     orphans: list[str] = field(default_factory=list)
     named: int = 0  # kills after which ps named an interrupted change
     started: float = field(default_factory=time.monotonic)
+    run_s: float = KILL_RUN_S  # the bound of one run of the change, and of a settle
+    answer_s: float = 30.0  # how long the endpoint has to answer after a settle
 
     def report(self) -> str:
         return (
@@ -54,7 +56,7 @@ class Campaign:
         )
 
 
-def kill_at(argv: Sequence[str], n: int) -> int | None:
+def kill_at(argv: Sequence[str], n: int, run_s: float = KILL_RUN_S) -> int | None:
     """Run ``instinct ARGV`` and SIGKILL it when its Nth step begins: N, or None when it
     ended before (the change ran to its end). A step is a line of its ``--json`` stream,
     except that the progress lines of one phase (a loading server's log, a pull) are one
@@ -62,7 +64,7 @@ def kill_at(argv: Sequence[str], n: int) -> int | None:
     proc = subprocess.Popen(
         [*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
-    watchdog = threading.Timer(KILL_RUN_S, proc.kill)
+    watchdog = threading.Timer(run_s, proc.kill)
     watchdog.start()
     steps, last = 0, None
     try:
@@ -126,7 +128,7 @@ def settle_and_check(
     """The next command settles what the kill left (``ps``, or every other kill the MCP
     ``status`` tool, which settles the same way); then the invariants."""
     if campaign.kills % 2:
-        ps = run_cli(["ps", "--json", "--no-health"], timeout=KILL_RUN_S)
+        ps = run_cli(["ps", "--json", "--no-health"], timeout=campaign.run_s)
         assert ps.returncode == 0, ps.explain()
         doc = json.loads(ps.stdout)
     else:
@@ -141,7 +143,7 @@ def settle_and_check(
         assert found["resolved"] and found["resolved"] != "in progress", found
         assert found["name"].startswith(name), found
     step = f"kill {campaign.kills}"
-    if not answers(port):
+    if not answers(port, campaign.answer_s):
         campaign.lost.append(f"{step}: {name} does not answer on {port}")
     mine = containers(name)
     wanted = expected()
@@ -169,12 +171,17 @@ def label_hash(name: str) -> str | None:
 
 
 def campaign(
-    change: str, argv_for: Callable[[], list[str]], check: Callable[[Campaign], None]
+    change: str,
+    argv_for: Callable[[], list[str]],
+    check: Callable[[Campaign], None],
+    *,
+    run_s: float = KILL_RUN_S,
+    answer_s: float = 30.0,
 ) -> Campaign:
     """Kill the change at event 1, 2, ... until it runs to its end; check after each."""
-    result = Campaign(change)
+    result = Campaign(change, run_s=run_s, answer_s=answer_s)
     for n in range(1, MAX_KILLS + 1):
-        if kill_at(argv_for(), n) is None:
+        if kill_at(argv_for(), n, run_s) is None:
             break
         result.kills += 1
         check(result)

@@ -154,6 +154,11 @@ class Backend(Protocol):
 
     def log_text(self, handle: str, tail: int) -> str: ...
 
+    def secret_values(self, handle: str, names: Sequence[str]) -> dict[str, str]:
+        """The values ``names`` have in the environment of our endpoint ``handle`` (what a
+        relaunch passes on by name, ``secret_env.inherit``); {} where unknown."""
+        ...
+
     def discard(self, handle: str, *, keep: bool) -> bool:
         """Stop the endpoint (ours only); remove it unless ``keep``. True if it existed."""
         ...

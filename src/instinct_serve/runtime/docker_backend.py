@@ -210,6 +210,14 @@ class DockerBackend:
         except InstinctError:
             return ""
 
+    def secret_values(self, handle: str, names: Sequence[str]) -> dict[str, str]:
+        """From the container's ``Config.Env`` (ours only; it holds what ``--env NAME``
+        copied in at its launch)."""
+        from instinct_serve.runtime.secret_env import pick
+
+        info = self.docker.get(handle) if names else None
+        return pick(info.env, names) if info is not None and info.managed else {}
+
     def discard(self, handle: str, *, keep: bool) -> bool:
         """Stop (and unless ``keep`` remove) the container ``handle`` (an id: exactly the
         one meant, whatever now carries its name); refused unless it is managed."""

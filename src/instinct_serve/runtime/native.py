@@ -226,6 +226,20 @@ class NativeBackend:
         result = self.host.run(["tail", "-n", str(tail), path], timeout=60)
         return result.stdout if result.ok else ""
 
+    def secret_values(self, name: str, names: Sequence[str]) -> dict[str, str]:
+        """From the environment of the launch's running process (read on the host, back on
+        stdout: never an argument); {} once it has ended."""
+        from instinct_serve.runtime.secret_env import pick
+
+        try:
+            status = launcher.status(self.host, name) if names else None
+        except InstinctError:
+            return {}
+        if status is None or not status.running:
+            return {}
+        result = self.host.run(["cat", f"/proc/{status.process.pid}/environ"], timeout=30)
+        return pick(result.stdout.split("\0"), names) if result.ok else {}
+
     def discard(self, name: str, *, keep: bool) -> bool:
         """Stop every process of the launch (SIGKILL after ``DISCARD_TERM_S``), also those a
         crashed server left behind; ``processes_survive`` if any still runs (a relaunch

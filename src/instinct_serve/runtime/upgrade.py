@@ -47,6 +47,7 @@ from instinct_serve.runtime.deploying import deploy_to_end, reuse_once
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.documents import ServeOutcome
 from instinct_serve.runtime.events import EventSink, Healthy, Note, ServeEvent
+from instinct_serve.runtime.secret_env import inherit
 from instinct_serve.runtime.settings import ServeSettings
 
 if TYPE_CHECKING:
@@ -210,6 +211,7 @@ def upgrade(
     ``kind``: ``rolled_back`` for ``rollback``, which goes the same way to the last good plan."""
     name = plan.container_name
     old, old_plan = recorded_plan(host, name, backend, CHANGE[kind])
+    inherit(backend.secret_values(old.handle, plan.secret_env))  # what it was given
     wanted = plan.labels.get(LABEL_PLAN_HASH, plan.plan_hash)
     if wanted == old.plan_hash:
         sink(Note(message=f"{name} already runs this plan: nothing to {CHANGE[kind]}"))

@@ -33,6 +33,7 @@ from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.runtime import journal, plans, verified
 from instinct_serve.runtime.backend import Backend, Target
+from instinct_serve.runtime.secret_env import inherit
 from instinct_serve.runtime.settings import ServeSettings
 
 Action = Literal["ok", "wait", "prove", "restart", "gone", "give_up"]
@@ -298,6 +299,7 @@ class Watcher:
                 f"{self.name}`",
                 id="plan_not_recorded",
             )
+        inherit(self.backend.secret_values(target.handle, plan.secret_env))
         deployer = Deployer(self.host, plan, self.backend, self.settings.serve)
         deployer.following = True  # a watch waits for the endpoint, never detaches
         deployer.adopt(target)
