@@ -319,3 +319,39 @@ def test_a_spare_port_taken_before_the_launch_is_passed_over(serve: Serve) -> No
     current = inspect(name)
     assert current is not None and current["Config"]["Image"] == new_image
     assert inspect(name + "-next") is None
+
+
+def test_watch_killed_during_its_relaunch_is_finished_by_the_next_command(serve: Serve) -> None:
+    """``kill -9`` of ``watch`` once its relaunch has begun (the crashed container set aside
+    with its log saved, the new one on its way): the next ``ps`` names the interrupted
+    relaunch and finishes it, and the endpoint answers on its port again."""
+    image = serve.double(load_s=1.0, VLLM_DOUBLE_DIE_AFTER_REQUESTS="3", VLLM_DOUBLE_EXIT_CODE="0")
+    port, name = free_port(), serve.name("watchkill")
+    run = serve(image=image, port=port, name=name)
+    assert run.returncode == 0, run.explain()
+    assert _complete(port).status_code == 200  # the third request: it answers, then dies
+    _wait_exited(name)
+    bounded = ["--interval", "0.2", "--backoff", "0", "--checks", "3", "--timeout", "60"]
+    argv = [*CLI, "watch", name, *bounded, "--root", str(serve.root), "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        kinds = []
+        for line in proc.stdout:  # bounded by watch's own --timeout and --checks
+            kinds.append(json.loads(line)["kind"] if line.startswith("{") else None)
+            if kinds[-1] == "crash_log":
+                proc.kill()
+                break
+        assert "crash_log" in kinds, kinds
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    ps = run_cli(["ps", "--json", "--no-health"], timeout=150)
+    assert ps.returncode == 0, ps.explain()
+    interrupted = [i for i in json.loads(ps.stdout).get("interrupted", []) if i["name"] == name]
+    assert len(interrupted) == 1 and interrupted[0]["resolved"].startswith("finished"), ps.stdout
+    again = inspect(name)
+    assert again is not None and again["State"]["Running"]
+    assert _complete(port).status_code == 200
+    records = Path(os.environ["INSTINCT_DATA_DIR"]) / "intents"
+    assert not records.is_dir() or not list(records.glob(f"{name}.*"))

@@ -316,11 +316,12 @@ def change(
     clear(host, intent)
 
 
-def replacing(host: Host, plan: LaunchPlan, removed: str, device_root: str = "") -> None:
-    """``serve --replace`` is about to remove the running ``removed`` for ``plan``: the
-    record stays until ``plan`` is proven (``settled``) or its serve reports a failure."""
+def replacing(host: Host, plan: LaunchPlan, removed: str, device_root: str = "") -> Intent:
+    """``serve --replace`` (or ``watch``'s relaunch) is about to remove ``removed`` for
+    ``plan``: the record stays until ``plan`` is proven (``settled``) or its serve reports
+    a failure."""
     extra = {"removed": removed, **({"device_root": device_root} if device_root else {})}
-    begin(host, "replace", plan.container_name, step="replacing", new=plan, extra=extra)
+    return begin(host, "replace", plan.container_name, step="replacing", new=plan, extra=extra)
 
 
 def settled(host: Host, plan: LaunchPlan) -> None:

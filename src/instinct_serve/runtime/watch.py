@@ -31,7 +31,7 @@ from typing import Any, Literal
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
-from instinct_serve.runtime import journal, plans, verified
+from instinct_serve.runtime import intent, journal, plans, verified
 from instinct_serve.runtime.backend import Backend, Target
 from instinct_serve.runtime.secret_env import inherit
 from instinct_serve.runtime.settings import ServeSettings
@@ -262,7 +262,6 @@ class Watcher:
         """Gone, or being replaced? A serve that replaces an endpoint (``--replace``,
         ``--upgrade``, ``rollback``) removes it and launches its successor under the host's
         launch lock: once the lock is free, the successor is there if there is one."""
-        from instinct_serve.runtime import intent
         from instinct_serve.runtime.lock import HostLock
 
         deadline = time.monotonic() + self.settings.startup_s
@@ -326,11 +325,16 @@ class Watcher:
         memory.last_restart_at = time.monotonic()
         started = time.monotonic()
         deployer = self._deployer(target)
+        # a kill from here on leaves a record the next command settles (relaunches the plan)
+        root = str(getattr(self.backend, "device_root", "") or "")
+        change = intent.replacing(self.host, deployer.plan, target.name, root)
         crashed = self._keep_crashed(target)
         try:
             outcome = deployer.restart(target.handle, keep=crashed is not None)
         finally:
             deployer.close()
+        if outcome.status not in ("ready", "reused"):
+            intent.clear(self.host, change)  # a failure reported: not one to finish later
         if crashed is not None:
             self._after_crashed(crashed, outcome.status in ("ready", "reused"))
         diagnosis = deployer.last_diagnosis
