@@ -384,3 +384,62 @@ def test_a_spare_port_taken_before_a_rolled_replica_starts_is_passed_over(
         assert httpx.get(f"http://127.0.0.1:{member_port}/health", timeout=5).status_code == 200
     through = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
     assert through.status_code == 200
+
+
+def test_a_roll_killed_midway_is_undone_by_the_next_command(
+    serve: Serve, router_test_image: TestImage
+) -> None:
+    """``kill -9`` of a rolling upgrade once its second replica is being replaced (the
+    first slot already new, the second empty): the next ``ps`` names the interrupted
+    upgrade and serves the old plan whole again (the GPUs hold one plan only); the router
+    answers, every old replica runs its old image, no new replica is left running."""
+    import signal
+    import subprocess
+
+    from tests.serve.conftest import CLI
+
+    port, name = free_port_run(REPLICAS + 1), serve.name("grkill")
+    old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
+    new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
+    serve.names.extend(old_names + new_names)
+    group = ["--gpu-count", str(REPLICAS), "--replicas", str(REPLICAS)]
+    group += ["--router-image", router_test_image.tag]
+    old_image = serve.double(load_s=0.5, VLLM_DOUBLE_BIND="late")
+    first = serve(*group, image=old_image, name=name, port=port)
+    assert first.returncode == 0, first.explain()
+    new_image = serve.double(load_s=0.5, VLLM_DOUBLE_BIND="late", VLLM_DOUBLE_SALAD="repeat")
+    argv = serve.args("--upgrade", *group, image=new_image, name=name, port=port)
+    proc = subprocess.Popen([*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    killed = False
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:  # bounded by serve's own --timeout
+            line = raw.decode(errors="replace")
+            if line.startswith("{") and "replica 1: " in json.loads(line).get("message", ""):
+                proc.send_signal(signal.SIGKILL)
+                killed = True
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert killed, "the upgrade never reached its second replica"
+    ps = run_cli(["ps", "--json", "--no-health"], timeout=180)
+    assert ps.returncode == 0, ps.explain()
+    interrupted = [i for i in json.loads(ps.stdout).get("interrupted", []) if i["name"] == name]
+    assert len(interrupted) == 1, ps.stdout
+    assert interrupted[0]["resolved"].startswith("undone"), interrupted
+    for member in old_names:
+        info = inspect(member)
+        assert info is not None and info["State"]["Running"], member
+        assert info["Config"]["Image"] == old_image
+    for member in new_names:
+        info = inspect(member)
+        assert info is None or not info["State"]["Running"], member
+    response = httpx.post(
+        f"http://127.0.0.1:{port}/v1/completions",
+        json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 4},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    records = Path(os.environ["INSTINCT_DATA_DIR"]) / "intents"
+    assert not records.is_dir() or not list(records.glob(f"{name}.*"))

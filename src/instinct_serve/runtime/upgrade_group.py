@@ -453,12 +453,25 @@ def _roll(
     )
     roller = _Roller(host, old_plan, settings, sink, gfx, device_root)
     started = time.monotonic()
-    for index in range(len(cand.group.members)):
-        failed = roller.replace(index, cand, spare=True)
-        if failed is not None:
-            return _roll_back(roller, index, failed, old_plan, name)
-    roller.route(cand)
-    plans.save(host, cand, last_good=old_plan)
+    old_names = {m.name for m in old_plan.group.members}
+    with intent.change(  # a kill mid-roll: the next command puts the old plan back whole
+        host,
+        "upgrade" if kind == "upgraded" else "rollback",
+        name,
+        step="rolling",
+        old=old_plan,
+        new=cand,
+        candidates=[m.name for m in cand.group.members if m.name not in old_names],
+        extra={"group": True, "rolling": True},
+        device_root=device_root,
+        settle=lambda change: settle_group(host, change),
+    ):
+        for index in range(len(cand.group.members)):
+            failed = roller.replace(index, cand, spare=True)
+            if failed is not None:
+                return _roll_back(roller, index, failed, old_plan, name)
+        roller.route(cand)
+        plans.save(host, cand, last_good=old_plan)
     roll_s = round(time.monotonic() - started, 3)
     outcome = _settled(host, cand, settings, sink, gfx, device_root, "moved")
     outcome.status = "ready"
@@ -549,6 +562,8 @@ def settle_group(host: Host, change: intent.Intent) -> str:
     (``runtime.recover``): what was done."""
     old, new, name = change.old, change.new, change.name
     assert old is not None and new is not None and old.group and new.group
+    if change.extra.get("rolling") and change.step == "rolling":
+        return _unroll(host, change, old)
     docker = Docker(host)
     old_names = [m.name for m in old.group.members]
     new_names = [m.name for m in new.group.members]
@@ -571,3 +586,25 @@ def settle_group(host: Host, change: intent.Intent) -> str:
     plans.save(host, new, last_good=old)
     remove_replicas(docker, old_only)
     return f"finished: {name} routes to {', '.join(new_names)}; the old plan is the last good"
+
+
+def _unroll(host: Host, change: intent.Intent, old: LaunchPlan) -> str:
+    """A roll cut short: its slots hold old and new replicas, some maybe none, and the GPUs
+    hold one plan only. The old plan is served whole again (``GroupDeployer`` with
+    ``replace``: the new replicas go first, the running old ones are reused, the missing
+    ones relaunched, the router pointed at them) and recorded as current."""
+    from instinct_serve.runtime.deploying import deploy_to_end
+    from instinct_serve.runtime.group import GroupDeployer
+    from instinct_serve.runtime.upgrade import device_root
+
+    assert old.group is not None
+    root = device_root(change)
+    outcome = deploy_to_end(GroupDeployer(host, old, ServeSettings(replace=True), device_root=root))
+    if not outcome.ok:
+        raise InstinctError(
+            f"the group {change.name} could not be put back on its old plan: {outcome.status}",
+            fix=f"`instinct ps`, `instinct logs {change.name}`; serve it again with --replace",
+            id="recovery_failed",
+        )
+    plans.save(host, old, last_good=change.old_last_good)
+    return f"undone: {change.name} serves its old plan again ({len(old.group.members)} replicas)"
