@@ -44,6 +44,7 @@ class Campaign:
     lost: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     named: int = 0  # kills after which ps named an interrupted change
+    steps: set[str] = field(default_factory=set)  # the steps the interrupted changes were at
     started: float = field(default_factory=time.monotonic)
     run_s: float = KILL_RUN_S  # the bound of one run of the change, and of a settle
     answer_s: float = 30.0  # how long the endpoint has to answer after a settle
@@ -52,7 +53,8 @@ class Campaign:
         return (
             f"\nkill campaign {self.change}: {self.kills} steps killed, endpoints lost "
             f"{len(self.lost)}, orphans {len(self.orphans)}, interrupted changes named and "
-            f"settled {self.named}, {time.monotonic() - self.started:.1f} s"
+            f"settled {self.named} (at steps {', '.join(sorted(self.steps)) or '-'}), "
+            f"{time.monotonic() - self.started:.1f} s"
         )
 
 
@@ -140,6 +142,7 @@ def settle_and_check(
         doc = outcome.doc
     for found in doc.get("interrupted", []):
         campaign.named += 1
+        campaign.steps.add(str(found.get("step")))
         assert found["resolved"] and found["resolved"] != "in progress", found
         assert found["name"].startswith(name), found
     step = f"kill {campaign.kills}"

@@ -305,6 +305,7 @@ def _switch(
         final.notes.append(f"rolled back to the old plan: {back}")
         return final
     change.advance("switched")
+    sink(Note(message=f"{name} serves the new plan on port {plan.port}: removing the old one"))
     finish_switch(host, change, downtime_s=clock.downtime_s)
     final.notes.append(
         f"switched over: {name} was down {clock.downtime_s} s (old stopped → new healthy); "
