@@ -32,6 +32,7 @@ from instinct_serve.gather.recipes_cache import write_cache
 from instinct_serve.gather.recipes_sync import SyncError, sync
 from instinct_serve.options import PlanOptions
 from tests.catalog.conftest import CorpusRepo
+from tests.infra.cli import run_instinct
 
 QWEN_397B = "Qwen/Qwen3.5-397B-A17B-FP8"
 BAD_IMAGE = "vllm/vllm-openai-rocm:v0.26.0"  # vllm#51580: NaN logits on gfx942
@@ -244,3 +245,17 @@ def test_recipes_sync_updates_the_table(corpus_repo: CorpusRepo, hub: HTTPServer
     with pytest.raises(SyncError) as failed:
         sync(repo_url=corpus_repo.url, hub_url=hub.url_for("/"))
     assert failed.value.id == "stacks_invalid" and Path(cache_path()).read_bytes() == before
+
+
+def test_the_cli_refuses_with_the_id_and_force_plans() -> None:
+    args = ["plan", QWEN_397B, "--gpu", "mi325x", "--image", BAD_IMAGE, "--json"]
+    refused = run_instinct(args, timeout=120)
+    assert refused.returncode == 1, refused.stderr
+    error = json.loads(refused.stdout)["error"]
+    assert error["id"] == "known_bad_stack" and "--force" in error["fix"]
+    assert error["details"]["stack"]["id"] == "vllm-51580-aiter-moe-nan-gfx942"
+    forced = run_instinct([*args, "--force"], timeout=120)
+    assert forced.returncode == 0, forced.stderr
+    doc = json.loads(forced.stdout)
+    assert doc["image"] == BAD_IMAGE
+    assert any(r["item"] == "forced past known_bad_stack" for r in doc["reasons"])
