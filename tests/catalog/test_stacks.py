@@ -34,6 +34,8 @@ from instinct_serve.options import PlanOptions
 from tests.catalog.conftest import CorpusRepo
 from tests.infra.cli import run_instinct
 
+PUBLIC_LOGS = Path(__file__).parents[1] / "fixtures" / "logs" / "public"
+
 QWEN_397B = "Qwen/Qwen3.5-397B-A17B-FP8"
 BAD_IMAGE = "vllm/vllm-openai-rocm:v0.26.0"  # vllm#51580: NaN logits on gfx942
 GOOD_IMAGE = "vllm/vllm-openai-rocm:nightly-f8d03e77416bf90c49acbe50e233275722f02c4b"
@@ -216,12 +218,15 @@ def _newer_table() -> dict[str, Any]:
             "symptom": "A row that only the synced table has, to see sync deliver it.",
             "fix": "Serve it on another GPU for this test.",
             "source": "https://github.com/vllm-project/vllm/issues/51580",
+            "log_pattern": "MARKER-ONLY-IN-THE-SYNCED-TABLE",
         }
     )
     return doc
 
 
 def test_recipes_sync_updates_the_table(corpus_repo: CorpusRepo, hub: HTTPServer) -> None:
+    log = "ERROR MARKER-ONLY-IN-THE-SYNCED-TABLE\n"
+    assert _stack_finding(log, gfx="gfx942", model="Qwen/Qwen3-8B") is None
     report = sync(repo_url=corpus_repo.url, hub_url=hub.url_for("/"))
     assert report.details["validated_stacks"] is None  # upstream carries none
     assert table_for(load_catalog()).revision == load_stacks().revision
@@ -236,6 +241,10 @@ def test_recipes_sync_updates_the_table(corpus_repo: CorpusRepo, hub: HTTPServer
     with pytest.raises(InstinctError) as info:
         plan(model="Qwen/Qwen3-8B", gpu="mi300x", gpu_count=1)
     assert info.value.id == "known_bad_stack" and "test-qwen3-8b" in info.value.message
+    # diagnose reads the same table
+    log = "ERROR MARKER-ONLY-IN-THE-SYNCED-TABLE\n"
+    cited = _stack_finding(log, gfx="gfx942", model="Qwen/Qwen3-8B")
+    assert cited is not None and cited.details["stack"]["id"] == "test-qwen3-8b-refused-on-gfx942"
 
     # a broken table upstream fails the sync and leaves the cache as it was
     before = Path(cache_path()).read_bytes()
@@ -259,3 +268,29 @@ def test_the_cli_refuses_with_the_id_and_force_plans() -> None:
     doc = json.loads(forced.stdout)
     assert doc["image"] == BAD_IMAGE
     assert any(r["item"] == "forced past known_bad_stack" for r in doc["reasons"])
+
+
+@pytest.mark.parametrize(
+    ("log", "model", "finding"),
+    [
+        (
+            "06_rocm_attn_illegal_address_full_graph_capture_llama3.2-1b.log",
+            "meta-llama/Llama-3.2-1B-Instruct",
+            "attn_full_graph_capture_fault",
+        ),
+        (
+            "07_triton_attn_full_graph_capture_memory_fault_step3.5_tp4.log",
+            "stepfun-ai/Step-3.5-Flash",
+            "attn_full_graph_capture_fault",
+        ),
+    ],
+)
+def test_a_row_never_displaces_the_rule_that_explains_its_log(
+    log: str, model: str, finding: str
+) -> None:
+    """The issues of these public logs are rows too (for plan); their own rule, which cites
+    the same issue with its retry, stays the primary finding and no row is cited twice."""
+    text = (PUBLIC_LOGS / log).read_text(encoding="utf-8")
+    found = diagnose(text, DiagnoseContext(model=model))
+    assert found.primary is not None and found.primary.id == finding
+    assert found.get("known_bad_stack") is None

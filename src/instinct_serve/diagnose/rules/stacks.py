@@ -2,13 +2,14 @@
 (``catalog.stacks``, ``data/validated_stacks.json``), cited with the row's public source
 and fix. A row applies only where what is known of the launch (gfx, model, image or vLLM
 version, environment, flags) is in its scope, so a generic line such as "Memory access
-fault" cites a row only for the model and GPU it was reported on."""
+fault" cites a row only for the model and GPU it was reported on. The table is the one
+plans use (``catalog.stacks.table_for``: a newer synced table, else the shipped one)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from instinct_serve.catalog.stacks import Launch, StackRow, load_stacks
+from instinct_serve.catalog.stacks import Launch, StackRow, StackTable, table_for
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.registry import Rule, words
 from instinct_serve.diagnose.rules.common import at_hit, gfx_of
@@ -56,9 +57,16 @@ def build_known_bad_stack(ctx: DiagnoseContext, row: StackRow | None = None, **a
     )
 
 
+def _table() -> StackTable:
+    """The table plans use: the synced one in the recipes cache when newer, else shipped."""
+    from instinct_serve.catalog.store import load_catalog
+
+    return table_for(load_catalog())
+
+
 def _known_bad(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     launch = _launch(ctx)
-    for row, pattern in load_stacks().with_logs():
+    for row, pattern in _table().with_logs():
         if not row.known_bad or not row.matches(launch):
             continue
         hit, count = scan.first(pattern, errorish=False, search=True)
