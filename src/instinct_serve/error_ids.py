@@ -480,6 +480,11 @@ ERRORS: dict[str, ErrorId] = {
         "run `instinct recipes sync` for the newest vllm/vllm-openai-rocm release, or pass a "
         "newer image (e.g. vllm/vllm-openai-rocm:nightly)",
     ),
+    "known_bad_stack": ErrorId(
+        FAILED,
+        "apply the fix the refusal names (its source is a public issue), use the known-good "
+        "image it names (--image), or --force to launch anyway",
+    ),
     "needs_nightly": ErrorId(
         FAILED, "pass a nightly image (--image vllm/vllm-openai-rocm:nightly), or --force"
     ),
@@ -531,6 +536,9 @@ ERRORS: dict[str, ErrorId] = {
     "router_unhealthy": ErrorId(FAILED, "read its log: `instinct logs ROUTER`", (NOT_READY,)),
     "scrape_failed": ErrorId(
         FAILED, "a vLLM still loading answers 503; wait for `instinct ps` to say healthy"
+    ),
+    "stacks_invalid": ErrorId(
+        FAILED, "fix validated_stacks.json in the synced repository (catalog.schema.StacksDoc)"
     ),
     "sync_empty": ErrorId(FAILED, "check --repo-url / --api-url"),
     "too_tight": ErrorId(

@@ -7,7 +7,10 @@ Data
       ``vllm/vllm-openai-rocm`` release from Docker Hub);
     * ``data/gpu_overrides.json``: our reviewed Instinct facts (docker flags, env per gfx,
       model overrides, workarounds, precision support, legacy models);
-    * ``data/blacklist.json``: models that are not LLM endpoints, with an alternative.
+    * ``data/blacklist.json``: models that are not LLM endpoints, with an alternative;
+    * ``data/validated_stacks.json``: known-good/known-bad image x gfx x model (or feature)
+      stacks, each from a public issue (``catalog.stacks``; a synced repository's newer
+      table replaces it through the cache).
 
 API for the planner (all pure over loaded data; only ``load_catalog`` reads files)::
 

@@ -393,3 +393,73 @@ def validate_blacklist(data: Any) -> BlacklistDoc:
         if entry.category not in doc.categories:
             raise ValueError(f"blacklist entry {key!r}: unknown category {entry.category!r}")
     return doc
+
+
+# --------------------------------------------------------------- validated_stacks.json
+
+_URL = r"^https://github\.com/[\w.\-]+/[\w.\-]+/(issues|pull)/\d+$"
+_VERSION = r"^\d+(\.\d+){0,3}$"
+_GFX_RE = r"^gfx[0-9a-f]{3,4}$"
+
+
+class StackRowDoc(BaseModel):
+    """One row of the validated-stack table (``catalog.stacks`` says how it matches)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$")
+    verdict: str = Field(pattern=r"^(known_bad|known_good)$")
+    plan: str | None = Field(default=None, pattern=r"^(refuse|warn|cite)$")
+    image: str | None = None
+    images: list[str] = Field(default_factory=list)
+    vllm_min: str | None = Field(default=None, pattern=_VERSION)
+    vllm_max: str | None = Field(default=None, pattern=_VERSION)
+    rocm_min: str | None = Field(default=None, pattern=_VERSION)
+    rocm_max: str | None = Field(default=None, pattern=_VERSION)
+    gfx: list[Annotated[str, Field(pattern=_GFX_RE)]] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+    feature: str = Field(min_length=3)
+    when_env: dict[str, str] = Field(default_factory=dict)
+    unless_env: CheckedEnv = Field(default_factory=dict)
+    when_args: list[Annotated[str, Field(pattern=r"^--[\w\-]+$")]] = Field(default_factory=list)
+    unless_args: list[Annotated[str, Field(pattern=r"^--[\w\-]+$")]] = Field(default_factory=list)
+    symptom: str = Field(min_length=20)
+    log_pattern: str | None = None
+    fix: str
+    fix_env: CheckedEnv = Field(default_factory=dict)
+    fix_args: list[str] = Field(default_factory=list)
+    source: str = Field(pattern=_URL)
+    see_also: list[Annotated[str, Field(pattern=r"^https://")]] = Field(default_factory=list)
+    verified: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$")
+
+    @field_validator("log_pattern")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            re.compile(value)
+        return value
+
+
+class StacksDoc(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    about: str = Field(alias="_about")
+    schema_version: int = Field(ge=1, le=1)
+    revision: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    rows: list[StackRowDoc] = Field(min_length=1)
+
+
+def validate_stacks(data: Any) -> StacksDoc:
+    """The table, checked: ids unique; a known_bad row says what a plan does and how to fix
+    it; a known_good row names one image with a stated tag."""
+    doc = StacksDoc.model_validate(data)
+    seen: set[str] = set()
+    for row in doc.rows:
+        if row.id in seen:
+            raise ValueError(f"validated stack {row.id!r} appears twice")
+        seen.add(row.id)
+        if row.verdict == "known_bad" and (row.plan is None or len(row.fix) < 10):
+            raise ValueError(f"known_bad stack {row.id!r} needs 'plan' and a 'fix'")
+        if row.verdict == "known_good" and (not row.image or ":" not in row.image):
+            raise ValueError(f"known_good stack {row.id!r} needs an 'image' with a tag")
+    return doc

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from instinct_serve.hosts import Host
     from instinct_serve.plan.constraints import Shape
     from instinct_serve.plan.refusals import Refusal
+    from instinct_serve.plan.stacks import StackCheck
 
 
 # Used only if a synced cache has no resolved tag (Docker Hub was unreachable during sync).
@@ -567,6 +568,28 @@ def _refusals(opts: PlanOptions, base: Setting, chosen: _Chosen, image: str) -> 
     )
 
 
+def _stack_check(
+    opts: PlanOptions, base: Setting, chosen: _Chosen, image: str, reason: str
+) -> StackCheck:
+    """The validated-stack table on this launch (``plan.stacks``): refusals, warnings, and
+    the newest known-good image in place of a refused default."""
+    from instinct_serve.catalog.stacks import Launch, table_for
+    from instinct_serve.plan.stacks import check_stack
+
+    launch = Launch(
+        image=image,
+        gfx=base.gfx_cfg.gfx,
+        model_ids=(chosen.variant.model_id, base.match.model_id, opts.model),
+        env=chosen.ctx.env,
+        args=chosen.ctx.launch_args,
+    )
+    check = check_stack(
+        table_for(base.catalog), launch, pinned=bool(opts.image or chosen.amd.image)
+    )
+    check.image_reason = check.image_reason or reason
+    return check
+
+
 def _inputs(
     opts: PlanOptions, base: Setting, chosen: _Chosen, on_cpu: bool, host: Host | None
 ) -> PlanInputs:
@@ -583,12 +606,13 @@ def _inputs(
         chosen.amd,
         chosen.ctx,
     )
-    image, image_reason = _image(opts, amd, base.catalog)
+    stack = _stack_check(opts, base, chosen, *_image(opts, amd, base.catalog))
+    image, image_reason = stack.image, stack.image_reason or ""
     image_problem = vllm_gate(match, image)
     version = image_version(image)
     if version:
         ctx.vllm_version = ".".join(str(p) for p in version)
-    found_refusals = _refusals(opts, base, chosen, image)
+    found_refusals = [*_refusals(opts, base, chosen, image), *stack.refusals]
     # TP: from the objective, the fits at each TP, the recipe, the kernel constraints; on
     # partitions (CPX...) the recipe's per-GPU TP, stated for whole GPUs, does not apply
     where = layout(inv)
@@ -630,7 +654,7 @@ def _inputs(
         refusals=found_refusals,
         alternatives=alternatives,
         image_problem=image_problem,
-        warnings=base.warnings,
+        warnings=[*base.warnings, *stack.warnings],
         tool_version=__version__,
         env_reasons=_env_reasons(base.gfx_cfg, variant.model_id, match),
         partitions=where if inv.gpus else None,

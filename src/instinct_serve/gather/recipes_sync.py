@@ -18,6 +18,7 @@ from typing import Any
 
 from instinct_serve.catalog.hub import ROCM_REPOSITORY
 from instinct_serve.catalog.parse import ParseResult, RecipeFileError
+from instinct_serve.catalog.stacks import CACHE_KEY as STACKS_CACHE_KEY
 from instinct_serve.catalog.store import cache_document, cache_path, parse_time
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.gather.docker_hub import DEFAULT_HUB_URL
@@ -130,12 +131,49 @@ def _git_recipes(repo_url: str, host: Host | None) -> tuple[ParseResult, dict[st
             f"{repo_url} is not a recipes repository ({exc})", fix="check --repo-url"
         ) from exc
     return parsed, {
+        "validated_stacks": _repo_stacks(co.path, repo_url),
         "commit": co.commit,
         "commit_date": co.commit_date,
         "git_action": co.action,
         "git_s": git_s,
         "parse_s": parse_s,
     }
+
+
+def _repo_stacks(path: Path, repo_url: str) -> dict[str, Any] | None:
+    """The validated-stack table at the root of the synced repository, checked; None when
+    the repository has none (upstream's recipes do not: a fork or mirror may carry one)."""
+    from pydantic import ValidationError
+
+    from instinct_serve.catalog.schema import validate_stacks
+    from instinct_serve.catalog.stacks import STACKS_FILE
+
+    file = path / STACKS_FILE
+    if not file.is_file():
+        return None
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+        validate_stacks(doc)
+    except (OSError, ValueError, ValidationError) as exc:
+        raise InstinctError(
+            f"{repo_url}: {STACKS_FILE} is not a valid validated-stack table ({exc})",
+            fix=f"fix {STACKS_FILE} in that repository (schema: catalog.schema.StacksDoc)",
+            id="stacks_invalid",
+        ) from exc
+    return dict(doc)
+
+
+def _extra(parsed: ParseResult, stacks: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The cache document's keys beyond the recipes: upstream's strategies, and the
+    validated-stack table the repository carries (``catalog.stacks.table_for``)."""
+    extra: dict[str, Any] = {"strategies": parsed.strategies} if parsed.strategies else {}
+    if stacks is not None:
+        extra[STACKS_CACHE_KEY] = stacks
+    return extra or None
+
+
+def _stacks_summary(stacks: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {"revision": stacks["revision"], "rows": len(stacks["rows"])} if stacks else None
 
 
 def _source_recipes(
@@ -197,6 +235,7 @@ def sync(
             id="sync_empty",
         )
     fetched_at = _now()
+    stacks = info.pop("validated_stacks", None)
     doc = cache_document(
         source=source,
         fetched_at=fetched_at,
@@ -207,7 +246,7 @@ def sync(
         recipes={k: (v.source_path, v.data) for k, v in parsed.recipes.items()},
         skipped=[s.to_dict() for s in parsed.skipped],
         rendered=rendered,
-        extra={"strategies": parsed.strategies} if parsed.strategies else None,
+        extra=_extra(parsed, stacks),
     )
     written, write_s = _write(doc)
     timings = {k: v for k, v in info.items() if k.endswith("_s")}
@@ -216,6 +255,7 @@ def sync(
     details = {k: v for k, v in info.items() if not k.endswith("_s")}
     details["hub"] = image.to_dict()
     details["amd_rendered"] = len(rendered)
+    details["validated_stacks"] = _stacks_summary(stacks)
     return SyncReport(
         source=source,
         source_url=source_url,

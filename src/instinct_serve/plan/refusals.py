@@ -1,5 +1,6 @@
 """Plans that must not launch, found before a byte is downloaded: weights with no kernel on
-this GPU, a GPU the recipe marks unsupported, a recipe that needs a nightly vLLM.
+this GPU, a GPU the recipe marks unsupported, a recipe that needs a nightly vLLM, a
+known-bad stack of the validated-stack table (``plan.stacks``).
 
 Each rule has a stable id, says what to do instead (another variant, the nightly tag), and
 cites where the fact comes from. ``--force`` turns a refusal into a warning. Pure.
@@ -23,6 +24,7 @@ PRIORITY = (
     "gpu_unsupported_by_recipe",
     "unsupported_quantization",
     "needs_nightly",
+    "known_bad_stack",
 )
 PRECISION_SOURCE = "data/gpu_overrides.json precision table for {gfx}"
 

@@ -25,6 +25,7 @@ from instinct_serve.diagnose.rules import (
     model_config,
     process,
     signals,
+    stacks,
 )
 
 # Every known failure, registered once. The order is the order symptoms are tried in (the
@@ -52,6 +53,7 @@ ORDER: tuple[str, ...] = (
     "aiter_mla_unsupported_heads",
     "dsv4_sparse_mla_warmup_segfault",
     "nccl_proxy_segfault",
+    "known_bad_stack",
     "attn_full_graph_capture_fault",
     "graph_replay_crash",
     "graph_capture_failed",
@@ -89,6 +91,7 @@ _FAMILY_RULES = (
     *host.RULES,
     *process.RULES,
     *signals.RULES,
+    *stacks.RULES,
 )
 REGISTRY = Registry(in_order(ORDER, _FAMILY_RULES))
 
