@@ -182,3 +182,21 @@ def test_cache_rules(tmp_path: Path) -> None:
     assert refs.source == "snapshot" and "unreadable" in warnings[0]
     with pytest.raises(ValueError):
         references_from_doc({"schema": 2}, "x")
+
+
+def test_reference_import_cli(tmp_path: Path) -> None:
+    """An InferenceX checkout imported over the snapshot; a directory without one refused."""
+    from tests.infra.build_reference_snapshot import default_root
+    from tests.infra.cli import run_instinct
+
+    bad = run_instinct(["recipes", "reference-import", str(tmp_path), "--json"])
+    assert bad.returncode == 2 and "amd-master.yaml" in bad.stdout
+    root = default_root()
+    if root is None:
+        pytest.skip("the shared InferenceX directory is not on this machine")
+    done = run_instinct(["recipes", "reference-import", str(root), "--json"])
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["configs"] == 176 and doc["source_commit"].startswith("843c6254")
+    refs, warnings = gather_reference.load_references()
+    assert refs.source == "import" and warnings == ()

@@ -68,8 +68,11 @@ def build_references(root: Path, *, source: str = "snapshot") -> dict[str, Any]:
 
     configs: list[ReferenceConfig] = []
     for path in master_files(root):
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         rel = path.relative_to(root).as_posix()
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{rel}: not YAML ({exc})") from None
         configs.extend(_with_script(c, root) for c in parse_master(doc, rel))
     commit, date = None, None
     with contextlib.suppress(OSError):
@@ -122,9 +125,11 @@ def load_references() -> tuple[References, tuple[str, ...]]:
     """The synced copy when there is one, else the shipped snapshot; and the warnings."""
     path = cache_path()
     try:
-        mtime = os.stat(path).st_mtime_ns
-    except OSError:
+        mtime: int | None = os.stat(path).st_mtime_ns
+    except FileNotFoundError:
         mtime = None
+    except OSError:
+        mtime = -1  # there, but not statable: read (and warned about) as unreadable
     return _load(path, mtime)
 
 
@@ -132,9 +137,10 @@ def load_references() -> tuple[References, tuple[str, ...]]:
 def _load(path: str, mtime: int | None) -> tuple[References, tuple[str, ...]]:
     if mtime is None:
         return load_snapshot(), ()
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return references_from_doc(json.load(fh), path), ()
+    from instinct_serve.paths import read_regular
+
+    try:  # a FIFO, a device, a link loop, an oversized file: OSError (paths.read_regular)
+        return references_from_doc(json.loads(read_regular(path)), path), ()
     except (OSError, ValueError, TypeError, KeyError) as exc:
         return load_snapshot(), (
             f"the synced AMD reference configs at {path} are unreadable ({exc}); using the "
