@@ -114,3 +114,15 @@ def test_list_shows_the_reference_rows() -> None:
     rows = {(r["config"], r["parallel"]) for r in listing["references"]}
     assert ("minimaxm2.5-fp8-mi325x-vllm", "TP 2") in rows
     assert ("minimaxm2.5-fp8-mi325x-vllm", "TP 8 EP 8") in rows
+
+
+def test_fewer_gpus_than_the_reference_tp_is_said() -> None:
+    """Kimi-K2.5 on 4 MI300X: AMD runs kimik2.5-int4-mi300x-vllm at TP 8 only; its flags are
+    followed, its TP is not, and the plan says so."""
+    p = plan("moonshotai/Kimi-K2.5", "mi300x", gpu_count=4)
+    assert p.tensor_parallel_size <= 4
+    assert vllm_args.value(p.vllm_args, "--mm-encoder-tp-mode") == "data"
+    assert (
+        "AMD's reference config kimik2.5-int4-mi300x-vllm runs at TP 8, more GPUs than this "
+        "plan has: its flags are followed, its TP is not"
+    ) in p.warnings
