@@ -266,8 +266,17 @@ def _assignments(lines: list[str]) -> _Assignments:
 
 
 def _serve_text(lines: list[str]) -> str | None:
+    """The ``vllm serve`` command: its backslash-continued lines, or the body of the bash
+    array it opens (``VLLM_CMD=(`` ... ``)``)."""
     for i, raw in enumerate(lines):
         if raw.strip().startswith("vllm serve"):
+            if i and lines[i - 1].rstrip().endswith("=("):
+                body = []
+                for line in lines[i:]:
+                    if line.strip() == ")":
+                        break
+                    body.append(line.strip())
+                return " ".join(body)
             parts = []
             for line in lines[i:]:
                 stripped = line.rstrip()
