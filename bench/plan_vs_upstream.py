@@ -68,6 +68,7 @@ ALIASES = {
     "-pp": "--pipeline-parallel-size",
     "-q": "--quantization",
 }
+REFERENCE_SOURCE = "AMD reference "  # plan.reference: AMD's own launch wins over the recipe
 OURS, SCOPE, UPSTREAM, DEFECT, UNEXPLAINED = "ours", "scope", "upstream", "defect", "unexplained"
 KINDS = {
     OURS: "a deliberate choice of our data or planner (its reason quoted)",
@@ -102,6 +103,8 @@ class Ours:
     error_id: str | None = None
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # flag or variable -> why, for what AMD's reference config decided (plan.reference)
+    reference: dict[str, str] = field(default_factory=dict)
 
 
 PlanFn = Callable[..., Ours]
@@ -136,6 +139,11 @@ def load_planner() -> PlanFn:
         )
         for reason in p.reasons:
             item = reason.item
+            if reason.source.startswith(REFERENCE_SOURCE):
+                key = item.split(" ", 1)[0].split("=", 1)[0]
+                ours.reference[normal_flag(key) if key.startswith("-") else key] = (
+                    f"{reason.source}: {reason.why}"
+                )
             if item.startswith("-"):
                 flag = normal_flag(item.split(" ", 1)[0].split("=", 1)[0])
                 ours.arg_sources.setdefault(flag, reason.source)
@@ -590,6 +598,10 @@ def _tp_difference(r: Rendering, ours: Ours) -> Difference | None:
     up = r.tp if r.tp is not None else r.dp
     if up == ours.tp:
         return None
+    if ours.tp_reason.startswith("AMD's reference config"):
+        return _diff(
+            "tp", "tensor_parallel_size", up, ours.tp, OURS, "amd_reference_config", ours.tp_reason
+        )
     if not _same_model(ours.model, r.model_id):
         return _diff(
             "tp",
@@ -764,6 +776,8 @@ def _classify_flag(
     def d(kind: str, cat: str, why: str) -> Difference:
         return _diff("flag", name, up, mine, kind, cat, why)
 
+    if name in ours.reference:
+        return d(OURS, "amd_reference_config", ours.reference[name])
     if our_src and our_src in ours.override_reasons:
         return d(OURS, "our_model_override", ours.override_reasons[our_src])
     if mine is None and name in ours.removed:
@@ -810,7 +824,9 @@ def _env_differences(r: Rendering, ours: Ours) -> list[Difference]:
         def d(kind: str, cat: str, why: str, key: str = key, a: Any = a, b: Any = b) -> Difference:
             return _diff("env", key, a, b, kind, cat, why)
 
-        if our_src and our_src in ours.override_reasons:
+        if key in ours.reference:
+            out.append(d(OURS, "amd_reference_config", ours.reference[key]))
+        elif our_src and our_src in ours.override_reasons:
             out.append(d(OURS, "our_model_override", ours.override_reasons[our_src]))
         elif a is None and our_src and our_src.startswith("gpu env_defaults"):
             out.append(d(OURS, "our_gfx_env_default", ours.env_reasons.get(key, our_src)))

@@ -60,7 +60,7 @@ class Endpoint:
         return run.returncode, doc
 
 
-def serve_double(tmp: Path, name: str, env: Mapping[str, str]) -> Endpoint:
+def serve_double(tmp: Path, name: str, env: Mapping[str, str], model: str = MODEL) -> Endpoint:
     exe = install_fake_vllm(tmp / "bin")
     root = tmp / "gpu-root"
     build_gpu_root(root)
@@ -73,7 +73,7 @@ def serve_double(tmp: Path, name: str, env: Mapping[str, str]) -> Endpoint:
     }
     port = free_port()
     endpoint = Endpoint(name, port, "", base, tmp / "data")
-    argv = ["serve", MODEL, "--engine", "native", "--gpu", "mi300x", "--gpus", "1"]
+    argv = ["serve", model, "--engine", "native", "--gpu", "mi300x", "--gpus", "1"]
     argv += ["--port", str(port), "--name", name, "--root", str(root), "--timeout", "60"]
     run = run_cli([*argv, "--yes", "--json"], env=endpoint.env())
     assert run.returncode == 0, run.explain()

@@ -45,6 +45,9 @@ def bench() -> None:
     """
 
 
+REFERENCE_POINTS = "reference_points.json"
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -60,6 +63,33 @@ def _step_line(level: int, point: Point | None, error: dict[str, Any] | None) ->
         f"{_fmt(point.request_throughput, 2)} req/s, TTFT p50 {_fmt(ttft.get('p50'))} ms, "
         f"ITL p50 {_fmt(itl.get('p50'))} ms ({point.completed} ok, {point.failed} failed)"
     )
+
+
+def against_reference(run: BenchRun, gpu: str | None, gpus: int | None) -> dict[str, Any]:
+    """The run next to AMD's published points (``observe.reference_points``)."""
+    import json
+
+    from instinct_serve.catalog.overrides import data_text
+    from instinct_serve.observe import reference_points as ref
+
+    points = ref.points_from_doc(json.loads(data_text(REFERENCE_POINTS)))
+    return {
+        "source": f"AMD's published figures ({REFERENCE_POINTS}; each point names its source)",
+        "gpu": gpu,
+        "gpus": gpus,
+        "points": ref.against(run, gpu, gpus, points),
+    }
+
+
+def render_reference(con: Console, doc: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    from instinct_serve.observe.reference_points import describe
+
+    where = f"{doc['gpus'] or '?'}x {str(doc['gpu'] or 'unknown GPU').upper()}"
+    con.print(f"against AMD's published numbers ({where}; {escape(doc['source'])}):")
+    for row in doc["points"]:
+        con.print("  " + escape(describe(row)))
 
 
 def render_run(con: Console, run: BenchRun) -> None:
@@ -145,6 +175,14 @@ def render_run(con: Console, run: BenchRun) -> None:
     default=None,
     help="Environment variable (here) holding the endpoint's API key, if it has one.",
 )
+@click.option(
+    "--gpu",
+    "gpu_name",
+    metavar="GPU",
+    default=None,
+    help="GPU model for the comparison with AMD's published points (mi300x, mi325x, "
+    "mi355x) [default: the endpoint's plan's].",
+)
 @click.option("--no-save", is_flag=True, help="Do not store the run.")
 @host_option
 @json_option
@@ -158,6 +196,7 @@ def run(
     vllm_path: str | None,
     tokenizer: str | None,
     api_key_env: str | None,
+    gpu_name: str | None,
     no_save: bool,
     host_spec: str | None,
     as_json: bool,
@@ -197,7 +236,18 @@ def run(
     )
     if result.points and not no_save:
         runner.save(result)
-    emit(result.to_dict(), as_json, lambda con: render_run(con, result))
+    gpu, gpus = runner.gpu_of_endpoint(host, endpoint)
+    if gpu_name:
+        from instinct_serve.hardware.profiles import get_profile
+
+        gpu = get_profile(gpu_name).key
+    reference = against_reference(result, gpu, gpus)
+
+    def human(con: Console) -> None:
+        render_run(con, result)
+        render_reference(con, reference)
+
+    emit(result.to_dict() | {"reference": reference}, as_json, human)
     return 0 if result.points and not result.errors else 1
 
 

@@ -206,9 +206,32 @@ def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
             )
         if listing.partition_modes:
             _print_modes(con, listing)
+        _print_references(con, listing.references)
 
     emit(listing.to_dict(), as_json, human)
     return 0 if listing.plan_error is None else 1
+
+
+def _print_references(con: Console, rows: list[dict[str, Any]]) -> None:
+    """AMD's reference configs for this model and GPU (InferenceX), one row each."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not rows:
+        return
+    table = Table(title="AMD reference configs (InferenceX)", title_justify="left")
+    for col in ("config", "server", "parallel", "spec", "ISL/OSL", "image"):
+        table.add_column(col, no_wrap=col in ("config", "parallel"))
+    for r in rows:
+        table.add_row(
+            escape(r["config"]),
+            r["server"],
+            r["parallel"],
+            r["speculative"] or "",
+            f"{r['isl']}/{r['osl']}" if r["isl"] else "agentic",
+            escape(r["image"]),
+        )
+    con.print(table)
 
 
 def _print_modes(con: Console, listing: Any) -> None:

@@ -410,3 +410,46 @@ def import_cmd(file: str, as_json: bool) -> int:
     doc = report.to_dict()
     emit(doc, as_json, lambda con: _report_human(con, doc))
     return 0
+
+
+@recipes.command("reference-import")
+@click.argument("directory", type=click.Path(file_okay=False))
+@json_option
+def reference_import_cmd(directory: str, as_json: bool) -> int:
+    """Import AMD's reference configs from an InferenceX checkout (configs/amd-master.yaml,
+    the deprecated AMD files, the single-node launch scripts) over the shipped snapshot."""
+    from pathlib import Path
+
+    from instinct_serve.errors import UsageError
+    from instinct_serve.gather.reference import build_references, write_references
+
+    root = Path(directory)
+    try:
+        if not (root / "configs" / "amd-master.yaml").is_file():
+            raise OSError("no configs/amd-master.yaml")
+        doc = build_references(root, source="import")
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"cannot import AMD reference configs from {directory}: {exc}",
+            fix="pass the root of an InferenceX checkout (or its AMD subset): "
+            "configs/amd-master.yaml and benchmarks/single_node/",
+            id="import_unreadable",
+        ) from None
+    path = write_references(doc)
+    summary = {
+        "path": path,
+        "configs": len(doc["configs"]),
+        "source_commit": doc["source_commit"],
+        "vllm_single_node": sum(
+            1 for c in doc["configs"] if c["framework"] == "vllm" and not c["multinode"]
+        ),
+    }
+    emit(
+        summary,
+        as_json,
+        lambda con: con.print(
+            f"imported {summary['configs']} AMD reference configs "
+            f"({summary['vllm_single_node']} vLLM single-node) into {path}"
+        ),
+    )
+    return 0

@@ -85,6 +85,7 @@ class ChoiceList:
     plan_error: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     partition_modes: list[ModeChoice] = field(default_factory=list)
+    references: list[dict[str, Any]] = field(default_factory=list)  # AMD's (gather.reference)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +97,7 @@ class ChoiceList:
             "choices": [c.to_dict() for c in self.choices],
             "partition_modes": [m.to_dict() for m in self.partition_modes],
             "warnings": self.warnings,
+            "references": self.references,
         }
 
 
@@ -116,6 +118,7 @@ def plan_choices(
     """Every checkpoint x TP for ``opts`` on its target, ranked; the plan's pick first.
     ``inventory``: GPUs the caller already detected (else the host is asked)."""
     from instinct_serve.gather.plan import _fit_inputs, _Sizer, setting
+    from instinct_serve.gather.reference import reference_rows
 
     base = setting(opts, host, inventory)
     inv, match = base.inventory, base.match
@@ -142,6 +145,7 @@ def plan_choices(
     listing.choices.sort(key=_rank)
     served = next((c for c in candidates if chosen and c[0] == chosen[0]), candidates[0])
     listing.partition_modes = _mode_rows(opts, base, served, hw, ctx)
+    listing.references = reference_rows([*(c[0] for c in candidates), opts.model], base.gpu_key)
     return listing
 
 

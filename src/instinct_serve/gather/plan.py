@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError
+from instinct_serve.gather.reference import reference_for
 from instinct_serve.hardware.partitions import layout
 from instinct_serve.hardware.target import Target, catalog_key
 from instinct_serve.options import PlanOptions
@@ -27,6 +28,7 @@ from instinct_serve.plan.planner import (
     choose_tp,
     choose_variant,
 )
+from instinct_serve.plan.reference import ReferenceChoice, overrule, reference_tp
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
@@ -484,6 +486,7 @@ class _Chosen:
     amd: AmdConfig
     tp: TpDecision | None = None  # decided with the image known (``_inputs``)
     fit: FitReport | None = None  # at that TP
+    reference: ReferenceChoice | None = None  # AMD's reference config (gather.reference)
 
 
 def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
@@ -522,9 +525,14 @@ def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
 
         amd = cpu_config(amd)
     follow_config(ctx, amd, opts)
+    reference = (
+        None
+        if on_cpu
+        else reference_for(opts, amd, variant.model_id, gpu_key, base.inventory.gpu_count, ctx)
+    )
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
-    return _Chosen(hw, ctx, sizer, variant, amd)
+    return _Chosen(hw, ctx, sizer, variant, amd, reference=reference)
 
 
 def follow_config(ctx: LaunchContext, amd: AmdConfig, opts: PlanOptions) -> None:
@@ -612,7 +620,11 @@ def _inputs(
     version = image_version(image)
     if version:
         ctx.vllm_version = ".".join(str(p) for p in version)
-    found_refusals = [*_refusals(opts, base, chosen, image), *stack.refusals]
+    # AMD's reference overrules the recipe's refusals (it runs it); a known-bad stack stays
+    found_refusals = [
+        *overrule(_refusals(opts, base, chosen, image), chosen.reference),
+        *stack.refusals,
+    ]
     # TP: from the objective, the fits at each TP, the recipe, the kernel constraints; on
     # partitions (CPX...) the recipe's per-GPU TP, stated for whole GPUs, does not apply
     where = layout(inv)
@@ -623,6 +635,7 @@ def _inputs(
     tp = _decide_tp(
         opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp, where.per_gpu
     )
+    tp = reference_tp(chosen.reference, opts, tp)
     fit = chosen.fit = sizer.report(variant.model_id, tp.tp)
     chosen.tp = tp
     alternatives: list[dict[str, Any]] = []
@@ -658,6 +671,7 @@ def _inputs(
         tool_version=__version__,
         env_reasons=_env_reasons(base.gfx_cfg, variant.model_id, match),
         partitions=where if inv.gpus else None,
+        reference=chosen.reference,
     )
 
 

@@ -43,6 +43,8 @@ from instinct_serve.plan.model import (
     LaunchPlan,
     Mount,
 )
+from instinct_serve.plan.reference import ReferenceChoice
+from instinct_serve.plan.reference import follow as follow_reference
 from instinct_serve.plan.refusals import Refusal
 from instinct_serve.plan.replicas import GroupInputs, decide_group, with_router_image
 from instinct_serve.units import token_count
@@ -107,6 +109,7 @@ class PlanInputs:
     cross_check: dict[str, Any] | None = None
     env_reasons: dict[str, str] = field(default_factory=dict)  # our data's reason per variable
     partitions: Layout | None = None  # how the GPUs sit as partitions (hardware.partitions)
+    reference: ReferenceChoice | None = None  # AMD's reference config (plan.reference)
 
 
 # ---------------------------------------------------------------- pure decisions
@@ -132,6 +135,7 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     api_key = _secrets(b, inp.options)
     _check_env(b.env)
     _recipe_args(b, inp.amd)
+    follow_reference(b, inp.reference, inp.options, inp.image)
     _parallelism(b, inp, tp)
     max_len, context_limited = _context(b, inp)
     _user_args(b, inp.options)

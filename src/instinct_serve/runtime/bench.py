@@ -417,3 +417,16 @@ def api_key_from(env_name: str | None, environ: Mapping[str, str] | None = None)
             id="bad_api_key_env",
         )
     return value
+
+
+def gpu_of_endpoint(host: Host, endpoint: Endpoint) -> tuple[str | None, int | None]:
+    """The GPU model (profile key, ``mi300x``) and GPU count of one endpoint, from the plan
+    it was launched with (``runtime.plans``); (None, None) when there is no record."""
+    from instinct_serve.hardware.profiles import profile_named
+    from instinct_serve.runtime import plans
+
+    plan = plans.load(host, endpoint.name).current
+    if plan is None:
+        return None, None
+    profile = profile_named(plan.gpu_name)
+    return (profile.key if profile else None), plan.tensor_parallel_size

@@ -43,6 +43,7 @@ _FIELDS = (
     "gpu_indices",
     "gpu_count",
     "gfx_version",
+    "gpu_name",
     "weight_memory_gb",
     "public",
     "api_key",

@@ -1,0 +1,185 @@
+"""`instinct plan` against AMD's reference configs (InferenceX ``amd-master.yaml`` and the
+deprecated AMD master files, as shipped in ``data/reference_snapshot.json``).
+
+For every single-node vLLM config on mi300x / mi325x / mi355x, plan the same checkpoint on
+8 such GPUs offline and compare with the config's first search-space row that fits and its
+launch script:
+
+  (a) TP, EP (``--enable-expert-parallel``) and DP-attention
+  (b) every environment variable the script exports (same value)
+  (c) every vLLM flag the script passes with a literal value (same value)
+
+What the plan adds beyond the config (our data's AITER/cache variables, a tool-call parser)
+is listed as stated additions, not counted against it; a benchmark-harness flag the plan does
+not follow on purpose (``catalog.reference.BENCHMARK_ONLY``, with its reason) is a stated
+exception. A speculative-decoding config (``-mtp``) is compared too, though the plan follows
+the plain config of the same model and GPU (speculative decoding stays opt-in). Flags the
+script sets per run (``--max-model-len $MAX_MODEL_LEN``) or inside a condition are not
+compared (``varies``).
+
+Run: .venv/bin/python bench/plan_vs_reference.py [--model TEXT] [--json] [--examples N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from plan_vs_upstream import (  # noqa: E402
+    Ours,
+    configure_offline,
+    flag_map,
+    load_planner,
+    same_value,
+)
+
+GPU_COUNT = 8
+
+
+@dataclass
+class Result:
+    name: str
+    file: str
+    model: str
+    gpu: str
+    matched: bool
+    differences: list[str] = field(default_factory=list)
+    additions: list[str] = field(default_factory=list)
+    exceptions: list[str] = field(default_factory=list)  # stated, not followed on purpose
+    followed: bool = False  # the plan cites this config by name
+    speculative: bool = False
+    explained: str | None = None  # a difference with a known, stated cause
+
+
+def compare(cfg: Any, ours: Ours) -> Result:
+    from instinct_serve.catalog.reference import BENCHMARK_ONLY
+    from instinct_serve.plan.reference import usable_row
+
+    out = Result(cfg.name, cfg.file, cfg.model, cfg.gpu, matched=False)
+    out.speculative = cfg.speculative
+    if not ours.ok:
+        out.differences.append(f"refused: {ours.error_id}: {ours.error}")
+        return out
+    out.followed = any(cfg.name in why for why in [ours.tp_reason, *ours.env_reasons.values()])
+    row = usable_row(cfg, GPU_COUNT)
+    flags = flag_map(ours.args)
+    if row is not None:
+        if ours.tp != row.tp:
+            out.differences.append(f"TP {ours.tp}, reference {row.tp}")
+        if (row.ep > 1) != ("--enable-expert-parallel" in flags):
+            out.differences.append(f"EP: reference {row.label()}")
+    for key, value in cfg.env.items():
+        if ours.env.get(key) != value:
+            out.differences.append(f"env {key}={ours.env.get(key)!r}, reference {value!r}")
+    theirs = flag_map(cfg.args)
+    for flag, value in theirs.items():
+        if flag in BENCHMARK_ONLY and flag not in flags:
+            out.exceptions.append(f"{flag}: {BENCHMARK_ONLY[flag]}")
+        elif flag not in flags:
+            out.differences.append(f"flag {flag} missing (reference {value!r})")
+        elif not same_value(flags[flag], value):
+            out.differences.append(f"flag {flag} {flags[flag]!r}, reference {value!r}")
+    skip = {"--tensor-parallel-size", "--enable-expert-parallel", "--data-parallel-size"}
+    out.additions = [f for f in flags if f not in theirs and f not in skip]
+    out.additions += [f"{k}={v}" for k, v in ours.env.items() if k not in cfg.env]
+    out.matched = not out.differences
+    return out
+
+
+def _explain(results: list[Result], configs: dict[tuple[str, str], Any]) -> None:
+    """A config name listed in two files with different search spaces: the plan follows
+    the first file's first row; the later file's differs only in TP."""
+    from instinct_serve.plan.reference import usable_row
+
+    for r in results:
+        if r.matched or not all(d.startswith("TP ") for d in r.differences):
+            continue
+        first = configs.get((r.name, r.gpu))
+        row = usable_row(first, GPU_COUNT) if first is not None else None
+        if first is not None and first.file != r.file and row is not None:
+            r.explained = (
+                f"the same config name in {first.file} lists {row.label()} first; "
+                "the plan follows that file"
+            )
+
+
+def run(model_filter: str | None = None) -> list[Result]:
+    from instinct_serve.gather.reference import load_snapshot
+
+    plan = load_planner()
+    results = []
+    first: dict[tuple[str, str], Any] = {}
+    for cfg in load_snapshot().configs:
+        first.setdefault((cfg.name, cfg.gpu), cfg)
+        if not cfg.vllm_single_node or not cfg.rows:
+            continue
+        if model_filter and model_filter.lower() not in cfg.model.lower():
+            continue
+        results.append(compare(cfg, plan(cfg.model, cfg.gpu, GPU_COUNT)))
+    _explain(results, first)
+    return results
+
+
+def print_table(results: list[Result], examples: int) -> None:
+    matched = sum(r.matched for r in results)
+    excepted = sum(r.matched and bool(r.exceptions) for r in results)
+    plain = [r for r in results if not r.speculative]
+    print(f"AMD reference configs (vLLM, single node, {GPU_COUNT} GPUs): {len(results)}")
+    print(f"  matched TP/EP/DP, env and flags: {matched}/{len(results)}")
+    print(f"    of which with a stated exception (benchmark-only flag): {excepted}")
+    print(
+        f"  without speculative decoding: {sum(r.matched for r in plain)}/{len(plain)} "
+        "(the configs a plan follows)"
+    )
+    kinds: Counter[str] = Counter()
+    for r in results:
+        for d in r.differences:
+            kinds[d.split(" ", 2)[0] + " " + d.split(" ", 2)[1]] += 1
+    explained = [r for r in results if r.explained]
+    print(f"  differing with a stated cause: {len(explained)}")
+    for r in results:
+        mark = "ok  " if r.matched else ("expl" if r.explained else "DIFF")
+        print(f"  {mark} {r.name:<40} {r.gpu}  {r.file}")
+        if r.explained:
+            print(f"         = {r.explained}")
+        for d in r.differences[:examples]:
+            print(f"         - {d}")
+        if len(r.differences) > examples:
+            print(f"         - ... {len(r.differences) - examples} more")
+    if kinds:
+        print("differences by kind:")
+        for kind, n in kinds.most_common():
+            print(f"  {n:4d}  {kind}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="only configs whose model contains this text")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--examples", type=int, default=4)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="plan-vs-reference-") as tmp:
+        configure_offline(Path(tmp))
+        results = run(args.model)
+    if args.json:
+        matched = sum(r.matched for r in results)
+        doc = {"matched": matched, "total": len(results), "results": [asdict(r) for r in results]}
+        json.dump(doc, sys.stdout, indent=1, sort_keys=True)
+        print()
+    else:
+        print_table(results, args.examples)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,384 @@
+"""AMD's reference serving configs (InferenceX's ``amd-master.yaml`` and its launch scripts)
+as a second catalog source beside the recipes.
+
+Pure: ``parse_master`` reads one parsed master YAML document, ``parse_launch`` one launch
+script's text, ``script_candidates`` names the scripts a config may use; ``gather.reference``
+reads the files and the shipped snapshot (``data/reference_snapshot.json``), and
+``plan.reference`` makes a plan follow a config.
+
+Snapshot format (``schema`` 1)::
+
+    {"schema": 1, "source": "snapshot|git", "source_commit": sha, "fetched_at": date,
+     "source_url": str,
+     "configs": [{"name", "file", "model", "gpu", "runner", "precision", "framework",
+                  "image", "multinode", "script", "rows": [{"tp", "ep", "dp_attn", "spec",
+                  "scenario", "isl", "osl", "conc"}], "env": {...}, "args": [...],
+                  "varies": [...]}]}
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from instinct_serve import vllm_args
+
+REFERENCE_SCHEMA = 1
+UPSTREAM_URL = "https://github.com/SemiAnalysisAI/InferenceX"
+MASTER_FILE = "configs/amd-master.yaml"
+GPUS = ("mi300x", "mi325x", "mi355x")
+VLLM = "vllm"
+# Set by the search space's row, not by the script's flags (compared as TP/EP/DP).
+PARALLEL_FLAGS = frozenset(
+    {
+        "--tensor-parallel-size",
+        "--data-parallel-size",
+        "--enable-expert-parallel",
+        "--port",
+        "--host",
+    }
+)
+# Flags of the benchmark harness, not of a served endpoint: not followed, each with why.
+BENCHMARK_ONLY = {
+    "--no-enable-prefix-caching": "InferenceX benchmarks random prompts that share no prefix; "
+    "a served endpoint keeps vLLM's prefix cache (add -- --no-enable-prefix-caching to follow "
+    "AMD exactly)",
+}
+# Per-launch environment of the benchmark harness, not of the server.
+HARNESS_ENV = frozenset({"HIP_VISIBLE_DEVICES", "PYTHONNOUSERSITE"})
+HARNESS_ENV_PREFIXES = ("AIPERF_", "EVAL_")
+SCRIPT_DIRS = {
+    "fixed-seq-len": (
+        "benchmarks/single_node/fixed_seq_len",
+        "benchmarks/single_node/fixed_seq_len/deprecated",
+    ),
+    "agentic-coding": ("benchmarks/single_node/agentic",),
+}
+_GPU = re.compile(r"mi3\d\dx")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:\[@\])?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_ASSIGN = re.compile(r"^(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+@dataclass(frozen=True)
+class ParallelRow:
+    """One search-space entry: how AMD ran the config at some sequence lengths."""
+
+    tp: int
+    ep: int = 1
+    dp_attn: bool = False
+    spec: str | None = None  # "mtp": speculative decoding
+    scenario: str = "fixed-seq-len"
+    isl: int | None = None
+    osl: int | None = None
+    conc: tuple[int, ...] = ()
+
+    def label(self) -> str:
+        text = f"TP {self.tp}"
+        if self.ep > 1:
+            text += f" EP {self.ep}"
+        if self.dp_attn:
+            text += " DP-attention"
+        return text
+
+
+@dataclass
+class ReferenceConfig:
+    """One AMD reference config: what InferenceX launches for a model on one GPU."""
+
+    name: str
+    file: str
+    model: str
+    prefix: str
+    gpu: str | None
+    runner: str
+    precision: str
+    framework: str
+    image: str
+    multinode: bool = False
+    script: str | None = None
+    rows: list[ParallelRow] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    varies: list[str] = field(default_factory=list)  # flags set per run ($MAX_MODEL_LEN...)
+
+    @property
+    def speculative(self) -> bool:
+        return self.name.endswith("-mtp") or any(r.spec for r in self.rows)
+
+    @property
+    def vllm_single_node(self) -> bool:
+        return self.framework == VLLM and not self.multinode and self.gpu in GPUS
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rows"] = [{**asdict(r), "conc": list(r.conc)} for r in self.rows]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReferenceConfig:
+        rows = [ParallelRow(**{**r, "conc": tuple(r.get("conc") or ())}) for r in data["rows"]]
+        return cls(**{**data, "rows": rows})
+
+
+# ---------------------------------------------------------------- the master YAML
+
+
+def gpu_of(runner: str) -> str | None:
+    """``mi300x`` of ``mi300x``, ``cluster:mi325x-tw``, ``mi355x-disagg``; None otherwise."""
+    found = _GPU.search(runner or "")
+    return found.group(0) if found else None
+
+
+def _rows(scenarios: dict[str, Any]) -> list[ParallelRow]:
+    rows: list[ParallelRow] = []
+    for scenario, items in (scenarios or {}).items():
+        for item in items or []:
+            for space in item.get("search-space") or []:
+                if "tp" not in space:  # disaggregated: prefill/decode pools
+                    continue
+                conc = space.get("conc-list") or [
+                    c for c in (space.get("conc-start"), space.get("conc-end")) if c is not None
+                ]
+                rows.append(
+                    ParallelRow(
+                        tp=int(space["tp"]),
+                        ep=int(space.get("ep") or 1),
+                        dp_attn=bool(space.get("dp-attn")),
+                        spec=space.get("spec-decoding") or None,
+                        scenario=scenario,
+                        isl=item.get("isl"),
+                        osl=item.get("osl"),
+                        conc=tuple(int(c) for c in conc),
+                    )
+                )
+    return rows
+
+
+def parse_master(doc: Any, file: str) -> list[ReferenceConfig]:
+    """Every config of one master YAML document (already parsed), in its order."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{file}: not a mapping of configs")
+    out = []
+    for name, entry in doc.items():
+        if not isinstance(entry, dict) or "model" not in entry:
+            continue
+        runner = str(entry.get("runner") or "")
+        out.append(
+            ReferenceConfig(
+                name=str(name),
+                file=file,
+                model=str(entry["model"]),
+                prefix=str(entry.get("model-prefix") or ""),
+                gpu=gpu_of(runner),
+                runner=runner,
+                precision=str(entry.get("precision") or ""),
+                framework=str(entry.get("framework") or ""),
+                image=str(entry.get("image") or ""),
+                multinode=bool(entry.get("multinode")),
+                rows=_rows(entry.get("scenarios") or {}),
+            )
+        )
+    return out
+
+
+def script_candidates(cfg: ReferenceConfig) -> list[str]:
+    """The launch scripts a single-node config may use, most specific first
+    (``<prefix>_<precision>_<gpu>[_<framework>][_mtp].sh``)."""
+    if cfg.multinode or cfg.gpu is None:
+        return []
+    mtp = "_mtp" if cfg.speculative else ""
+    suffixes = [f"_{cfg.framework}"] + ([""] if cfg.framework == VLLM else [])
+    scenarios = dict.fromkeys(r.scenario for r in cfg.rows) or {"fixed-seq-len": None}
+    out = []
+    for scenario in scenarios:
+        for directory in SCRIPT_DIRS.get(scenario, ()):
+            for suffix in suffixes:
+                out.append(f"{directory}/{cfg.prefix}_{cfg.precision}_{cfg.gpu}{suffix}{mtp}.sh")
+    return out
+
+
+# ---------------------------------------------------------------- the launch script
+
+
+@dataclass
+class Launch:
+    """What a launch script gives the server: top-level exports and the flags it always
+    passes (a flag whose value is set per run, ``$MAX_MODEL_LEN``, is in ``varies``)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    varies: list[str] = field(default_factory=list)
+
+
+def _unquote(text: str) -> str | None:
+    try:
+        parts = shlex.split(text, comments=True)
+    except ValueError:
+        return None
+    return " ".join(parts) if parts else ""
+
+
+def _opens_block(line: str) -> bool:
+    first = line.split(" ", 1)[0]
+    if first not in ("if", "for", "while", "case"):
+        return False
+    return not re.search(r"\b(fi|done|esac)\s*;?\s*$", line)  # a one-line block
+
+
+@dataclass
+class _Assignments:
+    """The script's variables: literal values set outside any block (``top``), names set
+    inside one (``conditional``), names that hold flags (``-x``, an array or empty)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    top: dict[str, str] = field(default_factory=dict)
+    conditional: set[str] = field(default_factory=set)
+    flag_groups: set[str] = field(default_factory=set)
+
+
+def _assignments(lines: list[str]) -> _Assignments:
+    out = _Assignments()
+    depth = 0
+    for raw in lines:
+        line = raw.strip()
+        if _opens_block(line):
+            depth += 1
+        elif line.split(" ", 1)[0] in ("fi", "done", "esac"):
+            depth = max(0, depth - 1)
+        found = _ASSIGN.match(line)
+        if not found or line.startswith("vllm serve"):
+            continue
+        exported, name, text = found.groups()
+        value = None if text.startswith("(") else _unquote(text)
+        if value is None or value.strip() == "" or value.strip().startswith("-"):
+            out.flag_groups.add(name)
+        if depth:
+            out.conditional.add(name)
+            continue
+        if value is None or "$" in value:
+            continue
+        out.top[name] = value
+        if exported and name not in HARNESS_ENV and not name.startswith(HARNESS_ENV_PREFIXES):
+            out.env[name] = value
+    return out
+
+
+def _serve_text(lines: list[str]) -> str | None:
+    """The ``vllm serve`` command: its backslash-continued lines, or the body of the bash
+    array it opens (``VLLM_CMD=(`` ... ``)``)."""
+    for i, raw in enumerate(lines):
+        if raw.strip().startswith("vllm serve"):
+            if i and lines[i - 1].rstrip().endswith("=("):
+                body = []
+                for line in lines[i:]:
+                    if line.strip() == ")":
+                        break
+                    body.append(line.strip())
+                return " ".join(body)
+            parts = []
+            for line in lines[i:]:
+                stripped = line.rstrip()
+                parts.append(stripped.rstrip("\\"))
+                if not stripped.endswith("\\"):
+                    break
+            return " ".join(parts)
+    return None
+
+
+def parse_launch(text: str) -> Launch:
+    """The env and vLLM flags of a launch script (``vllm serve ...``): exports outside any
+    block; flags with their literal values. A flag whose value is set per run or inside a
+    condition is named in ``varies`` (``--max-model-len``, ``$EP``), not guessed."""
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    names = _assignments(lines)
+    serve = _serve_text(lines)
+    if serve is None:
+        return Launch(env=names.env)
+    varies: list[str] = []
+
+    def expand(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name in names.top and name not in names.conditional:
+            return names.top[name]
+        if name in names.flag_groups:
+            varies.append(f"${name}")
+            return ""
+        return match.group(0)
+
+    tokens = [t for t in shlex.split(_VAR.sub(expand, serve))[2:] if t]  # after "vllm serve"
+    for stop in (">", "2>&1", "&"):
+        if stop in tokens:
+            tokens = tokens[: tokens.index(stop)]
+    args: list[str] = []
+    for unit in vllm_args.units(tokens):
+        if unit.name is None:
+            continue  # the model ($MODEL)
+        if any("$" in tok for tok in unit.tokens):
+            varies.append(unit.name)
+        elif unit.name not in PARALLEL_FLAGS:
+            args.extend(unit.tokens)
+    return Launch(env=names.env, args=args, varies=varies)
+
+
+# ---------------------------------------------------------------- the catalog
+
+
+@dataclass
+class References:
+    """The reference configs known (the snapshot, or a synced copy) and where from."""
+
+    configs: list[ReferenceConfig] = field(default_factory=list)
+    source: str = "snapshot"
+    source_commit: str | None = None
+    fetched_at: str | None = None
+
+    def for_gpu(self, model: str, gpu: str) -> list[ReferenceConfig]:
+        """Single-node configs for this checkpoint on this GPU, first file first."""
+        want = model.strip().lower()
+        return [
+            c
+            for c in self.configs
+            if c.gpu == gpu and not c.multinode and c.model.lower() == want and c.rows
+        ]
+
+    def followed(self, model: str, gpu: str) -> ReferenceConfig | None:
+        """The vLLM config a plan follows: the first without speculative decoding, else the
+        first (each name once: ``amd-master.yaml`` before the deprecated files)."""
+        vllm = [c for c in self.for_gpu(model, gpu) if c.framework == VLLM]
+        plain = [c for c in vllm if not c.speculative]
+        found = plain or vllm
+        return found[0] if found else None
+
+    def other_servers(self, model: str, gpu: str) -> list[ReferenceConfig]:
+        """AMD's configs for this model and GPU on another server (SGLang, ATOM)."""
+        seen: dict[str, ReferenceConfig] = {}
+        for c in self.for_gpu(model, gpu):
+            if c.framework != VLLM and c.name not in seen:
+                seen[c.name] = c
+        return list(seen.values())
+
+
+def references_from_doc(doc: Any, origin: str) -> References:
+    if not isinstance(doc, dict) or doc.get("schema") != REFERENCE_SCHEMA:
+        raise ValueError(f"{origin}: not a reference configs document (schema {REFERENCE_SCHEMA})")
+    return References(
+        configs=[ReferenceConfig.from_dict(c) for c in doc.get("configs") or []],
+        source=str(doc.get("source") or "snapshot"),
+        source_commit=doc.get("source_commit"),
+        fetched_at=doc.get("fetched_at"),
+    )
+
+
+def reference_document(
+    configs: list[ReferenceConfig], *, source: str, commit: str | None, fetched_at: str | None
+) -> dict[str, Any]:
+    return {
+        "schema": REFERENCE_SCHEMA,
+        "source": source,
+        "source_commit": commit,
+        "fetched_at": fetched_at,
+        "source_url": UPSTREAM_URL,
+        "configs": [c.to_dict() for c in configs],
+    }

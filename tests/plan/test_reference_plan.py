@@ -1,0 +1,128 @@
+"""Plans that follow AMD's reference configs (``plan.reference``), with real model ids on
+the GPUs AMD publishes them for, offline from the shipped snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instinct_serve import vllm_args
+from instinct_serve.gather.plan import make_plan
+from instinct_serve.options import PlanOptions
+
+
+def plan(model: str, gpu: str, gpu_count: int = 8, **kw: Any) -> Any:
+    return make_plan(PlanOptions(model=model, gpu=gpu, gpu_count=gpu_count, **kw)).plan
+
+
+def sources(p: Any, name: str) -> list[str]:
+    return [r.item for r in p.reasons if r.source == f"AMD reference {name}"]
+
+
+def test_gpt_oss_on_mi355x_follows_its_config_by_name() -> None:
+    p = plan("openai/gpt-oss-120b", "mi355x")
+    assert p.tensor_parallel_size == 1  # gptoss-fp4-mi355x-vllm's first row
+    assert p.env["VLLM_ROCM_USE_AITER_TRITON_ROPE"] == "1"  # only the reference sets it
+    assert p.env["AMDGCN_USE_BUFFER_OPS"] == "0"
+    assert vllm_args.value(p.vllm_args, "--attention-backend") == "ROCM_AITER_UNIFIED_ATTN"
+    assert vllm_args.value(p.vllm_args, "--gpu-memory-utilization") == "0.95"
+    cited = sources(p, "gptoss-fp4-mi355x-vllm")
+    assert "VLLM_ROCM_USE_AITER_TRITON_ROPE=1" in cited and "image family" in cited
+    # the benchmark-only flag is named, not followed
+    assert "--no-enable-prefix-caching" not in p.vllm_args
+    assert "--no-enable-prefix-caching" in cited
+    # AMD's ATOM config for the same model and GPU: one line, never launched
+    other = [r.why for r in p.reasons if r.item == "other servers"]
+    assert other == [
+        "AMD's reference for openai/gpt-oss-120b on MI355X also runs ATOM "
+        "(gptoss-fp4-mi355x-atom); instinct plans vLLM only and does not launch it"
+    ]
+    assert p.server == "vllm"
+
+
+def test_reference_ep_and_flags() -> None:
+    """MiniMax-M2.5 on MI355X: AMD runs TP 2 with EP 2 and the AITER FA backend."""
+    p = plan("MiniMaxAI/MiniMax-M2.5", "mi355x")
+    assert p.tensor_parallel_size == 2
+    assert "--enable-expert-parallel" in p.vllm_args
+    assert vllm_args.value(p.vllm_args, "--attention-backend") == "ROCM_AITER_FA"
+    assert p.env["VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT"] == "0"
+    tp_why = [r.why for r in p.reasons if r.item.startswith("--tensor-parallel-size")][-1]
+    assert tp_why.endswith("AMD's reference minimaxm2.5-fp8-mi355x-vllm runs TP 2 too")
+
+
+def test_reference_tp_replaces_the_planners() -> None:
+    """MiniMax-M3 MXFP8 on MI355X: AMD runs TP 4 where the planner alone picks TP 8."""
+    p = plan("MiniMaxAI/MiniMax-M3-MXFP8", "mi355x")
+    assert p.tensor_parallel_size == 4
+    tp_why = [r.why for r in p.reasons if r.item.startswith("--tensor-parallel-size")][-1]
+    assert tp_why == (
+        "AMD's reference config minimaxm3-fp8-mi355x-vllm runs TP 4 on MI355X "
+        "(the planner alone would pick TP 8)"
+    )
+    assert vllm_args.value(p.vllm_args, "--attention-backend") == "TRITON_ATTN"
+
+
+def test_reference_ep1_removes_the_recipes_expert_parallel() -> None:
+    p = plan("deepseek-ai/DeepSeek-V4-Pro", "mi355x")
+    assert p.tensor_parallel_size == 8
+    assert "--enable-expert-parallel" not in p.vllm_args
+    assert vllm_args.value(p.vllm_args, "--moe-backend") == "aiter"
+
+
+def test_recipe_unsupported_gpu_answered_by_amds_config() -> None:
+    """The recipe marks MI325X unsupported for DeepSeek-V4-Pro; AMD runs dsv4-fp8-mi325x-vllm."""
+    p = plan("deepseek-ai/DeepSeek-V4-Pro", "mi325x")
+    assert vllm_args.value(p.vllm_args, "--quantization") == "deepseek_v4_fp8"
+    support = [r.why for r in p.reasons if r.item == "recipe support"]
+    assert len(support) == 1 and "dsv4-fp8-mi325x-vllm" in support[0]
+
+
+def test_user_overrides_win() -> None:
+    p = plan(
+        "openai/gpt-oss-120b",
+        "mi300x",
+        tp=2,
+        env_literal={"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "FP"},
+        extra_args=["--gpu-memory-utilization", "0.8"],
+    )
+    assert p.tensor_parallel_size == 2
+    assert p.env["VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"] == "FP"
+    assert vllm_args.value(p.vllm_args, "--gpu-memory-utilization") == "0.8"
+
+
+def test_another_server_only_is_one_warning_line() -> None:
+    p = plan("deepseek-ai/DeepSeek-R1-0528", "mi300x")
+    lines = [w for w in p.warnings if "AMD's reference" in w]
+    assert lines == [
+        "AMD's reference for deepseek-ai/DeepSeek-R1-0528 on MI300X runs SGLang "
+        "(dsr1-fp8-mi300x-sglang); instinct plans vLLM only and does not launch it"
+    ]
+    assert p.server == "vllm" and "sglang" not in p.image
+
+
+def test_no_reference_no_change() -> None:
+    p = plan("Qwen/Qwen3.5-9B", "mi300x", gpu_count=1)
+    assert not any(r.source.startswith("AMD reference") for r in p.reasons)
+
+
+def test_list_shows_the_reference_rows() -> None:
+    from instinct_serve.gather.choices import plan_choices
+
+    listing = plan_choices(
+        PlanOptions(model="MiniMaxAI/MiniMax-M2.5", gpu="mi325x", gpu_count=8)
+    ).to_dict()
+    rows = {(r["config"], r["parallel"]) for r in listing["references"]}
+    assert ("minimaxm2.5-fp8-mi325x-vllm", "TP 2") in rows
+    assert ("minimaxm2.5-fp8-mi325x-vllm", "TP 8 EP 8") in rows
+
+
+def test_fewer_gpus_than_the_reference_tp_is_said() -> None:
+    """Kimi-K2.5 on 4 MI300X: AMD runs kimik2.5-int4-mi300x-vllm at TP 8 only; its flags are
+    followed, its TP is not, and the plan says so."""
+    p = plan("moonshotai/Kimi-K2.5", "mi300x", gpu_count=4)
+    assert p.tensor_parallel_size <= 4
+    assert vllm_args.value(p.vllm_args, "--mm-encoder-tp-mode") == "data"
+    assert (
+        "AMD's reference config kimik2.5-int4-mi300x-vllm runs at TP 8, more GPUs than this "
+        "plan has: its flags are followed, its TP is not"
+    ) in p.warnings
