@@ -107,6 +107,7 @@ class PlanInputs:
     cross_check: dict[str, Any] | None = None
     env_reasons: dict[str, str] = field(default_factory=dict)  # our data's reason per variable
     partitions: Layout | None = None  # how the GPUs sit as partitions (hardware.partitions)
+    kv_fp8_why: str = ""  # the checkpoint ships fp8 KV scales: --kv-cache-dtype fp8, why
 
 
 # ---------------------------------------------------------------- pure decisions
@@ -132,6 +133,7 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     api_key = _secrets(b, inp.options)
     _check_env(b.env)
     _recipe_args(b, inp.amd)
+    _checkpoint_kv(b, inp)
     _parallelism(b, inp, tp)
     max_len, context_limited = _context(b, inp)
     _user_args(b, inp.options)
@@ -289,6 +291,17 @@ def _recipe_args(b: PlanBuilder, amd: AmdConfig) -> None:
             "planner",
             "a tool-call parser is set; let the model decide when to call "
             "tools (OpenAI tool_choice=auto)",
+        )
+
+
+def _checkpoint_kv(b: PlanBuilder, inp: PlanInputs) -> None:
+    """A checkpoint made for an fp8 KV cache (``amd/*-FP8-KV``, a ``kv_cache_scheme``) gets
+    it: without the flag vLLM keeps the KV in bf16 and holds half the tokens."""
+    if inp.kv_fp8_why and not b.args.has("--kv-cache-dtype"):
+        b.flag(
+            ["--kv-cache-dtype", "fp8"],
+            "checkpoint",
+            f"{inp.kv_fp8_why}; bf16 KV would hold half the tokens",
         )
 
 
@@ -548,23 +561,9 @@ def _check_args(merge: ArgMerge, opts: PlanOptions) -> None:
 
 def _refuse(inp: PlanInputs) -> None:
     """Stop a plan that cannot run here (``plan.refusals``), unless ``--force``."""
-    if not inp.refusals:
-        return
-    if not inp.options.force:
-        first = inp.refusals[0]
-        raise InstinctError(
-            first.message,
-            fix=first.fix + " (or --force to launch anyway)",
-            id=first.id,
-            details={
-                "source": first.source,
-                "refusals": [
-                    {"id": r.id, "message": r.message, "fix": r.fix, "source": r.source}
-                    for r in inp.refusals
-                ],
-                **(first.details or {}),
-            },
-        )
+    from instinct_serve.plan.refusals import refuse
+
+    refuse(inp.refusals, force=inp.options.force)
 
 
 def _guard_fit(inp: PlanInputs) -> None:
