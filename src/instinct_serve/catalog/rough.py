@@ -65,6 +65,14 @@ def moe_active_count_from_name(model_id: str) -> tuple[str, int] | None:
     return (f"{found.group(1)}B", int(found.group(2))) if found else None
 
 
+def is_moe_name(model_id: str) -> bool:
+    """The name spells a MoE: an active count (``-A22B``), ``17B-128E``, ``8x7B``."""
+    name = model_id.rsplit("/", 1)[-1]
+    if moe_active_count_from_name(name):
+        return True
+    return bool(re.search(r"(?<![A-Za-z0-9])A\d+(?:\.\d+)?B(?![A-Za-z0-9])|\d+x\d+B", name))
+
+
 def parameter_count_from_name(model_id: str) -> str | None:
     """``someorg/Model-7B-Instruct`` -> ``"7B"``, ``Mixtral-8x7B`` -> ``"56B"`` (an upper
     bound: experts share attention); an active count (``-A22B``, ``17B-128E``) is not a
@@ -131,6 +139,7 @@ class RoughSize(NamedTuple):
     stated_spans_gpus: bool = False
     # why there is no count to size by, when the name misleads (a MoE's active count)
     unsized_why: str = ""
+    moe: bool = False  # a MoE (its recipe or its name says): its TP leaves room for the KV
 
     def preferred(self) -> list[Need]:
         """The sizes known without metadata, in the order they are trusted: the recipe's

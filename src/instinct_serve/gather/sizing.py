@@ -143,6 +143,17 @@ def _count_from_name(model_id: str) -> tuple[str | None, str, str]:
     return parameter_count_from_name(model_id), "its name's count", ""
 
 
+def _named_moe(match: Match, model_id: str) -> bool:
+    """A MoE by what is known without metadata: the recipe's architecture, else its name
+    (``-A22B``, ``17B-128E``, ``8x7B``)."""
+    from instinct_serve.catalog.rough import is_moe_name
+
+    recipe = match.recipe
+    if recipe is not None and "moe" in str(recipe.architecture or "").lower():
+        return True
+    return is_moe_name(model_id)
+
+
 def decide_tp(
     opts: PlanOptions,
     inv: GpuInventory,
@@ -171,7 +182,7 @@ def decide_tp(
             params, count_from, unsized = _count_from_name(variant.model_id)
     rough = rough_of(
         opts, inv, sizer, params, variant.precision, variant.vram_minimum_gb, count_from, unsized
-    )
+    )._replace(moe=_named_moe(match, variant.model_id))
     situation = Situation(
         env=dict(amd.env) | opts.env_literal,
         vllm_version=ctx.vllm_version,

@@ -361,11 +361,11 @@ KV_SHARE_UNCHECKED = 0.5
 
 
 def _estimated(need: int, candidates: list[int], rough: RoughSize | None) -> tuple[int, str]:
-    """The TP from an estimate of the weights (a parameter count): the smallest that also
-    leaves ``KV_SHARE_UNCHECKED`` of each GPU for the KV cache, saying how much is left. A
-    recipe's stated VRAM (which holds its context) is taken as it is."""
-    first = rough.preferred()[:1] if rough is not None else []
-    known = first[0] if first and rough is not None and first[0] is rough.weights else None
+    """The TP from an estimate (the recipe's stated VRAM, a parameter count): at least
+    ``need``; for a MoE (AMD serves the big ones wide), the smallest that also leaves
+    ``KV_SHARE_UNCHECKED`` of each GPU for the KV cache by the estimated weights, saying how
+    much is left."""
+    known = rough.weights if rough is not None else None
     if known is None or not known.budget or not candidates:
         return need, f"latency: the smallest TP the estimate allows ({need})"
 
@@ -374,20 +374,22 @@ def _estimated(need: int, candidates: list[int], rough: RoughSize | None) -> tup
 
     unchecked = "the context cannot be checked without the model's config"
     for tp in candidates:
-        if known.kv_room(tp) >= known.budget * KV_SHARE_UNCHECKED:
-            if tp == need:
-                return tp, (
-                    f"latency: the smallest TP the estimate allows ({tp}); it leaves {room(tp)} "
-                    f"for the KV cache ({unchecked})"
-                )
+        enough = known.kv_room(tp) >= known.budget * KV_SHARE_UNCHECKED
+        if tp == candidates[0] and (enough or rough is None or not rough.moe):  # or dense
             return tp, (
-                f"latency: {unchecked}: TP {tp} leaves {room(tp)} for the KV cache, at least "
-                f"half of what vLLM may use (TP {need} holds the weights with only {room(need)})"
+                f"latency: the smallest TP the estimate allows ({tp}); by the estimated "
+                f"weights it leaves {room(tp)} for the KV cache ({unchecked})"
+            )
+        if enough:
+            return tp, (
+                f"latency: {unchecked}: by the estimated weights TP {tp} leaves {room(tp)} for "
+                f"the KV cache, at least half of what vLLM may use (TP {need} leaves "
+                f"only {room(need)})"
             )
     tp = candidates[-1]
     return tp, (
-        f"latency: {unchecked}: TP {tp} leaves the most for the KV cache, {room(tp)} "
-        f"(less than half of what vLLM may use: the context may be cut)"
+        f"latency: {unchecked}: by the estimated weights TP {tp} leaves the most for the KV "
+        f"cache, {room(tp)} (less than half of what vLLM may use: the context may be cut)"
     )
 
 
