@@ -10,6 +10,8 @@ Offline (the shipped snapshot and metadata); every plan goes through ``make_plan
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from instinct_serve.fit.precision import checkpoint_precision, fp8_kv_cache, pre
 from instinct_serve.gather.choices import plan_choices
 from instinct_serve.gather.plan import make_plan
 from instinct_serve.options import PlanOptions
+from tests.infra.paths import CONFIGS
 
 MAVERICK = "meta-llama/Llama-4-Maverick-17B-128E-Instruct"
 
@@ -132,6 +135,28 @@ def test_your_kv_cache_dtype_wins_over_the_checkpoints() -> None:
     assert not any(r["source"] == "checkpoint" for r in doc["reasons"])
     plain = plan("meta-llama/Llama-3.3-70B-Instruct")
     assert vllm_args.value(plain["vllm_args"], "--kv-cache-dtype") is None
+
+
+def test_a_kv_cache_scheme_in_a_local_config_takes_fp8_kv_and_the_fit_sizes_it(
+    tmp_path: Path,
+) -> None:
+    from tests.fit.st_files import write_safetensors
+
+    model = tmp_path / "Llama-3.1-8B-Instruct-FP8-dynamic"  # no FP8-KV in its name
+    model.mkdir()
+    config = json.loads((CONFIGS / "meta-llama__Meta-Llama-3.1-8B.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+    }
+    (model / "config.json").write_text(json.dumps(config))
+    write_safetensors(model / "model.safetensors", {"w": ("F8_E4M3", (4096, 4096))})
+    ours = make_plan(PlanOptions(model=str(model), gpu="mi300x"))
+    assert vllm_args.value(ours.plan.vllm_args, "--kv-cache-dtype") == "fp8"
+    assert any("kv_cache_scheme" in r.why for r in ours.plan.reasons)
+    bf16 = make_plan(PlanOptions(model=str(model), gpu="mi300x", kv_cache_dtype="auto"))
+    assert ours.fit is not None and bf16.fit is not None
+    assert ours.fit.kv_tokens >= 1.9 * bf16.fit.kv_tokens  # the fit sizes the fp8 KV
 
 
 @pytest.mark.parametrize(
@@ -263,8 +288,6 @@ def test_a_refusal_points_at_hosts_not_a_later_release() -> None:
 def test_plan_hosts_with_gpu_previews_the_ranks_without_contacting_the_nodes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import json
-
     from instinct_serve.cli.multinode import plan_hosts
     from instinct_serve.runtime.multinode import parse_hosts
 

@@ -172,6 +172,7 @@ def _candidate_rows(
     chosen: tuple[str, int] | None,
 ) -> list[Choice]:
     """One checkpoint at every power-of-two TP up to the GPUs there are."""
+    from instinct_serve.gather.plan import checkpoint_kv
     from instinct_serve.gather.sizing import model_shape
     from instinct_serve.hardware.partitions import layout
     from instinct_serve.plan.constraints import Situation, tp_problems
@@ -182,6 +183,7 @@ def _candidate_rows(
     amd = _variant_config(opts, base, key, ctx)
     sizer.reports.clear()
     meta = sizer.meta(model_id)
+    checkpoint_kv(ctx, opts, model_id, meta)  # sized with the KV dtype the plan takes
     shape = model_shape(meta)
     situation = Situation(
         env=dict(amd.env), vllm_version=ctx.vllm_version, partitions_per_gpu=layout(inv).per_gpu

@@ -9,8 +9,11 @@
   for) with safe headroom, growing up to the GPUs there are. ``throughput``: the smallest TP
   with safe headroom, leaving GPUs for more replicas. Every TP obeys the kernel constraints
   (``plan.constraints``) and is at least what the weights need: from the fit when the
-  metadata is known, else from the recipe's parameter count or stated VRAM
-  (``catalog.rough``). When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
+  metadata is known (safetensors headers: the real bytes of mixed FP8/FP4 layers), else from
+  the recipe's stated VRAM, then a parameter count (``catalog.rough``; never a MoE's active
+  count read from its name). Without metadata the context is unchecked: a MoE takes the
+  smallest TP that leaves half of each GPU to the KV cache, and the reason says how much is
+  left. When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
 
 Pure: the fits at each TP come in through a callable the adapter builds.
 """
@@ -488,6 +491,9 @@ def _need(
             need = report.min_tp_unbounded
             return need, f"TP {need} ({_label(need)}) for {weights}", True
         return 1 << 30, f"more GPUs than any node has for {weights}", True
+    # no metadata: the sizes in the order trusted (``RoughSize.preferred``: the recipe's
+    # stated VRAM, then a parameter count). Hook (issue 27): AMD's reference config's TP for
+    # this model and GPU comes after the stated VRAM, before the count, once it is known here.
     for known in rough.preferred() if rough is not None else ():
         if known.tp is not None:
             return known.tp, f"TP {known.tp}: {known.why}", False
