@@ -91,6 +91,7 @@ class Ours:
     variant: str | None = None
     tp: int | None = None
     tp_reason: str = ""
+    variant_reason: str = ""  # why our planner served this checkpoint
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     image: str | None = None
@@ -149,6 +150,8 @@ def load_planner() -> PlanFn:
                 ours.arg_sources.setdefault(flag, reason.source)
                 if flag == "--tensor-parallel-size":
                     ours.tp_reason = reason.why
+            elif item == "variant":
+                ours.variant_reason = reason.why
             elif "=" in item:
                 key = item.split("=", 1)[0]
                 ours.env_sources[key] = reason.source
@@ -323,8 +326,8 @@ def compare(r: Rendering, plan: PlanFn) -> Comparison:
     )
     first = plan(requested, r.hardware, r.gpu_count)
     c.ours_model, c.ours_tp, c.ours_error = first.model, first.tp, first.error
-    if r.node_count > 1 and first.ok:
-        c.differences.append(_node_difference(r, first))
+    if r.node_count > 1 and first.ok and _same_model(first.model, r.model_id):
+        c.differences.append(_node_difference(r, first))  # else: counted under checkpoint
     if not first.ok:
         c.differences.append(_refusal(r, first))
     else:
@@ -562,6 +565,29 @@ def _image_differences(r: Rendering, ours: Ours) -> list[Difference]:
 
 
 def _checkpoint_difference(r: Rendering, ours: Ours) -> Difference:
+    up = "upstream renders variants.default on the recipe page whatever the fit"
+    if "does not fit here" in ours.variant_reason:
+        return _diff(
+            "checkpoint",
+            "model",
+            r.model_id,
+            ours.model,
+            OURS,
+            "variant_fits_here",
+            f"{up}; the default does not fit this node, and our plan takes the first fitting "
+            f"row of its own `plan --list` (issue 27): {ours.variant_reason}",
+        )
+    if "served as named" in ours.variant_reason:
+        return _diff(
+            "checkpoint",
+            "model",
+            r.model_id,
+            ours.model,
+            OURS,
+            "named_checkpoint",
+            f"{up}, a dated release of the checkpoint named; we serve the checkpoint named "
+            f"and only suggest the dated one (issue 27): {ours.variant_reason}",
+        )
     why = (
         f"upstream serves the '{r.variant}' variant's checkpoint on this page "
         "(build-recipes-api.mjs renders variants.default on the recipe page and each variant "

@@ -126,15 +126,18 @@ def test_an_unsized_model_is_sized_from_what_is_known_not_tp_1(model: str, min_t
 
 
 def test_the_estimate_follows_the_memory_share_vllm_may_use() -> None:
-    full = plan("Qwen/Qwen3-235B-A22B")["tensor_parallel_size"]
-    half = plan("Qwen/Qwen3-235B-A22B", gpu_memory_utilization=0.5)["tensor_parallel_size"]
+    full = plan("Qwen/Qwen3-235B-A22B", "mi325x")["tensor_parallel_size"]
+    half_doc = plan("Qwen/Qwen3-235B-A22B", "mi325x", gpu_memory_utilization=0.5)
+    half = half_doc["tensor_parallel_size"]
     assert half > full
 
 
 def test_a_node_too_small_is_refused_before_the_download() -> None:
     error = refused("Qwen/Qwen3.8-2.4T-A95B")  # upstream renders it on 2 nodes
     assert error.id == "does_not_fit"
-    assert "such GPUs" in (error.fix or "") and "parameter count" in error.message
+    # the recipe's stated VRAM is trusted before a parameter count (issue 27)
+    assert "such GPUs" in (error.fix or "") and "states 5871 GB" in error.message
+    assert "--hosts" in (error.fix or "") and "later release" not in (error.fix or "")
     error = refused("Qwen/Qwen3-235B-A22B", gpu_count=1)
     assert error.id == "does_not_fit" and error.details["need_tp"] == 4
 

@@ -53,13 +53,34 @@ def parse_parameter_count(text: str | None) -> float | None:
 
 
 _NAME_COUNT = r"(?<![A-Za-z])(?:(\d+)x)?(\d+(?:\.\d+)?)[Bb](?![A-Za-z0-9])"
+# Llama 4's spelling of a MoE: the active count, then the experts (``Maverick-17B-128E``)
+_ACTIVE_EXPERTS = r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)[Bb]-(\d+)[Ee](?![A-Za-z0-9])"
+
+
+def moe_active_count_from_name(model_id: str) -> tuple[str, int] | None:
+    """``meta-llama/Llama-4-Maverick-17B-128E-Instruct`` -> ``("17B", 128)``: the name gives
+    the active parameters of a MoE and its expert count, not its total (Maverick is ~400B,
+    Scout-17B-16E ~109B). None when the name is not spelled so."""
+    found = re.search(_ACTIVE_EXPERTS, model_id.rsplit("/", 1)[-1])
+    return (f"{found.group(1)}B", int(found.group(2))) if found else None
+
+
+def is_moe_name(model_id: str) -> bool:
+    """The name spells a MoE: an active count (``-A22B``), ``17B-128E``, ``8x7B``."""
+    name = model_id.rsplit("/", 1)[-1]
+    if moe_active_count_from_name(name):
+        return True
+    return bool(re.search(r"(?<![A-Za-z0-9])A\d+(?:\.\d+)?B(?![A-Za-z0-9])|\d+x\d+B", name))
 
 
 def parameter_count_from_name(model_id: str) -> str | None:
     """``someorg/Model-7B-Instruct`` -> ``"7B"``, ``Mixtral-8x7B`` -> ``"56B"`` (an upper
-    bound: experts share attention); an active count (``-A22B``) is skipped. None when the
-    name has no count."""
+    bound: experts share attention); an active count (``-A22B``, ``17B-128E``) is not a
+    size: None then (``moe_active_count_from_name`` says why), and when the name has no
+    count."""
     name = model_id.rsplit("/", 1)[-1]
+    if moe_active_count_from_name(name):
+        return None
     best: float | None = None
     for found in re.finditer(_NAME_COUNT, name):
         start = found.start()
@@ -99,6 +120,12 @@ class Need(NamedTuple):
     tp: int | None  # smallest power of two that fits; None: more GPUs than there are
     gpus: int  # GPUs of this size it takes (not rounded to a power of two)
     why: str
+    size: int = 0  # the bytes sized
+    budget: int = 0  # what vLLM may use of one GPU, the overhead taken off
+
+    def kv_room(self, tp: int) -> int:
+        """What is left of each GPU's budget for the KV cache at ``tp`` (bytes, >= 0)."""
+        return max(0, self.budget - self.size // max(tp, 1))
 
 
 class RoughSize(NamedTuple):
@@ -110,16 +137,28 @@ class RoughSize(NamedTuple):
     # the recipe's stated VRAM is more than one GPU: upstream compares it with the GPU's
     # figure in its taxonomy (MI300X 192, MI325X 256, MI355X 288: the GiB the driver shows)
     stated_spans_gpus: bool = False
+    # why there is no count to size by, when the name misleads (a MoE's active count)
+    unsized_why: str = ""
+    moe: bool = False  # a MoE (its recipe or its name says): its TP leaves room for the KV
+
+    def preferred(self) -> list[Need]:
+        """The sizes known without metadata, in the order they are trusted: the recipe's
+        stated VRAM (what its authors ran, scales and mixed FP8/FP4 layers included), then
+        a parameter count x the precision's bytes. (The metadata's exact fit comes before
+        both, ``plan.decisions``; AMD's reference config's TP is to slot in after the
+        stated VRAM.)"""
+        return [n for n in (self.stated, self.weights) if n is not None]
 
 
-def _need(size: int, usable: int, gpu_count: int, why: str) -> Need:
+def _need(size: int, budget: int, gpu_count: int, why: str, kv_share: float) -> Need:
+    usable = int(budget * (1 - kv_share))
     if usable <= 0:
         return Need(None, 0, why)
     gpus = max(1, math.ceil(size / usable))
     tp = 1
     while tp < gpus:
         tp *= 2
-    return Need(tp if tp <= gpu_count else None, gpus, why)
+    return Need(tp if tp <= gpu_count else None, gpus, why, size, budget)
 
 
 def rough_size(
@@ -131,29 +170,31 @@ def rough_size(
     gpu_count: int,
     utilization: float,
     count_from: str = "the recipe's parameter count",
+    unsized_why: str = "",
 ) -> RoughSize:
     """The TP the weights need (a count x the precision's bytes) and the TP the recipe's
     stated VRAM spans, on ``gpu_count`` GPUs of ``vram_bytes`` at ``utilization``."""
     budget = int(vram_bytes * utilization) - OVERHEAD_BYTES
-    usable = int(budget * (1 - MIN_KV_SHARE))
     weights = None
     size = estimated_weight_bytes(parameter_count, precision)
     per_param = bytes_per_param(precision)
     if size is not None and per_param is not None:
         weights = _need(
             size,
-            usable,
+            budget,
             gpu_count,
             f"{count_from} ({parameter_count}) x {per_param:g} bytes per "
             f"{precision or 'bf16'} parameter = {size / GB:.0f} GB of weights",
+            MIN_KV_SHARE,
         )
     stated = None
     spans = bool(vram_minimum_gb) and (vram_minimum_gb or 0) > round(vram_bytes / GIB)
     if vram_minimum_gb:
         stated = _need(
             int(vram_minimum_gb * GB),
-            usable,
+            budget,
             gpu_count,
             f"the recipe states {vram_minimum_gb:g} GB of VRAM",
+            0.0,  # the VRAM its authors ran: the KV cache included
         )
-    return RoughSize(weights, stated, spans)
+    return RoughSize(weights, stated, spans, unsized_why)

@@ -85,9 +85,10 @@ def _fit(recipe: Any, target: SearchTarget | None, utilization: float) -> str | 
         gpu_count=target.gpu_count,
         utilization=utilization,
     )
-    need = size.weights or size.stated
-    if need is None:
+    known = size.preferred()
+    if not known:
         return None
+    need = known[0]
     if need.tp is None:
         return "no"
     return "one GPU" if need.tp == 1 else f"{need.tp} GPUs"

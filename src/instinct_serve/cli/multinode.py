@@ -100,11 +100,17 @@ def plan_hosts(opts: PlanOptions, hosts: list[Host], fmt: str) -> int | None:
     from instinct_serve.runtime.multinode import decide, plan_across
 
     node = resolve_hardware(opts, hosts[0]).inventory
-    decision = decide(opts, hosts[0], node)
+    connect = not opts.gpu  # named GPUs: a preview, no node is contacted
+    decision = decide(opts, hosts[0], node, connect=connect)
     if not decision.multi_node:
         warn(f"multi-node: {decision.why}")
         return None
-    _result, plan = plan_across(opts, hosts, node, decision.why)
+    _result, plan = plan_across(opts, hosts, node, decision.why, connect=connect)
+    if not connect:
+        warn(
+            "multi-node preview for --gpu: no node was contacted; the HF cache and compile "
+            "cache paths are the defaults (--hf-cache, --compile-cache set them)"
+        )
     if fmt == "json":
         doc = {"multi_node": {"why": decision.why, **plan.to_dict()}}
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

@@ -19,9 +19,16 @@ _QUANT_NAME = (
 )
 
 
+# NVIDIA's ModelOpt releases spell NVFP4 as plain ``-FP4`` (nvidia/DeepSeek-R1-0528-FP4)
+_NVIDIA_FP4 = re.compile(r"(?<![a-z])fp4(?![a-z0-9])", re.I)
+
+
 def precision_from_name(model_id: str) -> str | None:
-    """``Qwen3-8B-FP8`` -> ``fp8``; None when the name says nothing."""
-    name = model_id.rsplit("/", 1)[-1]
+    """``Qwen3-8B-FP8`` -> ``fp8``, ``nvidia/DeepSeek-R1-FP4`` -> ``nvfp4``; None when the
+    name says nothing."""
+    org, _, name = model_id.rpartition("/")
+    if org.lower() == "nvidia" and _NVIDIA_FP4.search(name):
+        return "nvfp4"
     for pattern, precision in _QUANT_NAME:
         if pattern.search(name):
             return precision
@@ -36,11 +43,8 @@ def precision_from_config(config: Mapping[str, Any]) -> str | None:
     = int8, 4-bit ``nvfp4-pack-quantized`` = nvfp4, 4-bit int = int4), ``modelopt``
     (``quant_algo``), bitsandbytes, and vendor formats that only run on their hardware
     (Ascend's ``ascend``)."""
-    text = config.get("text_config")
-    quant = config.get("quantization_config") or (
-        text.get("quantization_config") if isinstance(text, Mapping) else None
-    )
-    if not isinstance(quant, Mapping):
+    quant = _quantization(config)
+    if quant is None:
         return None
     method = str(quant.get("quant_method") or "").lower()
     if method in ("fp8", "ptpc_fp8", "fbgemm_fp8"):
@@ -72,6 +76,43 @@ def precision_from_config(config: Mapping[str, Any]) -> str | None:
     if method in ("ascend", "npu"):
         return "ascend"
     return method or None
+
+
+def _quantization(config: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The ``quantization_config`` of a config (or of its ``text_config``)."""
+    if config is None:
+        return None
+    text = config.get("text_config")
+    quant = config.get("quantization_config") or (
+        text.get("quantization_config") if isinstance(text, Mapping) else None
+    )
+    return quant if isinstance(quant, Mapping) else None
+
+
+_FP8_KV_NAME = re.compile(r"fp8-kv(?![a-z0-9])", re.I)
+
+
+def fp8_kv_cache(model_id: str, config: Mapping[str, Any] | None) -> str | None:
+    """Why a checkpoint's KV cache is meant to be fp8 (``--kv-cache-dtype fp8``: it ships the
+    KV scales, and bf16 KV holds half the tokens), or None. Its name (AMD's
+    ``amd/Llama-3.1-70B-Instruct-FP8-KV``), else its ``quantization_config``: a
+    compressed-tensors ``kv_cache_scheme``, ModelOpt's ``kv_cache_quant_algo`` FP8, Quark's
+    ``kv_cache_group``."""
+    if _FP8_KV_NAME.search(model_id.rsplit("/", 1)[-1]):
+        return "its name says FP8-KV: the checkpoint ships fp8 KV-cache scales"
+    quant = _quantization(config)
+    if quant is None:
+        return None
+    export = quant.get("export")
+    if quant.get("kv_cache_scheme"):
+        key = "kv_cache_scheme"
+    elif "FP8" in str(quant.get("kv_cache_quant_algo") or "").upper():
+        key = "kv_cache_quant_algo"
+    elif isinstance(export, Mapping) and export.get("kv_cache_group"):
+        key = "export.kv_cache_group"
+    else:
+        return None
+    return f"its config.json quantization_config has a {key}: the checkpoint ships fp8 KV scales"
 
 
 def checkpoint_precision(model_id: str, config: Mapping[str, Any] | None) -> tuple[str | None, str]:

@@ -176,7 +176,8 @@ def _candidate_rows(
     chosen: tuple[str, int] | None,
 ) -> list[Choice]:
     """One checkpoint at every power-of-two TP up to the GPUs there are."""
-    from instinct_serve.gather.plan import model_shape
+    from instinct_serve.gather.plan import checkpoint_kv
+    from instinct_serve.gather.sizing import model_shape
     from instinct_serve.hardware.partitions import layout
     from instinct_serve.plan.constraints import Situation, tp_problems
 
@@ -186,6 +187,7 @@ def _candidate_rows(
     amd = _variant_config(opts, base, key, ctx)
     sizer.reports.clear()
     meta = sizer.meta(model_id)
+    checkpoint_kv(ctx, opts, model_id, meta)  # sized with the KV dtype the plan takes
     shape = model_shape(meta)
     situation = Situation(
         env=dict(amd.env), vllm_version=ctx.vllm_version, partitions_per_gpu=layout(inv).per_gpu
@@ -199,6 +201,7 @@ def _candidate_rows(
         if report is None and meta is None and not problems:
             count = recipe.parameter_count if recipe is not None else None
             _estimated_row(row, count, sizer.hw, sizer)
+            _stated_row(row, opts, base, sizer)
         if report is not None:
             row.size_basis = report.meta.size_basis
             row.verdict = report.verdict
@@ -261,6 +264,20 @@ def _estimated_row(
         row.why_not = rough.verdict_reason
 
 
+def _stated_row(row: Choice, opts: PlanOptions, base: Setting, sizer: _Sizer) -> None:
+    """A row with no metadata whose recipe states more VRAM than its TP's GPUs hold is
+    ruled out as the plan rules it out (the stated VRAM is trusted before a count)."""
+    from instinct_serve.gather.sizing import rough_of
+
+    recipe = base.match.recipe
+    var = recipe.variants.get(row.variant or "") if recipe is not None else None
+    if row.why_not or var is None or not var.vram_minimum_gb:
+        return
+    stated = rough_of(opts, base.inventory, sizer, None, None, var.vram_minimum_gb).stated
+    if stated is not None and stated.gpus > row.tp:
+        row.why_not = f"{stated.why}: {stated.gpus} GPUs at least, more than TP {row.tp}"
+
+
 def _report(sizer: _Sizer, model_id: str, tp: int) -> FitReport | None:
     """The fit at ``tp``, or None when the estimator refuses that TP for the model (more
     logical GPUs than heads: 64 CPX partitions)."""
@@ -313,7 +330,8 @@ class _ModeSizing:
         the smallest TP that fits with the endpoints of it the host holds."""
         from dataclasses import replace
 
-        from instinct_serve.gather.plan import _Sizer, model_shape
+        from instinct_serve.gather.plan import _Sizer
+        from instinct_serve.gather.sizing import model_shape
         from instinct_serve.hardware.inventory import gb, gib
         from instinct_serve.hardware.partitions import replicas, switch_steps
         from instinct_serve.plan.constraints import Situation, tp_problems

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError
 from instinct_serve.gather.reference import reference_for
+from instinct_serve.gather.sizing import decide_tp as _decide_tp
+from instinct_serve.gather.sizing import recipe_tp as _recipe_tp
+from instinct_serve.gather.sizing import variant_fits
 from instinct_serve.hardware.partitions import layout
 from instinct_serve.hardware.target import Target, catalog_key
 from instinct_serve.options import PlanOptions
@@ -25,7 +28,6 @@ from instinct_serve.plan.planner import (
     TpDecision,
     VariantChoice,
     build_plan,
-    choose_tp,
     choose_variant,
 )
 from instinct_serve.plan.reference import ReferenceChoice, overrule, reference_tp
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
     from instinct_serve.fit.meta import ModelMeta
     from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.hosts import Host
-    from instinct_serve.plan.constraints import Shape
     from instinct_serve.plan.refusals import Refusal
     from instinct_serve.plan.stacks import StackCheck
 
@@ -272,110 +273,6 @@ def _moe_density(meta: ModelMeta | None) -> float | None:
     return active / experts if experts > 0 and active > 0 else None
 
 
-def _recipe_tp(match: Match, variant: VariantChoice, amd: AmdConfig, gpus: int) -> int | None:
-    """The TP the recipe documents for this GPU, as upstream renders it: a
-    ``--tensor-parallel-size`` in its merged AMD args wins (the last flag wins), then
-    tensor+expert parallel's whole node (single_node_tep: "TP must be set to GPU count"),
-    then the variant's or strategy's declared ``tp``. None for a base-model match whose
-    checkpoint is another precision than the recipe's variants (their shapes differ)."""
-    from instinct_serve import vllm_args
-    from instinct_serve.catalog.config import default_strategy
-
-    recipe = match.recipe
-    if recipe is None or (match.kind == "base_model" and variant.vram_minimum_gb is None):
-        return None
-    given = None
-    for layer in amd.layers:  # upstream's order: only a flag after its parallel flag wins
-        value = vllm_args.value(layer.args, "--tensor-parallel-size", "-tp")
-        if value is not None:
-            given = value if _after_parallel_flag(layer.name) else None
-    if given and given.isdigit():
-        return int(given)
-    if default_strategy(recipe) == "single_node_tep" and gpus > 1:
-        return 1 << (gpus.bit_length() - 1)
-    return recipe.declared_tp(variant.key or "default", amd.hardware_id)
-
-
-def _after_parallel_flag(layer: str) -> bool:
-    """Whether upstream applies this layer's args after its own ``--tensor-parallel-size``
-    (command-synthesis.js: base, variant, the variant's per-GPU override and the strategy
-    come before it; strategy overrides, AMD hardware overrides and features after)."""
-    return "hardware_overrides.amd" in layer or layer.startswith(
-        ("strategy_overrides.", "feature ", "gpu ")
-    )
-
-
-def model_shape(meta: ModelMeta | None) -> Shape | None:
-    """The shape the kernel constraints check (``plan.constraints``), or None: an odd
-    config means no constraint rather than no plan."""
-    if meta is None:
-        return None
-    from instinct_serve.fit.config import ModelConfig
-    from instinct_serve.plan.constraints import Shape
-
-    try:
-        return Shape.of(ModelConfig(meta.config))
-    except Exception:
-        return None
-
-
-def _decide_tp(
-    opts: PlanOptions,
-    inv: GpuInventory,
-    sizer: _Sizer,
-    variant: VariantChoice,
-    match: Match,
-    amd: AmdConfig,
-    ctx: LaunchContext,
-    found_refusals: list[Refusal],
-    recipe_tp: int | None,
-    per_gpu: int = 1,
-) -> TpDecision:
-    """``plan.decisions.choose_tp`` with the fits, the rough size and the model's shape."""
-    from instinct_serve.catalog.rough import rough_size
-    from instinct_serve.plan.constraints import Situation
-
-    meta = sizer.meta(variant.model_id)
-    shape = model_shape(meta)
-    params, count_from = None, "the recipe's parameter count"
-    if meta is None:  # no metadata: the recipe's count (the legacy entry's, the name's)
-        if match.recipe is not None:
-            params = match.recipe.parameter_count
-        elif match.legacy is not None:
-            params, count_from = match.legacy.parameter_count, "the catalog's parameter count"
-        else:
-            from instinct_serve.catalog.rough import parameter_count_from_name
-
-            params, count_from = parameter_count_from_name(variant.model_id), "its name's count"
-    rough = rough_size(
-        parameter_count=params,
-        precision=variant.precision,
-        vram_minimum_gb=variant.vram_minimum_gb,
-        vram_bytes=inv.vram_bytes or 0,
-        gpu_count=inv.gpu_count,
-        utilization=opts.gpu_memory_utilization
-        or sizer.options(None).gpu_memory_utilization
-        or 0.9,
-        count_from=count_from,
-    )
-    situation = Situation(
-        env=dict(amd.env) | opts.env_literal,
-        vllm_version=ctx.vllm_version,
-        partitions_per_gpu=per_gpu,
-    )
-    first = inv.gpus[0] if inv.gpus else None
-    return choose_tp(
-        opts,
-        gpu_count=inv.gpu_count,
-        fit_at=lambda tp: sizer.report(variant.model_id, tp),
-        recipe_tp=recipe_tp,
-        rough=rough,
-        shape=shape,
-        situation=situation,
-        gpu_label=(first.market_name or first.name) if first else "GPU",
-    )
-
-
 # ------------------------------------------------------------------------ entry point
 
 
@@ -487,6 +384,7 @@ class _Chosen:
     tp: TpDecision | None = None  # decided with the image known (``_inputs``)
     fit: FitReport | None = None  # at that TP
     reference: ReferenceChoice | None = None  # AMD's reference config (gather.reference)
+    kv_fp8_why: str = ""  # the checkpoint means its KV cache in fp8, and why
 
 
 def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
@@ -507,9 +405,8 @@ def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
     checkpoint = checkpoint_precision(
         match.model_id, requested_meta.config if requested_meta is not None else None
     )
-    variant = choose_variant(
-        match, base.gfx_cfg.precision.status, sizer.verdict, opts.precision, checkpoint
-    )
+    fits = variant_fits(opts, base.inventory, sizer, match)
+    variant = choose_variant(match, base.gfx_cfg.precision.status, fits, opts.precision, checkpoint)
     served_meta = sizer.meta(variant.model_id)
     amd = amd_config(
         match,
@@ -525,6 +422,7 @@ def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
 
         amd = cpu_config(amd)
     follow_config(ctx, amd, opts)
+    kv_why = "" if on_cpu else checkpoint_kv(ctx, opts, variant.model_id, served_meta)
     reference = (
         None
         if on_cpu
@@ -532,7 +430,23 @@ def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
     )
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
-    return _Chosen(hw, ctx, sizer, variant, amd, reference=reference)
+    return _Chosen(hw, ctx, sizer, variant, amd, reference=reference, kv_fp8_why=kv_why)
+
+
+def checkpoint_kv(
+    ctx: LaunchContext, opts: PlanOptions, model_id: str, meta: ModelMeta | None
+) -> str:
+    """When the checkpoint ships fp8 KV scales (``fit.precision.fp8_kv_cache``) and neither
+    you nor the recipe set ``--kv-cache-dtype``: the launch (and so the fit) takes
+    ``--kv-cache-dtype fp8``; returns why ("" when not)."""
+    from instinct_serve import vllm_args
+    from instinct_serve.fit.precision import fp8_kv_cache
+
+    why = fp8_kv_cache(model_id, meta.config if meta is not None else None)
+    if not why or opts.kv_cache_dtype or vllm_args.value(ctx.launch_args, "--kv-cache-dtype"):
+        return ""
+    ctx.launch_args = [*ctx.launch_args, "--kv-cache-dtype", "fp8"]
+    return why
 
 
 def follow_config(ctx: LaunchContext, amd: AmdConfig, opts: PlanOptions) -> None:
@@ -672,6 +586,7 @@ def _inputs(
         env_reasons=_env_reasons(base.gfx_cfg, variant.model_id, match),
         partitions=where if inv.gpus else None,
         reference=chosen.reference,
+        kv_fp8_why=chosen.kv_fp8_why,
     )
 
 

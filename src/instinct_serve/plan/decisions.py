@@ -9,14 +9,18 @@
   for) with safe headroom, growing up to the GPUs there are. ``throughput``: the smallest TP
   with safe headroom, leaving GPUs for more replicas. Every TP obeys the kernel constraints
   (``plan.constraints``) and is at least what the weights need: from the fit when the
-  metadata is known, else from the recipe's parameter count or stated VRAM
-  (``catalog.rough``). When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
+  metadata is known (safetensors headers: the real bytes of mixed FP8/FP4 layers), else from
+  the recipe's stated VRAM, then a parameter count (``catalog.rough``; never a MoE's active
+  count read from its name). Without metadata the context is unchecked: a MoE takes the
+  smallest TP that leaves half of each GPU to the KV cache, and the reason says how much is
+  left. When nothing sizes the model, ``--tp`` is required: never a blind TP 1.
 
 Pure: the fits at each TP come in through a callable the adapter builds.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
     from instinct_serve.options import PlanOptions
 
 FIT_OK = ("safe", "tight")
+# no metadata: the rough size (``catalog.rough``) fits the GPUs, or does not
+ESTIMATED_FIT, ESTIMATED_NO_FIT = "estimated_fit", "estimated_does_not_fit"
 OBJECTIVES = ("latency", "throughput")
 
 
@@ -85,7 +91,35 @@ def choose_variant(
     if match.kind == "variant" and match.variant is not None:
         var = match.variant
         return _choice(var, f"you asked for the {var.precision or var.key} checkpoint")
+    named = _named(recipe, variants, precision_status)
+    if named is not None:
+        return named
     return _fitting(variants, recipe.default_variant, precision_status, fits)
+
+
+_DATED = re.compile(r"-\d{4}(?:\d{2}){0,2}$")  # a dated release: -0731, -2507, -20250731
+
+
+def _named(
+    recipe: Any, variants: list[Any], precision_status: Callable[[str | None], str]
+) -> VariantChoice | None:
+    """The recipe's own checkpoint, named, when its default serves a dated release of it
+    (``deepseek-ai/DeepSeek-V4-Flash`` -> ``-0731``): the checkpoint named is served (its
+    variant's flags), and the dated one is only suggested. None when that does not apply."""
+    default = recipe.default_variant
+    newer, named = default.model_id, recipe.model_id
+    if not (newer.lower().startswith(named.lower()) and _DATED.fullmatch(newer[len(named) :])):
+        return None
+    own = [v for v in variants if v.model_id.lower() == recipe.model_id.lower()]
+    if not own or precision_status(own[0].precision) == "unsupported":
+        return None
+    var = own[0]
+    return _choice(
+        var,
+        f"you named {recipe.model_id}: it is served as named ({var.key} variant, "
+        f"{var.precision or 'its precision'}); the recipe's default is the dated release "
+        f"{newer}, served when you name it",
+    )
 
 
 def _as_asked(
@@ -160,22 +194,34 @@ def _fitting(
     default_status = status(default)
     if default_status != "unsupported":
         verdict = fits(default.model_id)
-        if verdict is None or verdict in FIT_OK:
-            how = "fits" if verdict else "is the recipe default (its fit could not be checked)"
+        if verdict in (None, ESTIMATED_FIT, *FIT_OK):
+            how = (
+                "fits"
+                if verdict in FIT_OK
+                else "is the recipe default (its fit could not be checked)"
+            )
             return _choice(
                 default,
                 f"default variant ({default.precision or 'default precision'}, "
                 f"{default_status} here) {how}",
             )
+    # an estimate stands in for a fit only against an estimate (an exact verdict, a context
+    # too long say, is not overturned by a checkpoint whose context is unchecked)
+    by_estimate = default_status == "unsupported" or fits(default.model_id) in (
+        None,
+        ESTIMATED_NO_FIT,
+    )
     ranked = sorted(
         (v for v in variants if v is not default and status(v) in ("native", "emulated")),
         key=lambda v: 0 if status(v) == "native" else 1,
     )
-    for var in ranked:
-        if fits(var.model_id) in FIT_OK:
+    for var in ranked:  # the first fitting row of ``plan --list``
+        verdict = fits(var.model_id)
+        if verdict in FIT_OK or (verdict == ESTIMATED_FIT and by_estimate):
             why = (
                 f"the default {default.precision or 'variant'} does not fit here; "
                 f"{var.precision} is {status(var)} on this GPU and fits"
+                + (" (by its estimated size)" if verdict == ESTIMATED_FIT else "")
             )
             if default_status == "unsupported":
                 why = f"the default {default.precision} does not run on ROCm; {var.precision} fits"
@@ -266,9 +312,12 @@ def choose_tp(
     if need is None and not allowed:
         raise InstinctError("no TP satisfies the model's constraints", id="no_valid_tp")
     if need is None:
+        why = (rough.unsized_why if rough is not None else "") or (
+            "no metadata, no parameter count, no stated VRAM"
+        )
         raise UsageError(
-            f"{options.model} could not be sized (no metadata, no parameter count, no stated "
-            "VRAM): the tensor-parallel size cannot be chosen safely",
+            f"{options.model} could not be sized ({why}): the tensor-parallel size cannot "
+            "be chosen safely",
             fix="pass --tp N, or make the model's config readable (HF_TOKEN for a gated "
             "model, HF_ENDPOINT for a mirror, or a local directory)",
             id="unsized_model",
@@ -296,7 +345,7 @@ def choose_tp(
         )
         return need_of.decide(tp, why)
     if not exact:
-        return need_of.decide(need, f"latency: the smallest TP the estimate allows ({need})")
+        return need_of.decide(*_estimated(need, [tp for tp in grow if tp >= need], rough))
     for tp in (candidates := [tp for tp in grow if tp >= need]):
         if _full(fit_at(tp)):
             why = f"latency: the smallest TP that holds the full context with safe headroom ({tp})"
@@ -306,6 +355,45 @@ def choose_tp(
     if per_gpu > 1 and len(grow) < len(fitting):
         why += f" on one GPU's {per_gpu} partitions"
     return need_of.decide(tp, why)
+
+
+# Without metadata the context cannot be checked: leave at least this share of each GPU's
+# budget to the KV cache (AMD serves ~400B MoE checkpoints at TP 2-8, not at the TP whose
+# weights alone fit)
+KV_SHARE_UNCHECKED = 0.5
+
+
+def _estimated(need: int, candidates: list[int], rough: RoughSize | None) -> tuple[int, str]:
+    """The TP from an estimate (the recipe's stated VRAM, a parameter count): at least
+    ``need``; for a MoE (AMD serves the big ones wide), the smallest that also leaves
+    ``KV_SHARE_UNCHECKED`` of each GPU for the KV cache by the estimated weights, saying how
+    much is left."""
+    known = rough.weights if rough is not None else None
+    if known is None or not known.budget or not candidates:
+        return need, f"latency: the smallest TP the estimate allows ({need})"
+
+    def room(tp: int) -> str:
+        return f"about {known.kv_room(tp) / 1e9:.0f} GB per GPU"
+
+    unchecked = "the context cannot be checked without the model's config"
+    for tp in candidates:
+        enough = known.kv_room(tp) >= known.budget * KV_SHARE_UNCHECKED
+        if tp == candidates[0] and (enough or rough is None or not rough.moe):  # or dense
+            return tp, (
+                f"latency: the smallest TP the estimate allows ({tp}); by the estimated "
+                f"weights it leaves {room(tp)} for the KV cache ({unchecked})"
+            )
+        if enough:
+            return tp, (
+                f"latency: {unchecked}: by the estimated weights TP {tp} leaves {room(tp)} for "
+                f"the KV cache, at least half of what vLLM may use (TP {need} leaves "
+                f"only {room(need)})"
+            )
+    tp = candidates[-1]
+    return tp, (
+        f"latency: {unchecked}: by the estimated weights TP {tp} leaves the most for the KV "
+        f"cache, {room(tp)} (less than half of what vLLM may use: the context may be cut)"
+    )
 
 
 @dataclass(frozen=True)
@@ -360,7 +448,7 @@ def _too_large(
         f"{options.model} needs {need_why}; this host has {_label(gpu_count)} "
         f"({gpu_label})" + (f"; ruled out: {'; '.join(skipped)}" if skipped else ""),
         fix=(f"use a host with {gpus} such GPUs" if gpus else "use a larger host")
-        + " (several nodes are planned in a later release), a smaller or quantized "
+        + " (or several nodes: `--hosts h1,h2`), a smaller or quantized "
         "checkpoint (`instinct plan --list`), or --tp with --force",
         id="does_not_fit",
         details={
@@ -403,10 +491,12 @@ def _need(
             need = report.min_tp_unbounded
             return need, f"TP {need} ({_label(need)}) for {weights}", True
         return 1 << 30, f"more GPUs than any node has for {weights}", True
-    for known in (rough.weights, rough.stated) if rough is not None else ():
-        if known is not None:
-            if known.tp is not None:
-                return known.tp, f"TP {known.tp}: {known.why}", False
-            tp = 1 << max(known.gpus - 1, 1).bit_length()  # the power of two that holds it
-            return tp, f"TP {tp} ({_label(known.gpus)} at least): {known.why}", False
+    # no metadata: the sizes in the order trusted (``RoughSize.preferred``: the recipe's
+    # stated VRAM, then a parameter count). Hook (issue 27): AMD's reference config's TP for
+    # this model and GPU comes after the stated VRAM, before the count, once it is known here.
+    for known in rough.preferred() if rough is not None else ():
+        if known.tp is not None:
+            return known.tp, f"TP {known.tp}: {known.why}", False
+        tp = 1 << max(known.gpus - 1, 1).bit_length()  # the power of two that holds it
+        return tp, f"TP {tp} ({_label(known.gpus)} at least): {known.why}", False
     return None, "", False

@@ -110,6 +110,7 @@ class PlanInputs:
     env_reasons: dict[str, str] = field(default_factory=dict)  # our data's reason per variable
     partitions: Layout | None = None  # how the GPUs sit as partitions (hardware.partitions)
     reference: ReferenceChoice | None = None  # AMD's reference config (plan.reference)
+    kv_fp8_why: str = ""  # the checkpoint ships fp8 KV scales: --kv-cache-dtype fp8, why
 
 
 # ---------------------------------------------------------------- pure decisions
@@ -136,6 +137,7 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     _check_env(b.env)
     _recipe_args(b, inp.amd)
     follow_reference(b, inp.reference, inp.options, inp.image)
+    _checkpoint_kv(b, inp)
     _parallelism(b, inp, tp)
     max_len, context_limited = _context(b, inp)
     _user_args(b, inp.options)
@@ -293,6 +295,17 @@ def _recipe_args(b: PlanBuilder, amd: AmdConfig) -> None:
             "planner",
             "a tool-call parser is set; let the model decide when to call "
             "tools (OpenAI tool_choice=auto)",
+        )
+
+
+def _checkpoint_kv(b: PlanBuilder, inp: PlanInputs) -> None:
+    """A checkpoint made for an fp8 KV cache (``amd/*-FP8-KV``, a ``kv_cache_scheme``) gets
+    it: without the flag vLLM keeps the KV in bf16 and holds half the tokens."""
+    if inp.kv_fp8_why and not b.args.has("--kv-cache-dtype"):
+        b.flag(
+            ["--kv-cache-dtype", "fp8"],
+            "checkpoint",
+            f"{inp.kv_fp8_why}; bf16 KV would hold half the tokens",
         )
 
 
@@ -552,23 +565,9 @@ def _check_args(merge: ArgMerge, opts: PlanOptions) -> None:
 
 def _refuse(inp: PlanInputs) -> None:
     """Stop a plan that cannot run here (``plan.refusals``), unless ``--force``."""
-    if not inp.refusals:
-        return
-    if not inp.options.force:
-        first = inp.refusals[0]
-        raise InstinctError(
-            first.message,
-            fix=first.fix + " (or --force to launch anyway)",
-            id=first.id,
-            details={
-                "source": first.source,
-                "refusals": [
-                    {"id": r.id, "message": r.message, "fix": r.fix, "source": r.source}
-                    for r in inp.refusals
-                ],
-                **(first.details or {}),
-            },
-        )
+    from instinct_serve.plan.refusals import refuse
+
+    refuse(inp.refusals, force=inp.options.force)
 
 
 def _guard_fit(inp: PlanInputs) -> None:

@@ -39,6 +39,27 @@ class Refusal(NamedTuple):
     details: dict[str, Any] | None = None
 
 
+def refuse(found: list[Refusal], *, force: bool) -> None:
+    """Raise the first refusal (its fix offers ``--force``); nothing with ``force``."""
+    from instinct_serve.errors import InstinctError
+
+    if not found or force:
+        return
+    first = found[0]
+    raise InstinctError(
+        first.message,
+        fix=first.fix + " (or --force to launch anyway)",
+        id=first.id,
+        details={
+            "source": first.source,
+            "refusals": [
+                {"id": r.id, "message": r.message, "fix": r.fix, "source": r.source} for r in found
+            ],
+            **(first.details or {}),
+        },
+    )
+
+
 class Target(NamedTuple):
     """What the rules look at."""
 

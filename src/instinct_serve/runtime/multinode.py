@@ -662,15 +662,16 @@ def _plan_part(opts: PlanOptions) -> PlanOptions:
     return opts.plan_options() if isinstance(opts, ServeOptions) else copy.copy(opts)
 
 
-def decide(opts: PlanOptions, head: Host, node_inventory: Any) -> Decision:
+def decide(opts: PlanOptions, head: Host, node_inventory: Any, *, connect: bool = True) -> Decision:
     """Plan for one node first: multi-node only when that plan is refused for memory
-    (``does_not_fit``/``needs_tp``), or when ``--multi-node`` asks for it."""
+    (``does_not_fit``/``needs_tp``), or when ``--multi-node`` asks for it. ``connect=False``:
+    a preview (``plan --hosts`` with ``--gpu``) that reads nothing from the nodes."""
     from instinct_serve.gather.plan import make_plan
 
     one = _plan_part(opts)
     gpus = node_inventory.gpu_count
     try:
-        result = make_plan(one, head, inventory=node_inventory)
+        result = make_plan(one, head if connect else None, inventory=node_inventory)
     except InstinctError as exc:
         if exc.id not in ("does_not_fit", "needs_tp"):
             raise
@@ -683,9 +684,10 @@ def decide(opts: PlanOptions, head: Host, node_inventory: Any) -> Decision:
 
 
 def plan_across(
-    opts: PlanOptions, hosts: Sequence[Host], node_inventory: Any, why: str
+    opts: PlanOptions, hosts: Sequence[Host], node_inventory: Any, why: str, *, connect: bool = True
 ) -> tuple[PlanResult, MultiNodePlan]:
-    """The plan for every GPU of every node together, split into ranks."""
+    """The plan for every GPU of every node together, split into ranks (``connect=False``:
+    the head's cache settings are not read, the defaults are shown)."""
     from instinct_serve.catalog import load_catalog
     from instinct_serve.gather.plan import make_plan
     from instinct_serve.hardware.inventory import GpuInventory
@@ -700,7 +702,7 @@ def plan_across(
         rocm_version=node_inventory.rocm_version,
         source=node_inventory.source,
     )
-    result = make_plan(total, hosts[0], inventory=together)
+    result = make_plan(total, hosts[0] if connect else None, inventory=together)
     recipe = result.match.recipe
     compatible = list(recipe.compatible_strategies) if recipe is not None else []
     moe = recipe is not None and (recipe.architecture or "") == "moe"
