@@ -242,3 +242,53 @@ def test_an_unwritable_cache_is_a_clear_error(
     with pytest.raises(SyncError) as info:
         import_cache(str(AMD_SKILL / "recipes_cache.json"))
     assert info.value.id == "cache_write_failed" and "INSTINCT_CACHE_DIR" in (info.value.fix or "")
+
+
+def test_git_sync_brings_amd_reference_configs(
+    corpus_repo: CorpusRepo, hub: HTTPServer, tmp_path: Path
+) -> None:
+    """AMD's reference configs sync like the recipes (issue 27): from an InferenceX git
+    repository (here a real local one holding the shared AMD subset) into the synced copy
+    plans read, the commit recorded; a repository that is not one leaves the copy as it was
+    and the recipes synced; a mirror of the recipes does not imply one of the configs."""
+    import shutil
+
+    from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
+    from instinct_serve.gather.recipes_sync import DEFAULT_REFERENCE_URL, reference_url_for
+    from instinct_serve.gather.reference import load_references
+    from tests.infra.build_reference_snapshot import default_root
+
+    root = default_root()
+    if root is None:
+        pytest.skip("the shared InferenceX directory is not on this machine")
+    repo = tmp_path / "inferencex"
+    shutil.copytree(root, repo)
+    (repo / "SOURCE.md").unlink()  # upstream has none: the commit comes from git
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "amd configs")
+    head = git(repo, "rev-parse", "HEAD")
+
+    report = sync(repo_url=corpus_repo.url, hub_url=hub.url_for("/"), reference_url=repo.as_uri())
+    ref = report.details["reference"]
+    assert ref["configs"] == 176 and ref["commit"] == head, ref
+    assert "reference_s" in report.timings_s
+    refs, warnings = load_references()
+    assert refs.source == "git" and refs.source_commit == head and warnings == ()
+    assert refs.followed("openai/gpt-oss-120b", "mi300x") is not None
+
+    other = tmp_path / "not-inferencex"
+    other.mkdir()
+    (other / "README.md").write_text("nothing here\n")
+    git(other, "init", "-q", "-b", "main")
+    git(other, "add", "-A")
+    git(other, "commit", "-q", "-m", "x")
+    report = sync(repo_url=corpus_repo.url, hub_url=hub.url_for("/"), reference_url=other.as_uri())
+    assert "amd-master.yaml" in report.details["reference"]["error"]
+    assert report.model_count == 173  # the recipes synced all the same
+    assert load_references()[0].source_commit == head  # the copy left as it was
+
+    assert reference_url_for("git", corpus_repo.url, None) is None
+    assert reference_url_for("git", DEFAULT_REPO_URL, None) == DEFAULT_REFERENCE_URL
+    assert reference_url_for("api", DEFAULT_REPO_URL, None) is None
+    assert reference_url_for("git", DEFAULT_REPO_URL, "off") is None

@@ -367,6 +367,19 @@ def _report_human(con: Console, report: dict[str, Any]) -> None:
     for item in report["skipped"]:
         con.print(f"[yellow]skipped[/] {item['path']}: {item['reason']}")
     con.print(f"cache: {report['cache_path']}")
+    from rich.markup import escape
+
+    ref = report.get("reference")
+    if isinstance(ref, dict) and ref.get("error"):
+        con.print(
+            f"[yellow]warning:[/] AMD's reference configs not synced from {escape(ref['url'])}: "
+            f"{escape(str(ref['error']))} (the copy in use is unchanged)"
+        )
+    elif isinstance(ref, dict):
+        con.print(
+            f"AMD reference configs: {ref['configs']} from {escape(ref['url'])} @ "
+            f"{str(ref['commit'])[:12]} ({escape(ref['path'])})"
+        )
 
 
 @recipes.command("sync")
@@ -374,20 +387,35 @@ def _report_human(con: Console, report: dict[str, Any]) -> None:
 @click.option("--repo-url", metavar="URL", default=None, help="Recipes git repository.")
 @click.option("--api-url", metavar="URL", default=None, help="Recipes JSON API base URL.")
 @click.option("--hub-url", metavar="URL", default=None, help="Docker Hub base URL.")
+@click.option(
+    "--reference-url",
+    metavar="URL|off",
+    default=None,
+    help="AMD's reference configs (InferenceX) git repository (default: upstream's, when the "
+    "recipes come from upstream git).",
+)
 @json_option
 def sync_cmd(
-    source: str, repo_url: str | None, api_url: str | None, hub_url: str | None, as_json: bool
+    source: str,
+    repo_url: str | None,
+    api_url: str | None,
+    hub_url: str | None,
+    reference_url: str | None,
+    as_json: bool,
 ) -> int:
-    """Refresh the recipes cache (recipes + newest vllm/vllm-openai-rocm release)."""
+    """Refresh the recipes cache (recipes + newest vllm/vllm-openai-rocm release) and AMD's
+    reference configs."""
     from instinct_serve.gather.docker_hub import DEFAULT_HUB_URL
     from instinct_serve.gather.recipes_api import DEFAULT_API_URL
     from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
-    from instinct_serve.gather.recipes_sync import sync
+    from instinct_serve.gather.recipes_sync import reference_url_for, sync
 
+    repo = repo_url or DEFAULT_REPO_URL
     with progress(f"syncing recipes ({source})", enabled=not as_json):
         report = sync(
             source=source,
-            repo_url=repo_url or DEFAULT_REPO_URL,
+            repo_url=repo,
+            reference_url=reference_url_for(source, repo, reference_url),
             api_url=api_url or DEFAULT_API_URL,
             hub_url=hub_url or DEFAULT_HUB_URL,
         )

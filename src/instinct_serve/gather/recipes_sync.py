@@ -27,6 +27,8 @@ from instinct_serve.gather.recipes_cache import write_cache
 from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
 from instinct_serve.hosts import Host
 
+DEFAULT_REFERENCE_URL = "https://github.com/SemiAnalysisAI/InferenceX.git"
+
 HTTP_TIMEOUT_S = 20.0
 MIN_RECIPES = 1  # a sync that parses nothing is a broken source, not an empty catalog
 
@@ -191,17 +193,28 @@ def _source_recipes(
     return api_result.parsed, api_result.rendered, info, api_url
 
 
+def reference_url_for(source: str, repo_url: str, given: str | None) -> str | None:
+    """Where AMD's reference configs come from in this sync: the URL given; else upstream
+    InferenceX when the recipes come from upstream git (a mirror of the recipes says nothing
+    of the configs: name their mirror too); ``off`` or an API sync: none."""
+    if given is not None:
+        return None if given in ("", "off") else given
+    return DEFAULT_REFERENCE_URL if source == "git" and repo_url == DEFAULT_REPO_URL else None
+
+
 def sync(
     *,
     source: str = "git",
     repo_url: str = DEFAULT_REPO_URL,
+    reference_url: str | None = None,
     hub_url: str = DEFAULT_HUB_URL,
     api_url: str = DEFAULT_API_URL,
     host: Host | None = None,
     max_pages: int = 20,
     timeout: float = HTTP_TIMEOUT_S,
 ) -> SyncReport:
-    """Refresh the recipes cache from ``source`` (git|api) and Docker Hub; SyncError if not."""
+    """Refresh the recipes cache from ``source`` (git|api) and Docker Hub; SyncError if not.
+    With ``reference_url`` (``reference_url_for``) AMD's reference configs are synced too."""
     from instinct_serve.gather.docker_hub import resolve_rocm_image
 
     if source not in ("git", "api"):
@@ -256,6 +269,10 @@ def sync(
     details["hub"] = image.to_dict()
     details["amd_rendered"] = len(rendered)
     details["validated_stacks"] = _stacks_summary(stacks)
+    if reference_url is not None:  # after the recipes' cache: its failure leaves them synced
+        from instinct_serve.gather.reference import sync_references
+
+        details["reference"], timings["reference_s"] = _timed(sync_references, reference_url, host)
     return SyncReport(
         source=source,
         source_url=source_url,

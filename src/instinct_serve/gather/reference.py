@@ -32,6 +32,7 @@ from instinct_serve.catalog.reference import (
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
     from instinct_serve.fit.catalog_link import LaunchContext
+    from instinct_serve.hosts import Host
     from instinct_serve.options import PlanOptions
     from instinct_serve.plan.reference import ReferenceChoice
 
@@ -62,8 +63,11 @@ def _with_script(cfg: ReferenceConfig, root: Path) -> ReferenceConfig:
     return cfg
 
 
-def build_references(root: Path, *, source: str = "snapshot") -> dict[str, Any]:
-    """The reference document of an InferenceX checkout (deterministic for its files)."""
+def build_references(
+    root: Path, *, source: str = "snapshot", commit: str | None = None, date: str | None = None
+) -> dict[str, Any]:
+    """The reference document of an InferenceX checkout (deterministic for its files); the
+    commit and its date are given by a git sync, else read from the subset's SOURCE.md."""
     import yaml
 
     configs: list[ReferenceConfig] = []
@@ -74,11 +78,11 @@ def build_references(root: Path, *, source: str = "snapshot") -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise ValueError(f"{rel}: not YAML ({exc})") from None
         configs.extend(_with_script(c, root) for c in parse_master(doc, rel))
-    commit, date = None, None
-    with contextlib.suppress(OSError):
-        found = _COMMIT.search((root / "SOURCE.md").read_text(encoding="utf-8"))
-        if found:
-            commit, date = found.group(1), found.group(2)
+    if commit is None:
+        with contextlib.suppress(OSError):
+            found = _COMMIT.search((root / "SOURCE.md").read_text(encoding="utf-8"))
+            if found:
+                commit, date = found.group(1), found.group(2)
     return reference_document(configs, source=source, commit=commit, fetched_at=date)
 
 
@@ -90,6 +94,28 @@ def cache_path() -> str:
     from instinct_serve.paths import cache_dir
 
     return os.path.join(str(cache_dir()), CACHE_FILE)
+
+
+def sync_references(url: str, host: Host | None = None) -> dict[str, Any]:
+    """``recipes sync``'s second source: AMD's configs from an InferenceX git repository,
+    checked out beside the recipes' (``recipes_git.checkout``: fetch, else clone), parsed and
+    written as the synced copy. What happened; an ``error`` (the copy left as it was) rather
+    than an exception: the recipes' sync stands on its own."""
+    from instinct_serve.errors import InstinctError
+    from instinct_serve.gather.recipes_git import checkout
+    from instinct_serve.paths import cache_dir
+
+    try:
+        co = checkout(url, Path(cache_dir()) / "reference-git", host=host)
+        if not (co.path / MASTER_FILE).is_file():
+            raise ValueError(f"no {MASTER_FILE}: not an InferenceX repository")
+        doc = build_references(co.path, source="git", commit=co.commit, date=co.commit_date)
+        path = write_references(doc)
+    except InstinctError as exc:
+        return {"url": url, "error": exc.message}
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return {"url": url, "error": str(exc)}
+    return {"url": url, "commit": co.commit, "configs": len(doc["configs"]), "path": path}
 
 
 def write_references(doc: dict[str, Any], path: str | None = None) -> str:
