@@ -158,6 +158,11 @@ def test_api_failures_leave_the_cache_unchanged(
     with pytest.raises(SyncError, match="invalid JSON"):
         sync(source="api", api_url=httpserver.url_for("/"), hub_url=second_server.url_for("/"))
     assert cache_bytes() == before
+    # a URL httpx cannot even parse (the fuzz audit's control character): the same error
+    with pytest.raises(SyncError, match="cannot reach the recipes API") as bad:
+        sync(source="api", api_url="x\x16y", hub_url=second_server.url_for("/"))
+    assert bad.value.id == "recipes_api_unreachable"
+    assert cache_bytes() == before
 
 
 def test_api_recipe_errors_are_skipped_not_fatal(

@@ -37,7 +37,7 @@ def get(
 
     try:
         resp = client.get(url)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL: not an HTTPError
         raise errors.unreachable(url, exc) from exc
     if resp.status_code != 200 and resp.status_code not in also_ok:
         raise errors.status(url, resp)
