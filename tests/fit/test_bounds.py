@@ -189,6 +189,11 @@ def test_per_layer_lists_are_bounded_then_read_as_absent() -> None:
     assert config.experts_per_token == 0
     refused(small_config(num_key_value_heads=[2] * 5000))
     refused(small_config(num_key_value_heads=[2, "4"]))
+    # per-layer query heads (OpenELM) without head_dim: no head-size check on a list (the
+    # fuzz audit's TypeError), the key read as absent like the others
+    per_layer = small_config(num_attention_heads=[8, 8])
+    per_layer.pop("head_dim", None)
+    ModelConfig(per_layer)
 
 
 def test_the_largest_real_configs_pass(tmp_path: Path) -> None:

@@ -293,7 +293,8 @@ def check_config(
     if text.get("head_dim") is None and text.get("head_size") is None:
         hidden = _first(text, "hidden_size", "d_model", "n_embd")
         heads = _first(text, "num_attention_heads", "n_head", "num_heads")
-        if hidden is not None and heads is not None and int(hidden) < int(heads):
+        scalars = not isinstance(hidden, list) and not isinstance(heads, list)  # per-layer: absent
+        if hidden is not None and heads is not None and scalars and int(hidden) < int(heads):
             raise _bad(
                 "hidden_size",
                 hidden,
