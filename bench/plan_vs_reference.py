@@ -12,9 +12,10 @@ launch script:
 What the plan adds beyond the config (our data's AITER/cache variables, a tool-call parser)
 is listed as stated additions, not counted against it; a benchmark-harness flag the plan does
 not follow on purpose (``catalog.reference.BENCHMARK_ONLY``, with its reason) is a stated
-exception. A speculative-decoding config (``-mtp``) is compared too, though the plan follows
-the plain config of the same model and GPU (speculative decoding stays opt-in). Flags the
-script sets per run (``--max-model-len $MAX_MODEL_LEN``) or inside a condition are not
+exception. A speculative-decoding config is compared too: an MTP one planned as a user opts
+into it (``--speculative-mtp N``, its draft tokens), which makes the plan follow it; an EAGLE3
+one (a draft model of its own) against the plain plan, since the plan has no opt-in for it.
+Flags the script sets per run (``--max-model-len $MAX_MODEL_LEN``) or inside a condition are not
 compared (``varies``).
 
 Run: .venv/bin/python bench/plan_vs_reference.py [--model TEXT] [--json] [--examples N]
@@ -58,6 +59,7 @@ class Result:
     exceptions: list[str] = field(default_factory=list)  # stated, not followed on purpose
     followed: bool = False  # the plan cites this config by name
     speculative: bool = False
+    mtp: bool = False  # an MTP config, planned with --speculative-mtp
     explained: str | None = None  # a difference with a known, stated cause
 
 
@@ -67,6 +69,7 @@ def compare(cfg: Any, ours: Ours) -> Result:
 
     out = Result(cfg.name, cfg.file, cfg.model, cfg.gpu, matched=False)
     out.speculative = cfg.speculative
+    out.mtp = bool(cfg.mtp_tokens)
     if not ours.ok:
         out.differences.append(f"refused: {ours.error_id}: {ours.error}")
         return out
@@ -125,7 +128,9 @@ def run(model_filter: str | None = None) -> list[Result]:
             continue
         if model_filter and model_filter.lower() not in cfg.model.lower():
             continue
-        results.append(compare(cfg, plan(cfg.model, cfg.gpu, GPU_COUNT)))
+        # an MTP config is planned as a user opts into it (--speculative-mtp N)
+        extra = {"speculative_mtp": cfg.mtp_tokens} if cfg.mtp_tokens else {}
+        results.append(compare(cfg, plan(cfg.model, cfg.gpu, GPU_COUNT, **extra)))
     _explain(results, first)
     return results
 
@@ -139,8 +144,10 @@ def print_table(results: list[Result], examples: int) -> None:
     print(f"    of which with a stated exception (benchmark-only flag): {excepted}")
     print(
         f"  without speculative decoding: {sum(r.matched for r in plain)}/{len(plain)} "
-        "(the configs a plan follows)"
+        "(the configs a plan follows by default)"
     )
+    mtp = [r for r in results if r.mtp]
+    print(f"  MTP, planned with --speculative-mtp: {sum(r.matched for r in mtp)}/{len(mtp)}")
     kinds: Counter[str] = Counter()
     for r in results:
         for d in r.differences:

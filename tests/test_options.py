@@ -63,6 +63,17 @@ MATRIX: list[tuple[str, str, tuple[str, ...], dict[str, str], tuple[str, ...]]] 
     ),
     ("tp", "--tp", ("1", "2"), {"3": "bad_tp", "0": "bad_tp", "two": "bad_tp"}, SHARED),
     (
+        "speculative_mtp",
+        "--speculative-mtp",
+        ("1", "2"),
+        {
+            "-1": "bad_speculative_mtp",
+            "65": "bad_speculative_mtp",
+            "two": "bad_speculative_mtp",
+        },
+        SHARED,
+    ),
+    (
         "max_model_len",
         "--max-model-len",
         ("32768", "32k", "32K"),

@@ -161,3 +161,25 @@ def dedupe(args: Iterable[str]) -> list[str]:
             seen.add(unit.name)
         keep.append(unit.tokens)
     return [token for tokens in reversed(keep) for token in tokens]
+
+
+def speculative_config(args: Iterable[str]) -> dict[str, object] | None:
+    """The ``--speculative-config`` JSON object of ``args`` (None: absent, or not a JSON
+    object: vLLM refuses that itself at start-up)."""
+    import json
+
+    text = value(args, "--speculative-config")
+    try:
+        doc = json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def mtp_tokens(doc: dict[str, object] | None) -> object:
+    """The draft tokens of an MTP ``--speculative-config`` (``doc``): 0 for none or another
+    method (EAGLE3 drafts with a model of its own), its ``num_speculative_tokens`` as given
+    (1 when unset) otherwise; the caller checks it is a number."""
+    if doc is None or "mtp" not in str(doc.get("method", "")).lower():
+        return 0
+    return doc.get("num_speculative_tokens") or 1

@@ -126,3 +126,31 @@ def test_fewer_gpus_than_the_reference_tp_is_said() -> None:
         "AMD's reference config kimik2.5-int4-mi300x-vllm runs at TP 8, more GPUs than this "
         "plan has: its flags are followed, its TP is not"
     ) in p.warnings
+
+
+def test_speculative_mtp_follows_amds_mtp_config() -> None:
+    """``--speculative-mtp 2`` (an opt-in): DeepSeek-V4-Pro on MI355X follows AMD's MTP
+    config (its --speculative-config, by name) instead of the plain one; without the opt-in
+    the plain config, no speculative decoding."""
+    plain = plan("deepseek-ai/DeepSeek-V4-Pro", "mi355x")
+    assert "--speculative-config" not in plain.vllm_args
+    p = plan("deepseek-ai/DeepSeek-V4-Pro", "mi355x", speculative_mtp=2)
+    spec = vllm_args.speculative_config(p.vllm_args)
+    assert spec == {"method": "mtp", "num_speculative_tokens": 2}
+    cited = sources(p, "dsv4-fp4-mi355x-vllm-mtp")
+    assert any(item.startswith("--speculative-config") for item in cited), cited
+    assert not sources(plain, "dsv4-fp4-mi355x-vllm-mtp") and sources(plain, "dsv4-fp4-mi355x-vllm")
+
+
+def test_speculative_mtp_without_a_reference_is_your_flag() -> None:
+    """No AMD config for the model: the opt-in writes the flag itself, with its reason, and
+    asks what the fit sized (a different count replaces an MTP config's)."""
+    p = plan("Qwen/Qwen3.5-9B", "mi300x", speculative_mtp=1)
+    assert vllm_args.speculative_config(p.vllm_args) == {
+        "method": "mtp",
+        "num_speculative_tokens": 1,
+    }
+    why = [r for r in p.reasons if r.item.startswith("--speculative-config")]
+    assert [r.source for r in why] == ["--speculative-mtp"]
+    three = plan("deepseek-ai/DeepSeek-V4-Pro", "mi355x", speculative_mtp=3)
+    assert vllm_args.mtp_tokens(vllm_args.speculative_config(three.vllm_args)) == 3

@@ -108,6 +108,14 @@ class ReferenceConfig:
         return self.name.endswith("-mtp") or any(r.spec for r in self.rows)
 
     @property
+    def mtp_tokens(self) -> int:
+        """The MTP draft tokens its launch asks for (0: none, or another method: EAGLE3)."""
+        from instinct_serve.vllm_args import mtp_tokens, speculative_config
+
+        tokens = mtp_tokens(speculative_config(self.args))
+        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0
+
+    @property
     def vllm_single_node(self) -> bool:
         return self.framework == VLLM and not self.multinode and self.gpu in GPUS
 
@@ -343,12 +351,13 @@ class References:
             if c.gpu == gpu and not c.multinode and c.model.lower() == want and c.rows
         ]
 
-    def followed(self, model: str, gpu: str) -> ReferenceConfig | None:
+    def followed(self, model: str, gpu: str, mtp: int = 0) -> ReferenceConfig | None:
         """The vLLM config a plan follows: the first without speculative decoding, else the
-        first (each name once: ``amd-master.yaml`` before the deprecated files)."""
+        first (each name once: ``amd-master.yaml`` before the deprecated files). With
+        ``mtp`` (``--speculative-mtp``, an opt-in), the first MTP config comes first."""
         vllm = [c for c in self.for_gpu(model, gpu) if c.framework == VLLM]
         plain = [c for c in vllm if not c.speculative]
-        found = plain or vllm
+        found = ([c for c in vllm if c.mtp_tokens] if mtp else []) or plain or vllm
         return found[0] if found else None
 
     def other_servers(self, model: str, gpu: str) -> list[ReferenceConfig]:

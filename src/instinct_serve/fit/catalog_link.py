@@ -175,7 +175,7 @@ def fit_options(
     language_model_only = language_model_only or ctx.has_flag("--language-model-only")
     enforce_eager = enforce_eager or ctx.has_flag("--enforce-eager")
     enable_prefix_caching = enable_prefix_caching or ctx.has_flag("--enable-prefix-caching")
-    speculative_mtp = speculative_mtp or _mtp_tokens(ctx.flag("--speculative-config"), notes)
+    speculative_mtp = speculative_mtp or _mtp_tokens(ctx.launch_args, notes)
     cudagraph = _cudagraph_config(compilation_config or ctx.flag("--compilation-config"), notes)
     use_v1 = ctx.env.get("VLLM_USE_V1")
     v2_runner = ctx.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip() == "1"
@@ -207,16 +207,12 @@ def fit_options(
     return options, notes
 
 
-def _mtp_tokens(spec: str | None, notes: list[str]) -> int:
-    """The MTP draft tokens a ``--speculative-config`` JSON asks for (0: none, or no MTP).
-    JSON that does not parse is left to vLLM (it refuses it at startup)."""
-    try:
-        doc = json.loads(spec) if spec else None
-    except (ValueError, RecursionError):
-        return 0
-    if not isinstance(doc, dict) or "mtp" not in str(doc.get("method", "")).lower():
-        return 0
-    tokens = doc.get("num_speculative_tokens") or 1
+def _mtp_tokens(args: list[str], notes: list[str]) -> int:
+    """The MTP draft tokens the launch's ``--speculative-config`` asks for (0: none, or no
+    MTP). JSON that does not parse is left to vLLM (it refuses it at startup)."""
+    from instinct_serve.vllm_args import mtp_tokens, speculative_config
+
+    tokens = mtp_tokens(speculative_config(args))
     if isinstance(tokens, bool) or not isinstance(tokens, int):
         from instinct_serve.errors import UsageError
 
@@ -227,7 +223,8 @@ def _mtp_tokens(spec: str | None, notes: list[str]) -> int:
             '{"method": "mtp", "num_speculative_tokens": 1}',
             id="bad_speculative_mtp",
         )
-    notes.append(f"MTP speculative decoding ({tokens} tokens) from the launch flags")
+    if tokens:
+        notes.append(f"MTP speculative decoding ({tokens} tokens) from the launch flags")
     return tokens
 
 

@@ -202,6 +202,7 @@ class _Sizer:
             max_model_len=self.opts.max_model_len,
             kv_cache_dtype=self.opts.kv_cache_dtype,
             gpu_memory_utilization=self.opts.gpu_memory_utilization,
+            speculative_mtp=self.opts.speculative_mtp,
         )
         return fopts
 

@@ -202,6 +202,17 @@ def reference_url_for(source: str, repo_url: str, given: str | None) -> str | No
     return DEFAULT_REFERENCE_URL if source == "git" and repo_url == DEFAULT_REPO_URL else None
 
 
+def _reference(
+    url: str | None, host: Host | None, details: dict[str, Any], timings: dict[str, float]
+) -> None:
+    """AMD's reference configs from ``url`` (none: not synced); a failure is reported in
+    ``details`` and leaves the recipes synced."""
+    from instinct_serve.gather.reference import sync_references
+
+    if url is not None:
+        details["reference"], timings["reference_s"] = _timed(sync_references, url, host)
+
+
 def sync(
     *,
     source: str = "git",
@@ -213,8 +224,8 @@ def sync(
     max_pages: int = 20,
     timeout: float = HTTP_TIMEOUT_S,
 ) -> SyncReport:
-    """Refresh the recipes cache from ``source`` (git|api) and Docker Hub; SyncError if not.
-    With ``reference_url`` (``reference_url_for``) AMD's reference configs are synced too."""
+    """Refresh the recipes cache from ``source`` (git|api), Docker Hub and ``reference_url``
+    (``reference_url_for``: AMD's configs); SyncError if not."""
     from instinct_serve.gather.docker_hub import resolve_rocm_image
 
     if source not in ("git", "api"):
@@ -262,17 +273,12 @@ def sync(
         extra=_extra(parsed, stacks),
     )
     written, write_s = _write(doc)
-    timings = {k: v for k, v in info.items() if k.endswith("_s")}
-    timings.update({"hub_s": hub_s, "write_s": write_s})
+    timings = {k: v for k, v in info.items() if k.endswith("_s")} | {"hub_s": hub_s}
+    timings["write_s"] = write_s
+    details = {k: v for k, v in info.items() if not k.endswith("_s")} | {"hub": image.to_dict()}
+    details |= {"amd_rendered": len(rendered), "validated_stacks": _stacks_summary(stacks)}
+    _reference(reference_url, host, details, timings)  # after the recipes' cache is written
     timings["total_s"] = round(time.monotonic() - start, 3)
-    details = {k: v for k, v in info.items() if not k.endswith("_s")}
-    details["hub"] = image.to_dict()
-    details["amd_rendered"] = len(rendered)
-    details["validated_stacks"] = _stacks_summary(stacks)
-    if reference_url is not None:  # after the recipes' cache: its failure leaves them synced
-        from instinct_serve.gather.reference import sync_references
-
-        details["reference"], timings["reference_s"] = _timed(sync_references, reference_url, host)
     return SyncReport(
         source=source,
         source_url=source_url,

@@ -188,9 +188,10 @@ def reference_for(
     from instinct_serve.plan.reference import choose
 
     refs, _warnings = load_references()
-    choice = choose(refs, model, gpu_key, gpu_count)
+    mtp = opts.speculative_mtp
+    choice = choose(refs, model, gpu_key, gpu_count, mtp)
     if choice is None and opts.model.strip() != model:  # the checkpoint named, not served
-        choice = choose(refs, opts.model.strip(), gpu_key, gpu_count)
+        choice = choose(refs, opts.model.strip(), gpu_key, gpu_count, mtp)
     if choice is None or choice.config is None:
         return choice
     ctx.launch_args = [*amd.args, *choice.config.args, *opts.extra_args]

@@ -179,6 +179,15 @@ class SizingOptions(TargetOptions):
         low_open=True,
         fix="use a fraction such as 0.9",
     )
+    speculative_mtp: int = opt(
+        0,
+        kind="int",
+        metavar="N",
+        help="MTP speculative decoding with N draft tokens (loads the MTP layers; a plan "
+        "follows AMD's MTP reference config where there is one).",
+        low=0,
+        high=64,
+    )
 
 
 @dataclass
@@ -241,9 +250,6 @@ class FitRequest(SizingOptions):
     )
     enforce_eager: bool = opt(False, kind="bool", help="No graphs: no graph memory.")
     language_model_only: bool = opt(False, kind="bool", help="Skip the vision/audio tower.")
-    speculative_mtp: int = opt(
-        0, kind="int", metavar="N", help="MTP draft tokens (loads MTP).", low=0, high=64
-    )
     enable_prefix_caching: bool = opt(False, kind="bool", help="Hybrid models: 2 state blocks/seq.")
     compilation_config: str | None = opt(
         kind="text",

@@ -16,6 +16,7 @@ different values is reported in ``conflicts``):
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -377,6 +378,7 @@ def _user_args(b: PlanBuilder, opts: PlanOptions) -> None:
             "--gpu-memory-utilization",
             "given by you",
         )
+    _speculative(b, opts)
     b.flag(
         ["--port", str(opts.port)],
         "planner",
@@ -384,6 +386,24 @@ def _user_args(b: PlanBuilder, opts: PlanOptions) -> None:
     )
     if opts.extra_args:
         b.flag(list(opts.extra_args), "arguments after --", "given by you")
+
+
+def _speculative(b: PlanBuilder, opts: PlanOptions) -> None:
+    """``--speculative-mtp N``: MTP speculative decoding with N draft tokens, as the fit
+    sized it; a ``--speculative-config`` already asking exactly that (an AMD MTP config
+    followed) is kept as it is."""
+    from instinct_serve.vllm_args import mtp_tokens, speculative_config
+
+    if not opts.speculative_mtp:
+        return
+    if mtp_tokens(speculative_config(b.args.argv())) == opts.speculative_mtp:
+        return
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": opts.speculative_mtp})
+    b.flag(
+        ["--speculative-config", spec],
+        "--speculative-mtp",
+        f"given by you: MTP speculative decoding, {opts.speculative_mtp} draft tokens",
+    )
 
 
 def _planned_length(b: PlanBuilder, inp: PlanInputs, max_len: int | None) -> int | None:

@@ -54,9 +54,12 @@ def usable_row(config: ReferenceConfig, gpu_count: int) -> ParallelRow | None:
     return None
 
 
-def choose(refs: References, model: str, gpu: str, gpu_count: int) -> ReferenceChoice | None:
-    """AMD's configs for ``model`` on ``gpu`` (None when AMD publishes none)."""
-    config = refs.followed(model, gpu)
+def choose(
+    refs: References, model: str, gpu: str, gpu_count: int, mtp: int = 0
+) -> ReferenceChoice | None:
+    """AMD's configs for ``model`` on ``gpu`` (None when AMD publishes none); ``mtp``: the
+    plan asked for MTP speculative decoding (an MTP config comes first)."""
+    config = refs.followed(model, gpu, mtp)
     others = refs.other_servers(model, gpu)
     if config is None and not others:
         return None
