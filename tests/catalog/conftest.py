@@ -58,12 +58,18 @@ class CorpusRepo:
         return self.head()
 
 
+def commit_tree(dest: Path, message: str = "x") -> str:
+    """Make the files at ``dest`` a git repository of one commit: its hash."""
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", message)
+    return git(dest, "rev-parse", "HEAD")
+
+
 def make_corpus_repo(dest: Path) -> CorpusRepo:
     """A git repository holding the upstream corpus (models/, taxonomy, ...), one commit."""
     shutil.copytree(RECIPES_CORPUS, dest)
-    git(dest, "init", "-q", "-b", "main")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", "corpus")
+    commit_tree(dest, "corpus")
     return CorpusRepo(dest, dest.resolve().as_uri())
 
 

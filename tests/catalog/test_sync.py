@@ -17,7 +17,7 @@ from instinct_serve.gather.recipes_sync import SyncError, import_cache, sync
 from tests.catalog.conftest import (
     CorpusRepo,
     api_documents,
-    git,
+    commit_tree,
     serve_api,
     serve_tag_pages,
 )
@@ -95,9 +95,7 @@ def test_a_repository_without_recipes_is_an_error(hub: HTTPServer, tmp_path: Pat
     repo = tmp_path / "other"
     repo.mkdir()
     (repo / "README.md").write_text("not recipes\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "x")
+    commit_tree(repo, "x")
     with pytest.raises(SyncError, match="not a recipes repository"):
         sync(repo_url=repo.as_uri(), hub_url=hub.url_for("/"))
     assert not Path(cache_path()).exists()
@@ -107,9 +105,7 @@ def test_a_repository_whose_recipes_all_fail_is_an_error(hub: HTTPServer, tmp_pa
     repo = tmp_path / "bad"
     (repo / "models/a").mkdir(parents=True)
     (repo / "models/a/b.yaml").write_text("model: [\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "x")
+    commit_tree(repo, "x")
     with pytest.raises(SyncError) as info:
         sync(repo_url=repo.as_uri(), hub_url=hub.url_for("/"))
     assert info.value.id == "sync_empty"
@@ -269,10 +265,7 @@ def test_git_sync_brings_amd_reference_configs(
     repo = tmp_path / "inferencex"
     shutil.copytree(root, repo)
     (repo / "SOURCE.md").unlink()  # upstream has none: the commit comes from git
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "amd configs")
-    head = git(repo, "rev-parse", "HEAD")
+    head = commit_tree(repo, "amd configs")
 
     report = sync(repo_url=corpus_repo.url, hub_url=hub.url_for("/"), reference_url=repo.as_uri())
     ref = report.details["reference"]
@@ -285,9 +278,7 @@ def test_git_sync_brings_amd_reference_configs(
     other = tmp_path / "not-inferencex"
     other.mkdir()
     (other / "README.md").write_text("nothing here\n")
-    git(other, "init", "-q", "-b", "main")
-    git(other, "add", "-A")
-    git(other, "commit", "-q", "-m", "x")
+    commit_tree(other, "x")
     report = sync(repo_url=corpus_repo.url, hub_url=hub.url_for("/"), reference_url=other.as_uri())
     assert "amd-master.yaml" in report.details["reference"]["error"]
     assert report.model_count == 173  # the recipes synced all the same

@@ -14,26 +14,11 @@ from typing import Any
 import pytest
 
 from instinct_serve import vllm_args
-from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.errors import UsageError
 from instinct_serve.gather.plan import make_plan
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.constraints import Shape, Situation, tp_problems
-
-
-def plan(model: str, gpu: str = "mi300x", **kw: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = make_plan(PlanOptions(model=model, gpu=gpu, **kw)).to_dict()
-    return doc
-
-
-def refused(model: str, gpu: str = "mi300x", **kw: Any) -> InstinctError:
-    with pytest.raises(InstinctError) as err:
-        make_plan(PlanOptions(model=model, gpu=gpu, **kw))
-    return err.value
-
-
-def reason(doc: dict[str, Any], item: str) -> str:
-    return next(r["why"] for r in doc["reasons"] if r["item"].startswith(item))
-
+from tests.plan.plans import plan, reason, refused
 
 # ---------------------------------------------------------------- the checkpoint asked for
 

@@ -18,29 +18,15 @@ import pytest
 
 from instinct_serve import vllm_args
 from instinct_serve.catalog.rough import moe_active_count_from_name, parameter_count_from_name
-from instinct_serve.errors import InstinctError, UsageError
+from instinct_serve.errors import UsageError
 from instinct_serve.fit.precision import checkpoint_precision, fp8_kv_cache, precision_from_name
 from instinct_serve.gather.choices import plan_choices
 from instinct_serve.gather.plan import make_plan
 from instinct_serve.options import PlanOptions
 from tests.infra.paths import CONFIGS
+from tests.plan.plans import plan, reason, refused
 
 MAVERICK = "meta-llama/Llama-4-Maverick-17B-128E-Instruct"
-
-
-def plan(model: str, gpu: str = "mi300x", **kw: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = make_plan(PlanOptions(model=model, gpu=gpu, **kw)).to_dict()
-    return doc
-
-
-def refused(model: str, gpu: str = "mi300x", **kw: Any) -> InstinctError:
-    with pytest.raises(InstinctError) as err:
-        make_plan(PlanOptions(model=model, gpu=gpu, **kw))
-    return err.value
-
-
-def reason(doc: dict[str, Any], item: str) -> str:
-    return next(r["why"] for r in doc["reasons"] if r["item"].startswith(item))
 
 
 # ---------------------------------------------------------------- a MoE's active count

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from instinct_serve.plan.labels import LABEL_COMPILE_CACHE
@@ -28,7 +27,7 @@ from instinct_serve.runtime.docker import Docker
 from tests.infra.ports import free_port
 from tests.infra.ssh import SshServer
 from tests.runtime.conftest import Launcher
-from tests.serve.conftest import run_cli
+from tests.serve.conftest import answers, run_cli
 
 pytestmark = [pytest.mark.docker]
 
@@ -44,7 +43,7 @@ def make_caches(root: Path) -> None:
         (root / key / "meta.json").write_text(json.dumps(meta))
 
 
-def mounting(launcher: Launcher, docker: Docker, label_dir: str, *, managed: bool = True) -> str:
+def mounting(launcher: Launcher, docker: Docker, label_dir: str, *, managed: bool = True) -> int:
     """A running test double whose container mounts ``label_dir``'s vllm cache (and, when
     managed, carries serve's label naming it)."""
     name = launcher.names("cache")
@@ -54,18 +53,7 @@ def mounting(launcher: Launcher, docker: Docker, label_dir: str, *, managed: boo
     if managed:
         extra += ["--label", f"{LABEL_COMPILE_CACHE}={label_dir}"]
     docker.run([*argv[:3], *extra, *argv[3:]])
-    return f"http://127.0.0.1:{port}"
-
-
-def answers(url: str) -> bool:
-    for _ in range(100):
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    return False
+    return port
 
 
 def prune(root: str, *extra: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -85,7 +73,7 @@ def world(tmp_path: Path, launcher: Launcher) -> dict[str, Any]:
     link = tmp_path / "link-to-caches"
     link.symlink_to(root)
     docker = Docker(launcher.daemon.host)
-    urls = [
+    ports = [
         mounting(launcher, docker, f"{root}/./{KEYS[0]}"),
         mounting(launcher, docker, f"{link}/{KEYS[1]}"),
         mounting(launcher, docker, f"{parent}//compile-cache/../compile-cache/{KEYS[2]}"),
@@ -93,7 +81,7 @@ def world(tmp_path: Path, launcher: Launcher) -> dict[str, Any]:
         mounting(launcher, docker, f"{link}/{KEYS[3]}", managed=False),
     ]
     spellings = [f"{root}/.", f"{root}/../compile-cache", f"{parent}//compile-cache", str(link)]
-    return {"root": root, "urls": urls, "spellings": spellings}
+    return {"root": root, "ports": ports, "spellings": spellings}
 
 
 def test_prune_keeps_every_mounted_cache_whatever_the_spelling(world: dict[str, Any]) -> None:
@@ -112,7 +100,7 @@ def test_prune_keeps_every_mounted_cache_whatever_the_spelling(world: dict[str, 
     assert sorted(p.name for p in root.iterdir()) == KEYS[:4]
     for key in KEYS[:4]:
         assert (root / key / "vllm" / "artifact").read_text() == "compiled\n"
-    assert all(answers(url) for url in world["urls"])
+    assert all(answers(port) for port in world["ports"])
     # a key named on the command line that a container mounts is kept as well
     code, doc = prune(str(root), KEYS[0], "--yes")
     assert code == 0 and doc["removed"] == [] and doc["kept"][0]["key"] == KEYS[0]
@@ -252,4 +240,4 @@ def test_prune_killed_at_every_removal_leaves_no_half_cache(world: dict[str, Any
             assert (root / key / "vllm" / "artifact").read_text() == "compiled\n"
     print(f"\nkill campaign prune: {kills} removals killed, 0 half caches")
     assert kills >= 2  # the removals are long enough for the kill to land
-    assert all(answers(url) for url in world["urls"])
+    assert all(answers(port) for port in world["ports"])

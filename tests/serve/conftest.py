@@ -227,3 +227,20 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
 
 
 StartServe = Callable[..., subprocess.Popen[str]]
+
+
+def answers(port: int, timeout: float = 30.0) -> bool:
+    """The endpoint on ``port`` answers ``/health`` with 200 within ``timeout`` seconds."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=3).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False

@@ -273,13 +273,13 @@ def test_a_bad_candidate_leaves_the_group_untouched(
     print(f"\nbad candidate: {len(clients.results)} requests meanwhile, failed: 0")
 
 
-def test_replicas_replaced_one_at_a_time_when_the_gpus_hold_one_plan(
-    serve: Serve, router_test_image: TestImage
-) -> None:
-    """At vLLM's default share old and new cannot share a GPU: the replicas are replaced
-    one at a time behind the router. A bad new replica puts the old plan back; a good plan
-    goes through. No request fails either way."""
-    port, name = free_port_run(REPLICAS + 1), serve.name("groll")
+def rolling_group(
+    serve: Serve, router_test_image: TestImage, prefix: str
+) -> tuple[int, str, list[str], list[str], list[str], str]:
+    """A group of REPLICAS replicas served at vLLM's default GPU share (old and new cannot
+    share a GPU: an upgrade rolls): port, name, the old and the new replica names, the
+    group's serve arguments and the old image."""
+    port, name = free_port_run(REPLICAS + 1), serve.name(prefix)
     old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
     new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
     serve.names.extend(old_names + new_names)
@@ -288,6 +288,18 @@ def test_replicas_replaced_one_at_a_time_when_the_gpus_hold_one_plan(
     old_image = serve.double(load_s=0.5, VLLM_DOUBLE_BIND="late")
     first = serve(*group, image=old_image, name=name, port=port)
     assert first.returncode == 0, first.explain()
+    return port, name, old_names, new_names, group, old_image
+
+
+def test_replicas_replaced_one_at_a_time_when_the_gpus_hold_one_plan(
+    serve: Serve, router_test_image: TestImage
+) -> None:
+    """At vLLM's default share old and new cannot share a GPU: the replicas are replaced
+    one at a time behind the router. A bad new replica puts the old plan back; a good plan
+    goes through. No request fails either way."""
+    port, name, old_names, new_names, group, old_image = rolling_group(
+        serve, router_test_image, "groll"
+    )
     config = Path(os.environ["INSTINCT_DATA_DIR"]) / "groups" / f"{name}.haproxy.cfg"
     config_before = config.read_text()
 
@@ -398,15 +410,9 @@ def test_a_roll_killed_midway_is_undone_by_the_next_command(
 
     from tests.serve.conftest import CLI
 
-    port, name = free_port_run(REPLICAS + 1), serve.name("grkill")
-    old_names = [f"{name}-r{i}" for i in range(REPLICAS)]
-    new_names = [f"{name}-next-r{i}" for i in range(REPLICAS)]
-    serve.names.extend(old_names + new_names)
-    group = ["--gpu-count", str(REPLICAS), "--replicas", str(REPLICAS)]
-    group += ["--router-image", router_test_image.tag]
-    old_image = serve.double(load_s=0.5, VLLM_DOUBLE_BIND="late")
-    first = serve(*group, image=old_image, name=name, port=port)
-    assert first.returncode == 0, first.explain()
+    port, name, old_names, new_names, group, old_image = rolling_group(
+        serve, router_test_image, "grkill"
+    )
     new_image = serve.double(load_s=0.5, VLLM_DOUBLE_BIND="late", VLLM_DOUBLE_SALAD="repeat")
     argv = serve.args("--upgrade", *group, image=new_image, name=name, port=port)
     proc = subprocess.Popen([*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

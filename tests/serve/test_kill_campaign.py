@@ -24,12 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.infra.docker import TestImage
 from tests.infra.ports import free_port_run
-from tests.serve.conftest import CLI, Serve, docker, inspect, run_cli
+from tests.serve.conftest import CLI, Serve, answers, docker, inspect, run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.heavy]  # 40-190 s each
 
@@ -88,18 +87,6 @@ def kill_at(argv: Sequence[str], n: int, run_s: float = KILL_RUN_S) -> int | Non
         if proc.stdout is not None:
             proc.stdout.close()
     return n if steps == n else None
-
-
-def answers(port: int, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=3).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    return False
 
 
 def containers(prefix: str) -> set[str]:

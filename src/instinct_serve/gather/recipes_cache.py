@@ -12,17 +12,25 @@ from instinct_serve.catalog.store import cache_path, catalog_from_doc, dumps_doc
 
 def write_cache(doc: dict[str, Any], path: str | None = None) -> str:
     """Replace the cache atomically (temp file + ``os.replace``) under a file lock."""
+    catalog_from_doc(doc, "<new cache>")  # never write what we could not read back
+    path = path or cache_path()
+    write_locked(path, dumps_document(doc), ".recipes_cache.")
+    forget_loaded()
+    return path
+
+
+def write_locked(path: str, text: str, prefix: str) -> None:
+    """``text`` as the whole of ``path``: a temp file beside it (``prefix``), synced, then
+    ``os.replace``d, under ``path.lock``; a reader sees the old file or the new one. The
+    recipes cache and AMD's reference configs are written so."""
     import tempfile
 
     from filelock import FileLock
 
-    catalog_from_doc(doc, "<new cache>")  # never write what we could not read back
-    path = path or cache_path()
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    text = dumps_document(doc)
     with FileLock(path + ".lock", timeout=60):
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".recipes_cache.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
@@ -33,5 +41,3 @@ def write_cache(doc: dict[str, Any], path: str | None = None) -> str:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-    forget_loaded()
-    return path

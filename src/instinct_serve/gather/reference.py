@@ -120,26 +120,11 @@ def sync_references(url: str, host: Host | None = None) -> dict[str, Any]:
 
 def write_references(doc: dict[str, Any], path: str | None = None) -> str:
     """Replace the synced copy atomically (temp file + ``os.replace``) under a file lock."""
-    import tempfile
-
-    from filelock import FileLock
+    from instinct_serve.gather.recipes_cache import write_locked
 
     references_from_doc(doc, "<new references>")  # never write what we could not read back
     path = path or cache_path()
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    with FileLock(path + ".lock", timeout=60):
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".reference_configs.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(dumps(doc))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+    write_locked(path, dumps(doc), ".reference_configs.")
     return path
 
 

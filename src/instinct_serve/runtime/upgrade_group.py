@@ -235,18 +235,7 @@ def swap(
     # the candidates' names are known now; their ports once a launch got them
     named = moved(plan, [m.port for m in group.members], suffix)
     assert named.group is not None
-    with intent.change(
-        host,
-        "upgrade" if kind == "upgraded" else "rollback",
-        name,
-        step="candidate",
-        old=old_plan,
-        new=named,
-        candidates=[m.name for m in named.group.members if m.name not in old_names],
-        extra={"group": True},
-        device_root=device_root,
-        settle=lambda change: settle_group(host, change),
-    ) as change:
+    with _group_change(host, kind, "candidate", old_plan, named, device_root) as change:
         cand, proven = on_spare_ports(host, group.router.port, len(group.members), launch, sink)
         assert cand.group is not None
         new_names = [m.name for m in cand.group.members]
@@ -267,6 +256,27 @@ def swap(
         + f" and were removed; `instinct rollback {name}` returns to the old plan"
     )
     return outcome
+
+
+def _group_change(
+    host: Host, kind: str, step: str, old: LaunchPlan, new: LaunchPlan, device_root: str
+) -> contextlib.AbstractContextManager[intent.Intent]:
+    """The intent record of a group's upgrade or rollback (``swap``: from ``candidate``;
+    ``_roll``: ``rolling``), its new replicas as candidates, settled by ``settle_group``."""
+    assert old.group is not None and new.group is not None
+    old_names = {m.name for m in old.group.members}
+    return intent.change(
+        host,
+        "upgrade" if kind == "upgraded" else "rollback",
+        new.container_name,
+        step=step,
+        old=old,
+        new=new,
+        candidates=[m.name for m in new.group.members if m.name not in old_names],
+        extra={"group": True, **({"rolling": True} if step == "rolling" else {})},
+        device_root=device_root,
+        settle=lambda change: settle_group(host, change),
+    )
 
 
 def _switch(
@@ -453,19 +463,8 @@ def _roll(
     )
     roller = _Roller(host, old_plan, settings, sink, gfx, device_root)
     started = time.monotonic()
-    old_names = {m.name for m in old_plan.group.members}
-    with intent.change(  # a kill mid-roll: the next command puts the old plan back whole
-        host,
-        "upgrade" if kind == "upgraded" else "rollback",
-        name,
-        step="rolling",
-        old=old_plan,
-        new=cand,
-        candidates=[m.name for m in cand.group.members if m.name not in old_names],
-        extra={"group": True, "rolling": True},
-        device_root=device_root,
-        settle=lambda change: settle_group(host, change),
-    ):
+    # a kill mid-roll: the next command puts the old plan back whole
+    with _group_change(host, kind, "rolling", old_plan, cand, device_root):
         for index in range(len(cand.group.members)):
             failed = roller.replace(index, cand, spare=True)
             if failed is not None:

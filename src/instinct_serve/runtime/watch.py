@@ -275,7 +275,7 @@ class Watcher:
 
     # -- acting (through serve's Deployer)
 
-    def _deployer(self, target: Target) -> Any:
+    def _deployer(self, target: Target, *, relaunch: bool = False) -> Any:
         from instinct_serve.runtime.serve import Deployer
 
         plan = plans.load(self.host, self.name).current
@@ -298,7 +298,8 @@ class Watcher:
                 f"{self.name}`",
                 id="plan_not_recorded",
             )
-        inherit(self.backend.secret_values(target.handle, plan.secret_env))
+        if relaunch:  # the values it was given pass on to the relaunch (by name)
+            inherit(self.backend.secret_values(target.handle, plan.secret_env))
         deployer = Deployer(self.host, plan, self.backend, self.settings.serve)
         deployer.following = True  # a watch waits for the endpoint, never detaches
         deployer.adopt(target)
@@ -324,7 +325,7 @@ class Watcher:
         memory.restarts_in_a_row += 1
         memory.last_restart_at = time.monotonic()
         started = time.monotonic()
-        deployer = self._deployer(target)
+        deployer = self._deployer(target, relaunch=True)
         # a kill from here on leaves a record the next command settles (relaunches the plan)
         root = str(getattr(self.backend, "device_root", "") or "")
         change = intent.replacing(self.host, deployer.plan, target.name, root)
