@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -34,6 +35,8 @@ from instinct_serve.runtime.docker_data import (
     strings,
 )
 from instinct_serve.runtime.docker_errors import daemon_error, last_line, run_error
+
+UNSEEN_HOLDER_WAIT_S = 1.0  # a listener with no visible process: looked at once more
 
 # --------------------------------------------------------------------------- adapter
 
@@ -406,7 +409,17 @@ class Docker:
         return docker_ports.listeners(self.host, port)
 
     def port_holders(self, port: int) -> list[PortHolder]:
-        """Who holds ``port``: our containers, foreign containers, or other processes."""
+        """Who holds ``port``: our containers, foreign containers, or other processes. A
+        listener with no visible process and no container is looked at once more after
+        ``UNSEEN_HOLDER_WAIT_S``: a container being started (another serve's) publishes its
+        port a moment before ``docker ps`` lists it running."""
+        holders = self._port_holders(port)
+        if any(h.kind == "process" and h.pid is None for h in holders):
+            time.sleep(UNSEEN_HOLDER_WAIT_S)
+            holders = self._port_holders(port)
+        return holders
+
+    def _port_holders(self, port: int) -> list[PortHolder]:
         try:
             running = self.list_running()
         except NotReadyError:
