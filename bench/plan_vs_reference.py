@@ -59,7 +59,7 @@ class Result:
     exceptions: list[str] = field(default_factory=list)  # stated, not followed on purpose
     followed: bool = False  # the plan cites this config by name
     speculative: bool = False
-    mtp: bool = False  # an MTP config, planned with --speculative-mtp
+    mtp: bool = False  # speculative (MTP, EAGLE3), planned with the opt-in for it
     explained: str | None = None  # a difference with a known, stated cause
 
 
@@ -69,7 +69,7 @@ def compare(cfg: Any, ours: Ours) -> Result:
 
     out = Result(cfg.name, cfg.file, cfg.model, cfg.gpu, matched=False)
     out.speculative = cfg.speculative
-    out.mtp = bool(cfg.mtp_tokens)
+    out.mtp = cfg.speculative_method in OPT_IN
     if not ours.ok:
         out.differences.append(f"refused: {ours.error_id}: {ours.error}")
         return out
@@ -116,6 +116,22 @@ def _explain(results: list[Result], configs: dict[tuple[str, str], Any]) -> None
             )
 
 
+OPT_IN = {"mtp": "speculative_mtp", "eagle3": "speculative_eagle3"}
+
+
+def opt_ins(cfg: Any) -> dict[str, Any]:
+    """A config is planned as a user opts into what it runs: its speculative method with its
+    draft tokens (``--speculative-mtp N``, ``--speculative-eagle3 N``), its workload
+    (``--workload agentic`` for AMD's agentic-coding scenario)."""
+    out: dict[str, Any] = {}
+    option = OPT_IN.get(cfg.speculative_method or "")
+    if option and cfg.speculative_tokens:
+        out[option] = cfg.speculative_tokens
+    if cfg.scenario == "agentic-coding":
+        out["workload"] = "agentic"
+    return out
+
+
 def run(model_filter: str | None = None) -> list[Result]:
     from instinct_serve.gather.reference import load_snapshot
 
@@ -128,9 +144,7 @@ def run(model_filter: str | None = None) -> list[Result]:
             continue
         if model_filter and model_filter.lower() not in cfg.model.lower():
             continue
-        # an MTP config is planned as a user opts into it (--speculative-mtp N)
-        extra = {"speculative_mtp": cfg.mtp_tokens} if cfg.mtp_tokens else {}
-        results.append(compare(cfg, plan(cfg.model, cfg.gpu, GPU_COUNT, **extra)))
+        results.append(compare(cfg, plan(cfg.model, cfg.gpu, GPU_COUNT, **opt_ins(cfg))))
     _explain(results, first)
     return results
 
@@ -147,7 +161,10 @@ def print_table(results: list[Result], examples: int) -> None:
         "(the configs a plan follows by default)"
     )
     mtp = [r for r in results if r.mtp]
-    print(f"  MTP, planned with --speculative-mtp: {sum(r.matched for r in mtp)}/{len(mtp)}")
+    print(
+        "  speculative, planned with --speculative-mtp/--speculative-eagle3: "
+        f"{sum(r.matched for r in mtp)}/{len(mtp)}"
+    )
     kinds: Counter[str] = Counter()
     for r in results:
         for d in r.differences:

@@ -488,6 +488,11 @@ ERRORS: dict[str, ErrorId] = {
     "needs_nightly": ErrorId(
         FAILED, "pass a nightly image (--image vllm/vllm-openai-rocm:nightly), or --force"
     ),
+    "no_eagle3_draft": ErrorId(
+        USAGE,
+        "name the EAGLE3 draft model after --: --speculative-config "
+        '\'{"method": "eagle3", "model": "DRAFT", "num_speculative_tokens": N}\'',
+    ),
     "no_valid_tp": ErrorId(FAILED, "use more GPUs or a smaller checkpoint"),
     "not_found": ErrorId(
         FAILED,

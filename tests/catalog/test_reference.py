@@ -200,3 +200,68 @@ def test_reference_import_cli(tmp_path: Path) -> None:
     assert doc["configs"] == 176 and doc["source_commit"].startswith("843c6254")
     refs, warnings = gather_reference.load_references()
     assert refs.source == "import" and warnings == ()
+
+
+# As AMD's agentic MiniMax-M3 script writes it: the speculative config is built per run in a
+# condition (so its flag varies), its draft and token count are top-level variables.
+SPEC_PER_RUN = r"""
+DRAFT_MODEL="Inferact/MiniMax-M3-EAGLE3-GQA"
+NUM_SPEC_TOKENS=3
+if [ "$SYNTHETIC" = "1" ]; then
+    SPEC_CONFIG="{\"method\":\"eagle3\",\"model\":\"$DRAFT_MODEL\",\"num_speculative_tokens\":$NUM_SPEC_TOKENS}"
+else
+    SPEC_CONFIG="{\"method\":\"eagle3\",\"model\":\"$DRAFT_MODEL\",\"num_speculative_tokens\":$NUM_SPEC_TOKENS,\"x\":1}"
+fi
+vllm serve $MODEL --port $PORT \
+    --speculative-config "$SPEC_CONFIG"
+"""
+
+
+def test_a_speculative_config_set_per_run_still_names_its_method_draft_and_tokens() -> None:
+    launch = parse_launch(SPEC_PER_RUN)
+    assert "--speculative-config" in launch.varies and "--speculative-config" not in launch.args
+    assert (launch.spec_method, launch.spec_draft, launch.spec_tokens) == (
+        "eagle3",
+        "Inferact/MiniMax-M3-EAGLE3-GQA",
+        3,
+    )
+    cfg = ReferenceConfig(
+        name="minimaxm3-fp8-mi300x-vllm-agentic-mtp",
+        file="f",
+        model="m",
+        prefix="p",
+        gpu="mi300x",
+        runner="mi300x",
+        precision="fp8",
+        framework="vllm",
+        image="i",
+        spec_method=launch.spec_method,
+        spec_draft=launch.spec_draft,
+        spec_tokens=launch.spec_tokens,
+    )
+    assert cfg.speculative_method == "eagle3" and cfg.speculative_tokens == 3
+    assert cfg.speculative_draft == "Inferact/MiniMax-M3-EAGLE3-GQA"
+    # a literal config wins over the script's variables; a plain config speculates not
+    literal = ReferenceConfig(
+        **{
+            **cfg.to_dict(),
+            "rows": [],
+            "args": ["--speculative-config", '{"method": "MTP", "num_speculative_tokens": 2}'],
+        }
+    )
+    assert (literal.speculative_method, literal.speculative_tokens) == ("mtp", 2)
+    plain = ReferenceConfig(**{**cfg.to_dict(), "rows": [], "name": "minimaxm3-fp8-mi300x-vllm"})
+    assert plain.speculative_method is None and plain.speculative_tokens == 0
+
+
+def test_followed_picks_by_speculative_method_and_scenario() -> None:
+    refs = gather_reference.load_snapshot()
+    model = "MiniMaxAI/MiniMax-M3-MXFP8"
+    eagle = refs.followed(model, "mi300x", "eagle3")
+    assert eagle is not None and eagle.name == "minimaxm3-fp8-mi300x-vllm-mtp"
+    # no MTP config for MiniMax-M3: the plain one
+    mtp = refs.followed(model, "mi300x", "mtp")
+    assert mtp is not None and mtp.name == "minimaxm3-fp8-mi300x-vllm"
+    agentic = refs.followed(model, "mi300x", "eagle3", "agentic-coding")
+    assert agentic is not None and agentic.name == "minimaxm3-fp8-mi300x-vllm-agentic-mtp"
+    assert agentic.speculative_draft == "Inferact/MiniMax-M3-EAGLE3-GQA"

@@ -294,3 +294,18 @@ def test_a_row_never_displaces_the_rule_that_explains_its_log(
     found = diagnose(text, DiagnoseContext(model=model))
     assert found.primary is not None and found.primary.id == finding
     assert found.get("known_bad_stack") is None
+
+
+def test_diagnose_cites_the_eagle3_interface_row_for_minimax_m3() -> None:
+    """The EAGLE3 draft that cannot attach (AMD's MiniMax-M3 scripts patch vLLM for it):
+    cited for MiniMax-M3 with a speculative config, not for another model."""
+    log = (
+        "ERROR 08-20 10:01:02 [core.py:700] RuntimeError: Model does not support EAGLE3 "
+        "interface but aux_hidden_state_outputs was requested\n"
+    )
+    args = ["--speculative-config", '{"method": "eagle3", "model": "Inferact/MiniMax-M3-EAGLE3"}']
+    found = _stack_finding(log, gfx="gfx950", model="MiniMaxAI/MiniMax-M3-MXFP8", args=args)
+    assert found is not None
+    assert found.details["stack"]["id"] == "inferencex-minimax-m3-eagle3-interface"
+    assert "SupportsEagle3" in found.fix
+    assert _stack_finding(log, gfx="gfx950", model="Qwen/Qwen3-8B", args=args) is None

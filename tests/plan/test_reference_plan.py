@@ -154,3 +154,76 @@ def test_speculative_mtp_without_a_reference_is_your_flag() -> None:
     assert [r.source for r in why] == ["--speculative-mtp"]
     three = plan("deepseek-ai/DeepSeek-V4-Pro", "mi355x", speculative_mtp=3)
     assert vllm_args.mtp_tokens(vllm_args.speculative_config(three.vllm_args)) == 3
+
+
+def test_speculative_eagle3_follows_amds_eagle3_config_with_its_draft() -> None:
+    """``--speculative-eagle3 3`` (an opt-in): MiniMax-M3 MXFP8 on MI300X follows AMD's
+    EAGLE3 config, whose draft model comes from it (Inferact/MiniMax-M3-EAGLE3); the plain
+    plan does not speculate; another draft-token count rewrites the config's."""
+    model = "MiniMaxAI/MiniMax-M3-MXFP8"
+    plain = plan(model, "mi300x")
+    assert "--speculative-config" not in plain.vllm_args
+    p = plan(model, "mi300x", speculative_eagle3=3)
+    spec = vllm_args.speculative_config(p.vllm_args)
+    assert spec == {
+        "method": "eagle3",
+        "model": "Inferact/MiniMax-M3-EAGLE3",
+        "num_speculative_tokens": 3,
+    }
+    assert vllm_args.value(p.vllm_args, "--kv-cache-dtype") == "fp8"  # the EAGLE3 config's
+    cited = sources(p, "minimaxm3-fp8-mi300x-vllm-mtp")
+    assert any(i.startswith("--speculative-config") for i in cited)
+    draft = [r.why for r in p.reasons if r.item == "EAGLE3 draft"]
+    assert draft and "Inferact/MiniMax-M3-EAGLE3" in draft[0] and "does not size" in draft[0]
+    two = plan(model, "mi300x", speculative_eagle3=2)
+    spec2 = vllm_args.speculative_config(two.vllm_args) or {}
+    assert spec2["num_speculative_tokens"] == 2 and spec2["model"] == "Inferact/MiniMax-M3-EAGLE3"
+
+
+def test_speculative_eagle3_without_a_draft_is_refused_with_the_flag_to_pass() -> None:
+    """No EAGLE3 reference (so no draft model) for the checkpoint: an error that says how to
+    name the draft, never a plan that launches an EAGLE3 config without one; both opt-ins at
+    once is a usage error."""
+    import pytest
+
+    from instinct_serve.errors import InstinctError, UsageError
+
+    with pytest.raises(InstinctError) as err:
+        plan("deepseek-ai/DeepSeek-V4-Pro", "mi355x", speculative_eagle3=3)
+    assert err.value.id == "no_eagle3_draft"
+    assert '"method": "eagle3"' in (err.value.fix or "")
+    with pytest.raises(UsageError):
+        plan("MiniMaxAI/MiniMax-M3-MXFP8", "mi300x", speculative_eagle3=3, speculative_mtp=1)
+
+
+def test_workload_agentic_follows_amds_agentic_coding_config() -> None:
+    """``--workload agentic``: MiniMax-M3 MXFP8 on MI325X follows AMD's agentic-coding config
+    (TP 8, prefix caching, chunked prefill, 32k batched tokens, the agentic timeouts) where
+    the general plan follows the fixed-length config at TP 4."""
+    model = "MiniMaxAI/MiniMax-M3-MXFP8"
+    general = plan(model, "mi325x")
+    agentic = plan(model, "mi325x", workload="agentic")
+    assert general.tensor_parallel_size == 4 and agentic.tensor_parallel_size == 8
+    assert vllm_args.value(agentic.vllm_args, "--max-num-batched-tokens") == "32768"
+    assert vllm_args.value(agentic.vllm_args, "--stream-interval") == "20"
+    assert "--enable-prefix-caching" in agentic.vllm_args
+    assert agentic.env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "1800"
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in general.env
+    assert sources(agentic, "minimaxm3-fp8-mi325x-vllm-agentic-mtp")
+    # a model AMD publishes no agentic config for: the general config is followed
+    gpt = plan("openai/gpt-oss-120b", "mi355x", workload="agentic")
+    assert sources(gpt, "gptoss-fp4-mi355x-vllm")
+
+
+def test_eagle3_on_an_image_without_the_interface_is_warned_about() -> None:
+    """The recipe's minimax-m3 image lacks SupportsEagle3 for MiniMax-M3 (AMD's scripts patch
+    vLLM for it): the EAGLE3 plan warns with the row; v0.27.1 (AMD's agentic EAGLE3 runs, no
+    patch) and a plan without EAGLE3 do not."""
+    model = "MiniMaxAI/MiniMax-M3-MXFP8"
+    row = "inferencex-minimax-m3-eagle3-interface"
+    p = plan(model, "mi325x", speculative_eagle3=3)
+    assert p.image == "vllm/vllm-openai-rocm:minimax-m3"
+    assert any(row in w for w in p.warnings)
+    fixed = plan(model, "mi325x", speculative_eagle3=3, image="vllm/vllm-openai-rocm:v0.27.1")
+    assert not any(row in w for w in fixed.warnings)
+    assert not any(row in w for w in plan(model, "mi325x").warnings)

@@ -49,6 +49,7 @@ BENCHMARK_ONLY = {
 # Per-launch environment of the benchmark harness, not of the server.
 HARNESS_ENV = frozenset({"HIP_VISIBLE_DEVICES", "PYTHONNOUSERSITE"})
 HARNESS_ENV_PREFIXES = ("AIPERF_", "EVAL_")
+DEFAULT_SCENARIO = "fixed-seq-len"
 SCRIPT_DIRS = {
     "fixed-seq-len": (
         "benchmarks/single_node/fixed_seq_len",
@@ -59,6 +60,10 @@ SCRIPT_DIRS = {
 _GPU = re.compile(r"mi3\d\dx")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:\[@\])?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _ASSIGN = re.compile(r"^(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+# The method of a speculative config the script writes, escaped in a shell string or not.
+_SPEC_METHOD = re.compile(r'\\?"method\\?"\s*:\s*\\?"([A-Za-z0-9_]+)')
+_SPEC_TOKENS = re.compile(r"^\s*NUM_SPEC_TOKENS=(\d+)\s*$", re.MULTILINE)
+_DRAFT = re.compile(r'^\s*DRAFT_MODEL="(?:\$\{DRAFT_MODEL:-)?([\w.\-]+/[\w.\-]+)', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,50 @@ class ReferenceConfig:
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     varies: list[str] = field(default_factory=list)  # flags set per run ($MAX_MODEL_LEN...)
+    spec_method: str | None = None  # the script's speculative method, also where set per run
+    spec_draft: str | None = None  # the script's draft model (EAGLE3), also where set per run
+    spec_tokens: int | None = None  # the script's draft tokens (NUM_SPEC_TOKENS), likewise
 
     @property
     def speculative(self) -> bool:
         return self.name.endswith("-mtp") or any(r.spec for r in self.rows)
+
+    @property
+    def speculative_method(self) -> str | None:
+        """``mtp`` or ``eagle3``: the literal ``--speculative-config``'s method, else the one
+        the script writes per run (None: not speculative, or not stated)."""
+        from instinct_serve.vllm_args import speculative_config
+
+        doc = speculative_config(self.args)
+        method = str(doc.get("method") or "") if doc else ""
+        found = method.lower() or self.spec_method
+        return found if self.speculative and found else None
+
+    @property
+    def speculative_tokens(self) -> int:
+        """The draft tokens a speculative config runs (0: not speculative or not stated)."""
+        from instinct_serve.vllm_args import speculative_config
+
+        doc = speculative_config(self.args) or {}
+        tokens = doc.get("num_speculative_tokens", self.spec_tokens)
+        if not self.speculative_method or not isinstance(tokens, int) or isinstance(tokens, bool):
+            return 0
+        return tokens
+
+    @property
+    def speculative_draft(self) -> str | None:
+        """The draft model of an EAGLE3 config: the literal config's ``model``, else the one
+        the script names (``DRAFT_MODEL=...``)."""
+        from instinct_serve.vllm_args import speculative_config
+
+        doc = speculative_config(self.args)
+        model = doc.get("model") if doc else None
+        return model if isinstance(model, str) and model else self.spec_draft
+
+    @property
+    def scenario(self) -> str:
+        """AMD's benchmark scenario: ``fixed-seq-len`` or ``agentic-coding``."""
+        return self.rows[0].scenario if self.rows else DEFAULT_SCENARIO
 
     @property
     def mtp_tokens(self) -> int:
@@ -218,6 +263,9 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     varies: list[str] = field(default_factory=list)
+    spec_method: str | None = None
+    spec_draft: str | None = None
+    spec_tokens: int | None = None
 
 
 def _unquote(text: str) -> str | None:
@@ -302,8 +350,17 @@ def parse_launch(text: str) -> Launch:
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
     names = _assignments(lines)
     serve = _serve_text(lines)
+    body = "\n".join(lines)
+    method, draft = _SPEC_METHOD.search(body), _DRAFT.search(body)
+    count = _SPEC_TOKENS.search(body)
+    out = Launch(
+        env=names.env,
+        spec_method=method.group(1).lower() if method else None,
+        spec_draft=draft.group(1) if draft else None,
+        spec_tokens=int(count.group(1)) if count else None,
+    )
     if serve is None:
-        return Launch(env=names.env)
+        return out
     varies: list[str] = []
 
     def expand(match: re.Match[str]) -> str:
@@ -327,7 +384,8 @@ def parse_launch(text: str) -> Launch:
             varies.append(unit.name)
         elif unit.name not in PARALLEL_FLAGS:
             args.extend(unit.tokens)
-    return Launch(env=names.env, args=args, varies=varies)
+    out.args, out.varies = args, varies
+    return out
 
 
 # ---------------------------------------------------------------- the catalog
@@ -351,13 +409,22 @@ class References:
             if c.gpu == gpu and not c.multinode and c.model.lower() == want and c.rows
         ]
 
-    def followed(self, model: str, gpu: str, mtp: int = 0) -> ReferenceConfig | None:
-        """The vLLM config a plan follows: the first without speculative decoding, else the
-        first (each name once: ``amd-master.yaml`` before the deprecated files). With
-        ``mtp`` (``--speculative-mtp``, an opt-in), the first MTP config comes first."""
+    def followed(
+        self, model: str, gpu: str, speculative: str | None = None, scenario: str = ""
+    ) -> ReferenceConfig | None:
+        """The vLLM config a plan follows: of ``scenario`` (AMD's benchmark scenario, e.g.
+        ``agentic-coding``) where it has one, else of the fixed-length scenario; the first
+        without speculative decoding, else the first (each name once: ``amd-master.yaml``
+        before the deprecated files). With ``speculative`` (``mtp`` or ``eagle3``, an opt-in),
+        the first config of that method comes first."""
         vllm = [c for c in self.for_gpu(model, gpu) if c.framework == VLLM]
+        wanted = scenario or DEFAULT_SCENARIO
+        vllm = [c for c in vllm if c.scenario == wanted] or [
+            c for c in vllm if c.scenario == DEFAULT_SCENARIO
+        ]
         plain = [c for c in vllm if not c.speculative]
-        found = ([c for c in vllm if c.mtp_tokens] if mtp else []) or plain or vllm
+        same = [c for c in vllm if speculative and c.speculative_method == speculative]
+        found = same or plain or vllm
         return found[0] if found else None
 
     def other_servers(self, model: str, gpu: str) -> list[ReferenceConfig]:

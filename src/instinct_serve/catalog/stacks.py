@@ -8,12 +8,12 @@ pattern is in a log, cited with their source and fix) and ``recipes sync`` (a ne
 of the table found in the synced repository replaces the shipped one through the cache:
 ``table_for(catalog)``).
 
-A row matches a launch when every scope it states holds: the image repository, the vLLM and
-ROCm versions read from the image tag (an image whose tag states none matches only rows
-without a range), the gfx target, a model-id substring, the environment (``when_env``, ``*``
-for "set") and the vLLM flags (``when_args``); ``unless_env``/``unless_args`` clear a row
-whose fix is already in the launch. Fields the caller does not know (diagnose of a pasted
-log) are not held against a row.
+A row matches a launch when every scope it states holds: the image repository (or one
+``repository:tag``), the vLLM and ROCm versions read from the image tag (an image whose tag
+states none matches only rows without a range), the gfx target, a model-id substring, the
+environment (``when_env``, ``*`` for "set") and the vLLM flags (``when_args``);
+``unless_env``/``unless_args`` clear a row whose fix is already in the launch. Fields the
+caller does not know (diagnose of a pasted log) are not held against a row.
 """
 
 from __future__ import annotations
@@ -69,6 +69,13 @@ def image_versions(image: str | None) -> tuple[Version | None, Version | None]:
         vllm = _version(m.group(1))
     rocm = _ROCM_IN_TAG.search(tag)
     return vllm, _version(rocm.group(1)) if rocm else None
+
+
+def _names(image: str, entry: str) -> bool:
+    """``entry`` names ``image``: a repository (any tag), or ``repository:tag`` (that tag)."""
+    repo, tag = split_image(image)
+    want_repo, want_tag = split_image(entry)
+    return repo == want_repo and (not want_tag or tag == want_tag)
 
 
 def _within(have: Version | None, low: Version | None, high: Version | None) -> bool:
@@ -137,7 +144,7 @@ class StackRow:
             ids = [m.lower() for m in launch.model_ids if m]
             if not any(part.lower() in mid for part in self.models for mid in ids):
                 return False
-        if self.images and launch.image and split_image(launch.image)[0] not in self.images:
+        if self.images and launch.image and not any(_names(launch.image, i) for i in self.images):
             return False
         vllm, rocm = launch.versions()
         if (launch.image or launch.vllm_version) and not _within(

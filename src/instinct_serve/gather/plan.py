@@ -497,6 +497,7 @@ def _stack_check(
     """The validated-stack table on this launch (``plan.stacks``): refusals, warnings, and
     the newest known-good image in place of a refused default."""
     from instinct_serve.catalog.stacks import Launch, table_for
+    from instinct_serve.plan.speculative import planned_args
     from instinct_serve.plan.stacks import check_stack
 
     launch = Launch(
@@ -504,7 +505,7 @@ def _stack_check(
         gfx=base.gfx_cfg.gfx,
         model_ids=(chosen.variant.model_id, base.match.model_id, opts.model),
         env=chosen.ctx.env,
-        args=chosen.ctx.launch_args,
+        args=[*chosen.ctx.launch_args, *planned_args(opts, chosen.reference)],
     )
     check = check_stack(
         table_for(base.catalog), launch, pinned=bool(opts.image or chosen.amd.image)

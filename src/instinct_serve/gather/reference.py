@@ -59,6 +59,8 @@ def _with_script(cfg: ReferenceConfig, root: Path) -> ReferenceConfig:
                 launch.args,
                 launch.varies,
             )
+            cfg.spec_method, cfg.spec_draft = launch.spec_method, launch.spec_draft
+            cfg.spec_tokens = launch.spec_tokens
             break
     return cfg
 
@@ -170,13 +172,13 @@ def reference_for(
     """AMD's configs for the checkpoint served on this GPU (``plan.reference.choose``); the
     fit then sizes the launch as the config runs it (its flags and env after the recipe's,
     before yours)."""
-    from instinct_serve.plan.reference import choose
+    from instinct_serve.plan.reference import choose, wanted
 
     refs, _warnings = load_references()
-    mtp = opts.speculative_mtp
-    choice = choose(refs, model, gpu_key, gpu_count, mtp)
+    spec, scenario = wanted(opts)
+    choice = choose(refs, model, gpu_key, gpu_count, spec, scenario)
     if choice is None and opts.model.strip() != model:  # the checkpoint named, not served
-        choice = choose(refs, opts.model.strip(), gpu_key, gpu_count, mtp)
+        choice = choose(refs, opts.model.strip(), gpu_key, gpu_count, spec, scenario)
     if choice is None or choice.config is None:
         return choice
     ctx.launch_args = [*amd.args, *choice.config.args, *opts.extra_args]

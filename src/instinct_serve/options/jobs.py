@@ -410,6 +410,23 @@ class PlanOptions(SizingOptions):
         "full context with safe headroom) or throughput (the smallest TP with safe "
         "headroom, GPUs left for replicas).",
     )
+    workload: str = opt(
+        "general",
+        kind="choice",
+        choices=("general", "agentic"),
+        help="What the endpoint serves: general, or agentic (coding agents: long multi-turn "
+        "contexts sharing prefixes, tool calls); picks AMD's reference config of that "
+        "scenario where there is one.",
+    )
+    speculative_eagle3: int = opt(
+        0,
+        kind="int",
+        metavar="N",
+        help="EAGLE3 speculative decoding with N draft tokens, with the draft model of AMD's "
+        "EAGLE3 reference config for this model and GPU.",
+        low=0,
+        high=64,
+    )
     replicas: int | None = opt(
         kind="int",
         metavar="N",

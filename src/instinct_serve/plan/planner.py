@@ -16,7 +16,6 @@ different values is reported in ``conflicts``):
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +47,7 @@ from instinct_serve.plan.reference import ReferenceChoice
 from instinct_serve.plan.reference import follow as follow_reference
 from instinct_serve.plan.refusals import Refusal
 from instinct_serve.plan.replicas import GroupInputs, decide_group, with_router_image
+from instinct_serve.plan.speculative import speculative
 from instinct_serve.units import token_count
 
 __all__ = [
@@ -141,7 +141,7 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     _checkpoint_kv(b, inp)
     _parallelism(b, inp, tp)
     max_len, context_limited = _context(b, inp)
-    _user_args(b, inp.options)
+    _user_args(b, inp.options, inp.reference)
     _check_args(b.args, inp.options)
     max_len = _planned_length(b, inp, max_len)
     b.flag_conflicts()
@@ -368,7 +368,7 @@ def _context(b: PlanBuilder, inp: PlanInputs) -> tuple[int | None, bool]:
     return max_len, True
 
 
-def _user_args(b: PlanBuilder, opts: PlanOptions) -> None:
+def _user_args(b: PlanBuilder, opts: PlanOptions, reference: ReferenceChoice | None) -> None:
     """Your options, the port, then your arguments after ``--`` (the highest precedence)."""
     if opts.kv_cache_dtype:
         b.flag(["--kv-cache-dtype", opts.kv_cache_dtype], "--kv-cache-dtype", "given by you")
@@ -378,7 +378,7 @@ def _user_args(b: PlanBuilder, opts: PlanOptions) -> None:
             "--gpu-memory-utilization",
             "given by you",
         )
-    _speculative(b, opts)
+    speculative(b, opts, reference)
     b.flag(
         ["--port", str(opts.port)],
         "planner",
@@ -386,24 +386,6 @@ def _user_args(b: PlanBuilder, opts: PlanOptions) -> None:
     )
     if opts.extra_args:
         b.flag(list(opts.extra_args), "arguments after --", "given by you")
-
-
-def _speculative(b: PlanBuilder, opts: PlanOptions) -> None:
-    """``--speculative-mtp N``: MTP speculative decoding with N draft tokens, as the fit
-    sized it; a ``--speculative-config`` already asking exactly that (an AMD MTP config
-    followed) is kept as it is."""
-    from instinct_serve.vllm_args import mtp_tokens, speculative_config
-
-    if not opts.speculative_mtp:
-        return
-    if mtp_tokens(speculative_config(b.args.argv())) == opts.speculative_mtp:
-        return
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": opts.speculative_mtp})
-    b.flag(
-        ["--speculative-config", spec],
-        "--speculative-mtp",
-        f"given by you: MTP speculative decoding, {opts.speculative_mtp} draft tokens",
-    )
 
 
 def _planned_length(b: PlanBuilder, inp: PlanInputs, max_len: int | None) -> int | None:

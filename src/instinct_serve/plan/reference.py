@@ -54,12 +54,28 @@ def usable_row(config: ReferenceConfig, gpu_count: int) -> ParallelRow | None:
     return None
 
 
+SCENARIOS = {"agentic": "agentic-coding"}  # --workload → AMD's benchmark scenario
+
+
+def wanted(opts: PlanOptions) -> tuple[str | None, str]:
+    """The speculative method (``--speculative-mtp``/``--speculative-eagle3``) and AMD's
+    scenario (``--workload``) a plan asks its reference config for."""
+    method = "mtp" if opts.speculative_mtp else "eagle3" if opts.speculative_eagle3 else None
+    return method, SCENARIOS.get(opts.workload, "")
+
+
 def choose(
-    refs: References, model: str, gpu: str, gpu_count: int, mtp: int = 0
+    refs: References,
+    model: str,
+    gpu: str,
+    gpu_count: int,
+    speculative: str | None = None,
+    scenario: str = "",
 ) -> ReferenceChoice | None:
-    """AMD's configs for ``model`` on ``gpu`` (None when AMD publishes none); ``mtp``: the
-    plan asked for MTP speculative decoding (an MTP config comes first)."""
-    config = refs.followed(model, gpu, mtp)
+    """AMD's configs for ``model`` on ``gpu`` (None when AMD publishes none); ``speculative``:
+    the method the plan opted into (a config of that method comes first); ``scenario``:
+    AMD's benchmark scenario of the workload (``agentic-coding``)."""
+    config = refs.followed(model, gpu, speculative, scenario)
     others = refs.other_servers(model, gpu)
     if config is None and not others:
         return None
