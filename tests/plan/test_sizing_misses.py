@@ -287,3 +287,16 @@ def test_plan_hosts_with_gpu_previews_the_ranks_without_contacting_the_nodes(
     assert [n["host"] for n in doc["nodes"]] == ["node-a.invalid", "node-b.invalid"]
     assert all("--nnodes" in n["argv"] for n in doc["nodes"])
     assert "no node was contacted" in captured.err
+
+
+def test_plan_hosts_with_gpu_that_fits_one_node_previews_it_without_contacting_it() -> None:
+    """One node holds the model: the preview is that node's plan, and the node (a name that
+    cannot resolve) is not contacted either."""
+    from tests.infra.cli import run_instinct
+
+    args = ["plan", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "mi300x", "--json"]
+    done = run_instinct([*args, "--hosts", "node-a.invalid,node-b.invalid"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "node-a.invalid alone runs it" in said and "node-a.invalid was not contacted" in said
+    assert json.loads(done.stdout)["tensor_parallel_size"] >= 1

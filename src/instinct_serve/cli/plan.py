@@ -110,6 +110,12 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
         if done is not None:
             return done
         host_spec = nodes[0].name  # one node holds it: the plan is that node's
+        if opts.gpu:  # named GPUs: a preview, the node is not contacted
+            warn(
+                f"preview for --gpu: {host_spec} was not contacted; the HF cache and compile "
+                "cache paths are the defaults (--hf-cache, --compile-cache set them)"
+            )
+            host_spec = None
     result = plan_for(opts, get_host(host_spec), fallback_gpu=True)
     if fmt == "json":
         emit(result, True)
