@@ -492,8 +492,8 @@ def _need(
             return need, f"TP {need} ({_label(need)}) for {weights}", True
         return 1 << 30, f"more GPUs than any node has for {weights}", True
     # no metadata: the sizes in the order trusted (``RoughSize.preferred``: the recipe's
-    # stated VRAM, then a parameter count). Hook (issue 27): AMD's reference config's TP for
-    # this model and GPU comes after the stated VRAM, before the count, once it is known here.
+    # stated VRAM, then a parameter count). AMD's reference config's TP for this model and
+    # GPU is applied over whatever this gives (``plan.reference.reference_tp``, unless --tp).
     for known in rough.preferred() if rough is not None else ():
         if known.tp is not None:
             return known.tp, f"TP {known.tp}: {known.why}", False
