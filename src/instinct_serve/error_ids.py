@@ -488,6 +488,11 @@ ERRORS: dict[str, ErrorId] = {
     "needs_nightly": ErrorId(
         FAILED, "pass a nightly image (--image vllm/vllm-openai-rocm:nightly), or --force"
     ),
+    "split_not_allowed": ErrorId(
+        USAGE,
+        "use fewer GPUs per node (--gpu-count N) with --strategy multi_node_tp_pp, so each "
+        "node runs a TP the model takes",
+    ),
     "no_eagle3_draft": ErrorId(
         USAGE,
         "name the EAGLE3 draft model after --: --speculative-config "

@@ -219,3 +219,35 @@ def test_plan_hosts_for_a_model_one_node_holds_is_that_nodes_plan() -> None:
     assert "fit one node of 8 GPUs: local alone runs it" in " ".join(out.stderr.split())
     doc = json.loads(out.stdout)
     assert "--nnodes" not in doc["vllm_args"] and doc["tensor_parallel_size"] == 1
+
+
+def test_a_split_whose_tp_the_heads_do_not_divide_is_refused_before_anything_starts(
+    tmp_path: Any,
+) -> None:
+    """SmolLM2-135M has 9 attention heads: TP 4 over two 2-GPU nodes (no recipe: plain
+    multi_node_tp) or TP 2 per node would kill rank 0 at load while rank 1 waits on the
+    rendezvous (what the real vLLM did). The split is refused with the rule; the fix names
+    a per-node GPU count and the strategy it takes."""
+    import shutil
+
+    from tests.infra.paths import CONFIGS
+
+    model = tmp_path / "SmolLM2-135M-Instruct"
+    model.mkdir()
+    shutil.copy(CONFIGS / "HuggingFaceTB__SmolLM2-135M-Instruct.json", model / "config.json")
+    args = [str(model), "--gpu", "mi300x", "--gpu-count", "2", "--hosts", "local,local"]
+    out = _plan_cli(*args, "--multi-node", "--json")
+    assert out.returncode == 2, out.stdout + out.stderr
+    error = json.loads(out.stdout)["error"]
+    assert error["id"] == "split_not_allowed"
+    assert "9 attention heads do not divide by TP 4" in error["message"]
+    assert "--gpu-count 1" in error["fix"] and "multi_node_tp_pp" in error["fix"]
+    assert error["details"]["constraint"] == "attention_heads_divisible"
+    # one GPU per node: TP 1 on each, pipelined across the two
+    pp = ["--strategy", "multi_node_tp_pp"]
+    two = _plan_cli(*args, *pp, "--multi-node", "--json")
+    assert json.loads(two.stdout)["error"]["message"].startswith("multi_node_tp_pp over 2 nodes")
+    ok = _plan_cli(*args[:3], "--gpu-count", "1", *args[5:], *pp, "--multi-node", "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    doc = json.loads(ok.stdout)["multi_node"]
+    assert all(value(n["argv"], "--tensor-parallel-size") == "1" for n in doc["nodes"])

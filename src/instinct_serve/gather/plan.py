@@ -18,7 +18,7 @@ from instinct_serve.errors import InstinctError
 from instinct_serve.gather.reference import reference_for
 from instinct_serve.gather.sizing import decide_tp as _decide_tp
 from instinct_serve.gather.sizing import recipe_tp as _recipe_tp
-from instinct_serve.gather.sizing import variant_fits
+from instinct_serve.gather.sizing import tp_rules, variant_fits
 from instinct_serve.hardware.partitions import layout
 from instinct_serve.hardware.target import Target, catalog_key
 from instinct_serve.options import PlanOptions
@@ -370,6 +370,7 @@ def make_plan(
         fit=inputs.fit,
         hardware_source=base.hardware_source,
         warnings=plan.warnings,
+        tp_problems=tp_rules(opts, chosen.sizer, chosen.variant.model_id, chosen.amd, chosen.ctx),
     )
 
 

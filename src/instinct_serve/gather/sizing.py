@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from instinct_serve.gather.plan import _Sizer
     from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.options import PlanOptions
-    from instinct_serve.plan.constraints import Shape
+    from instinct_serve.plan.constraints import Shape, Situation
     from instinct_serve.plan.refusals import Refusal
 
 
@@ -154,6 +154,33 @@ def _named_moe(match: Match, model_id: str) -> bool:
     return is_moe_name(model_id)
 
 
+def _situation(opts: PlanOptions, amd: AmdConfig, ctx: LaunchContext, per_gpu: int) -> Situation:
+    from instinct_serve.plan.constraints import Situation
+
+    return Situation(
+        env=dict(amd.env) | opts.env_literal,
+        vllm_version=ctx.vllm_version,
+        partitions_per_gpu=per_gpu,
+    )
+
+
+def tp_rules(
+    opts: PlanOptions,
+    sizer: _Sizer,
+    model_id: str,
+    amd: AmdConfig,
+    ctx: LaunchContext,
+    per_gpu: int = 1,
+) -> Callable[[int], list[tuple[str, str]]]:
+    """The kernel and sharding rules (``plan.constraints.tp_problems``) as the plan's TP was
+    checked with them, for a TP decided later (a multi-node split's TP per node)."""
+    from instinct_serve.plan.constraints import tp_problems
+
+    shape = model_shape(sizer.meta(model_id))
+    situation = _situation(opts, amd, ctx, per_gpu)
+    return lambda tp: tp_problems(tp, shape, situation)
+
+
 def decide_tp(
     opts: PlanOptions,
     inv: GpuInventory,
@@ -167,7 +194,6 @@ def decide_tp(
     per_gpu: int = 1,
 ) -> TpDecision:
     """``plan.decisions.choose_tp`` with the fits, the rough size and the model's shape."""
-    from instinct_serve.plan.constraints import Situation
     from instinct_serve.plan.refusals import refuse
 
     meta = sizer.meta(variant.model_id)
@@ -183,11 +209,7 @@ def decide_tp(
     rough = rough_of(
         opts, inv, sizer, params, variant.precision, variant.vram_minimum_gb, count_from, unsized
     )._replace(moe=_named_moe(match, variant.model_id))
-    situation = Situation(
-        env=dict(amd.env) | opts.env_literal,
-        vllm_version=ctx.vllm_version,
-        partitions_per_gpu=per_gpu,
-    )
+    situation = _situation(opts, amd, ctx, per_gpu)
     first = inv.gpus[0] if inv.gpus else None
     try:
         return choose_tp(

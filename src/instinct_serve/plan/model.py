@@ -22,6 +22,8 @@ from instinct_serve.plan.caches import CacheLayout
 from instinct_serve.servers.vllm import API_KEY_ENV
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from instinct_serve.catalog.matching import Match
     from instinct_serve.fit.estimate import FitReport
     from instinct_serve.hardware.inventory import GpuInventory
@@ -355,6 +357,9 @@ class PlanResult:
     fit: FitReport | None = None
     hardware_source: str = "detect"
     warnings: list[str] = field(default_factory=list)
+    # the kernel and sharding rules the TP was checked with (``plan.constraints``), for a TP
+    # decided after the plan (a multi-node split's per node): (rule id, why) per broken rule
+    tp_problems: Callable[[int], list[tuple[str, str]]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = self.plan.to_dict()

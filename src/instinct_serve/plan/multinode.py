@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,13 +258,18 @@ def plan_multinode(
     moe: bool = False,
     strategies: Mapping[str, Mapping[str, Any]] | None = None,
     why: str,
+    tp_problems: Callable[[int], list[tuple[str, str]]] | None = None,
 ) -> MultiNodePlan:
     """Split ``base`` (planned for every GPU of every node) over ``opts.hosts``.
 
     ``why``: why one node is not enough (or that it was asked for); it leads the reasons.
+    ``tp_problems``: the kernel and sharding rules the base plan's TP was checked with
+    (``plan.constraints``), applied to the split's own TP before anything starts.
     """
     _check_request(base, opts)
     strategy, strategy_why = choose_strategy(compatible, moe, opts.strategy)
+    shared = parallel_args(strategy, opts.gpus_per_node, len(opts.hosts))
+    _check_split(strategy, shared, opts, tp_problems)
     if strategy == "multi_node_dep" and opts.backend == "ray":
         raise UsageError(
             "multi_node_dep uses vLLM's data-parallel rendezvous, not Ray",
@@ -294,7 +299,7 @@ def plan_multinode(
             *cleaned,
             *(a for a in (doc or {}).get("vllm_args") or [] if a != "--data-parallel-hybrid-lb"),
         ],
-        shared=parallel_args(strategy, opts.gpus_per_node, len(opts.hosts)),
+        shared=shared,
     )
     reasons = ranks.reasons(why, strategy_why)
     return MultiNodePlan(
@@ -308,6 +313,35 @@ def plan_multinode(
         ifname=opts.ifname,
         network=opts.network,
         reasons=reasons,
+    )
+
+
+def _check_split(
+    strategy: str,
+    shared: list[str],
+    opts: MultiNodeOptions,
+    tp_problems: Callable[[int], list[tuple[str, str]]] | None,
+) -> None:
+    """Refuse a split whose TP the model cannot start with (heads that do not divide by it,
+    AITER's MLA heads per rank...), naming the rule: rank 0 would die at load while the
+    others wait on the rendezvous."""
+    tp = int(vllm_args.value(shared, "--tensor-parallel-size") or 1)
+    found = tp_problems(tp) if tp_problems is not None else []
+    if not found:
+        return
+    rule, why = found[0]
+    per_node = [n for n in range(opts.gpus_per_node, 0, -1) if tp_problems and not tp_problems(n)]
+    fix = (
+        f"use {per_node[0]} GPU(s) per node (--gpu-count {per_node[0]}) with --strategy "
+        "multi_node_tp_pp, so that each node runs a TP the model takes"
+        if per_node
+        else "use a --strategy that splits the model another way"
+    )
+    raise UsageError(
+        f"{strategy} over {len(opts.hosts)} nodes runs TP {tp}: {why}",
+        fix=fix,
+        id="split_not_allowed",
+        details={"constraint": rule, "tp": tp, "strategy": strategy},
     )
 
 

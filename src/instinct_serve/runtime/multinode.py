@@ -724,6 +724,7 @@ def plan_across(
         moe=moe,
         strategies=load_catalog().strategies,
         why=why,
+        tp_problems=result.tp_problems,
     )
 
 
