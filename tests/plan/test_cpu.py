@@ -121,3 +121,21 @@ def test_a_kv_space_vllm_cannot_use_is_refused(smol: str, value: str) -> None:
     with pytest.raises(UsageError) as err:
         cpu_plan(smol, env_literal={"VLLM_CPU_KVCACHE_SPACE": value})
     assert err.value.id == "bad_cpu_kv_space"
+
+
+def test_pipeline_parallel_on_the_cpu_backend_runs_compiled_not_eager(smol: str) -> None:
+    """Eager + PP 2 on vLLM's CPU backend: healthy, then the first request kills the engine
+    (real-vllm-cpu log 18); the compiled mode without a compiler answers (log 19). The plan
+    replaces --enforce-eager with it and says why; one rank keeps eager as asked."""
+    from instinct_serve import vllm_args
+    from instinct_serve.hardware.target import CPU_PP_COMPILATION
+
+    pp = cpu_plan(smol, "--enforce-eager", "--pipeline-parallel-size", "2")
+    args = pp.plan.vllm_args
+    assert "--enforce-eager" not in args
+    assert vllm_args.value(args, "--compilation-config") == CPU_PP_COMPILATION
+    assert "first request would kill the engine" in reason(pp, "--compilation-config")
+    assert any("--enforce-eager replaced" in w for w in pp.plan.warnings)
+    one = cpu_plan(smol, "--enforce-eager")
+    assert "--enforce-eager" in one.plan.vllm_args
+    assert not vllm_args.has(one.plan.vllm_args, "--compilation-config")

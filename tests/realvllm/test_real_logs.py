@@ -35,6 +35,7 @@ FAILURES = [
     ("15_port_already_in_use.log", "port_in_use"),
     ("16_compiled_without_cxx_compiler.log", "jit_build_failed"),
     ("17_docker_default_shm_64m_too_small.log", "shm_too_small"),
+    ("18_pp2_eager_first_request_kills_engine.log", "pp_rank_without_warmup"),
 ]
 
 
@@ -66,6 +67,17 @@ def test_no_cxx_compiler_is_fixed_by_eager_mode() -> None:
     assert "g++" in finding["fix"]
 
 
+def test_a_pipeline_rank_without_warm_up_names_the_compiled_mode_that_fixes_it() -> None:
+    """Eager + PP 2 on the CPU build: healthy, then the first request kills the engine (rank
+    1's assertion, rank 0's KeyError). The finding is the assertion, not the KeyError or the
+    API server's EngineDeadError, and its fix is the compiled mode without a compiler."""
+    finding = _finding("18_pp2_eager_first_request_kills_engine.log", "pp_rank_without_warmup")
+    assert "assert self.intermediate_tensors is not None" in finding["line"]
+    assert "Worker_PP1" in finding["line"]
+    assert '--compilation-config \'{"mode":2,"backend":"eager"}\'' in finding["fix"]
+    assert "--enforce-eager" in finding["fix"] and finding["retry"] is None
+
+
 def test_the_shm_finding_carries_the_real_figures() -> None:
     finding = _finding("17_docker_default_shm_64m_too_small.log", "shm_too_small")
     assert finding["details"] == {"required_mib": 160.0, "free_mib": 64.0}
@@ -89,7 +101,13 @@ def test_the_max_model_len_finding_carries_the_models_real_limit() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [captured.EAGER_LOG, captured.COMPILED_COLD_LOG, captured.COMPILED_WARM_LOG]
+    "name",
+    [
+        captured.EAGER_LOG,
+        captured.COMPILED_COLD_LOG,
+        captured.COMPILED_WARM_LOG,
+        "19_pp2_compiled_eager_backend_answers.log",
+    ],
 )
 def test_healthy_real_logs_have_no_finding(name: str) -> None:
     doc = diagnose(name)

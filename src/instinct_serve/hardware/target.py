@@ -29,6 +29,11 @@ CPU_SOURCE = "cpu"  # the source of a CPU target (and the "gfx" of its one devic
 # vLLM's CPU backend sizes its KV cache from this variable: whole GiB of RAM (it overrides
 # --kv-cache-memory-bytes when set; 0 is an explicit KV cache of 0 bytes, which fails).
 CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+# vLLM's CPU runner makes a pipeline rank's intermediate tensors only in its warm-up, which
+# eager mode (--enforce-eager: compilation mode NONE) skips: the first request then kills the
+# engine (cpu_model_runner.warming_up_model, vLLM 0.32). This compiled mode needs no C++
+# compiler and warms up (seconds): what a CPU plan with pipeline parallelism runs instead.
+CPU_PP_COMPILATION = '{"mode":2,"backend":"eager"}'
 
 
 @dataclass

@@ -18,7 +18,12 @@ import re
 from typing import TYPE_CHECKING, NamedTuple
 
 from instinct_serve import vllm_args
-from instinct_serve.hardware.target import CPU_KV_ENV, CPU_SOURCE, cpu_kv_cache_gib
+from instinct_serve.hardware.target import (
+    CPU_KV_ENV,
+    CPU_PP_COMPILATION,
+    CPU_SOURCE,
+    cpu_kv_cache_gib,
+)
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
 from instinct_serve.plan.model import LaunchPlan, Reason
 from instinct_serve.plan.planner import DEVICE_ENV
@@ -194,7 +199,28 @@ def on_cpu(
             f"the weights ({weight_bytes / GIB:.1f} GiB) and the KV cache "
             f"({kv.bytes / GIB:.1f} GiB) need more than the {memory_bytes / GIB:.1f} GiB of RAM"
         )
+    _pipeline_warm_up(plan)
     plan.labels[LABEL_PLAN_HASH] = plan.plan_hash
+
+
+def _pipeline_warm_up(plan: LaunchPlan) -> None:
+    """Pipeline parallelism on the CPU backend needs the warm-up eager mode skips
+    (``CPU_PP_COMPILATION``): --enforce-eager is replaced by the compiled mode that needs no
+    compiler, and said."""
+    pp = vllm_args.value(plan.vllm_args, "--pipeline-parallel-size", "-pp") or "1"
+    if not pp.isdigit() or int(pp) < 2 or not vllm_args.has(plan.vllm_args, "--enforce-eager"):
+        return
+    args = vllm_args.remove(plan.vllm_args, "--enforce-eager")
+    if not vllm_args.has(args, "--compilation-config", "-cc", "-O"):
+        args = [*args, "--compilation-config", CPU_PP_COMPILATION]
+    plan.vllm_args = args
+    why = (
+        f"--enforce-eager replaced: with --pipeline-parallel-size {pp} vLLM's CPU backend "
+        "makes a pipeline rank's tensors only in the warm-up eager mode skips, so the first "
+        "request would kill the engine; this compiled mode needs no compiler"
+    )
+    plan.reasons.append(Reason(f"--compilation-config {CPU_PP_COMPILATION}", SOURCE, why))
+    plan.warnings.append(why)
 
 
 def _fit_context(plan: LaunchPlan, tokens: int, native: int | None, kv_item: str) -> None:

@@ -53,6 +53,7 @@ ORDER: tuple[str, ...] = (
     "aiter_mla_unsupported_heads",
     "dsv4_sparse_mla_warmup_segfault",
     "nccl_proxy_segfault",
+    "pp_rank_without_warmup",
     "known_bad_stack",
     "attn_full_graph_capture_fault",
     "graph_replay_crash",

@@ -11,6 +11,7 @@ from instinct_serve.diagnose.rules.common import at_hit, older
 from instinct_serve.diagnose.rules.crash import CRASH_GENERAL, named_crash
 from instinct_serve.diagnose.scan import Scan, exc
 from instinct_serve.diagnose.shell import issue_search
+from instinct_serve.hardware.target import CPU_PP_COMPILATION
 
 V0_REMOVED_IN = "0.11.0"  # the last vLLM with the V0 engine (VLLM_USE_V1=0) is 0.10.x
 
@@ -64,7 +65,47 @@ def _rccl(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     return build_rccl_error(ctx, **at_hit(hit, count)) if hit else None
 
 
+# vllm/v1/worker/gpu_model_runner.py (0.32): sync_and_gather_intermediate_tensors asserts
+# the buffers its _dummy_run made; the CPU runner's warming_up_model (the only _dummy_run of
+# a CPU pipeline rank) returns at once when compilation_config.mode is NONE (--enforce-eager).
+# The traceback quotes the assertion as source, then a bare AssertionError.
+_BARE_ASSERTION = exc(r"AssertionError\s*$")
+_PP_ASSERT = "assert self.intermediate_tensors is not None"
+
+
+def build_cpu_pp_eager(ctx: DiagnoseContext, **at: Any) -> Finding:
+    return Finding(
+        id="pp_rank_without_warmup",
+        title="A pipeline rank had no intermediate tensors: eager mode skipped the warm-up",
+        cause="vLLM's CPU backend creates the tensors a pipeline rank above 0 receives only "
+        "in its warm-up, which it skips in eager mode (--enforce-eager: compilation mode "
+        "NONE; vllm/v1/worker/cpu_model_runner.py warming_up_model). The server reports "
+        "healthy, then the first request kills the engine: rank 1 fails this assertion and "
+        "rank 0 raises KeyError.",
+        fix="Drop --enforce-eager and run a compiled mode that needs no compiler: "
+        f"--compilation-config '{CPU_PP_COMPILATION}' (its warm-up takes seconds).",
+        commands=(issue_search("intermediate_tensors is not None", "pipeline parallel cpu"),),
+        **at,
+    )
+
+
+def _cpu_pp_eager(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    for hit in scan.hits(_BARE_ASSERTION):
+        for quoted in scan.lines[max(hit.index - 3, 0) : hit.index]:  # the source, its carets
+            if _PP_ASSERT in quoted.text:
+                return build_cpu_pp_eager(ctx, line=quoted.raw, line_no=quoted.no, occurrences=1)
+    return None
+
+
 RULES = (
+    Rule(
+        "pp_rank_without_warmup",
+        90,
+        build_cpu_pp_eager,
+        _cpu_pp_eager,
+        words(r"intermediate_tensors"),
+        supersedes=CRASH_GENERAL,
+    ),
     Rule(
         "nccl_proxy_segfault",
         95,
