@@ -461,8 +461,13 @@ def _busybox() -> str | None:
 
 
 def replayable_logs() -> list[Path]:
-    """The captured logs the double can replay: tests/fixtures/logs and its public corpus."""
-    return sorted(LOGS.glob("*.log")) + sorted((LOGS / "public").glob("*.log"))
+    """The captured logs the double can replay: tests/fixtures/logs, its public corpus and
+    the real vLLM's."""
+    return [
+        *sorted(LOGS.glob("*.log")),
+        *sorted((LOGS / "public").glob("*.log")),
+        *sorted((LOGS / "real-vllm-cpu").glob("*.log")),
+    ]
 
 
 def image_inputs_hash(python: str, busybox: str | None) -> str:

@@ -82,6 +82,16 @@ environment, because the argv is produced by the real planner and must stay unch
     ``die`` log and exit (a worker failing after start-up, which must fail the group).
 ``VLLM_DOUBLE_RENDEZVOUS_S``
     Multi-node only: how long rank 0 waits for every rank, and a rank for rank 0 (default 60).
+    ``VLLM_DOUBLE_FAIL_RANKS`` with ``0``: the head replays the ``die`` log and exits before it
+    listens (a head that dies at load, as the real rank 0 did on a TP its heads do not divide).
+``VLLM_DOUBLE_PP_FIRST_REQUEST=die``
+    Multi-node only: the real eager + pipeline-parallel trap of vLLM's CPU build
+    (``real-vllm-cpu/18_...``): healthy, then the first completion tells every rank to fail;
+    each headless rank replays the real rank 1's assertion and exits 1, the head answers 500
+    (``EngineDeadError``), replays its own real lines and exits.
+``VLLM_DOUBLE_HEADLESS_STAYS=1``
+    Multi-node only: a headless rank outlives its head (as the real vLLM's did), instead of
+    exiting when the head's connection ends.
 ``VLLM_DOUBLE_CHILDREN``
     ``N``: start N child processes first, standing in for vLLM's engine-core processes
     (argv ``python vllm_double.py engine-core --port P --index I``; they only sleep). On
@@ -777,6 +787,9 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 )
                 self._error(400, message, "BadRequestError", "input_tokens")
                 return
+            if pp_first_request_trap():
+                self._error(500, ENGINE_DEAD, "InternalServerError")
+                return
             start = time.monotonic()
             self._first_request_delay()
             incoherent = state.mode == "incoherent"
@@ -1056,8 +1069,30 @@ def _watch(sock: socket.socket, what: str) -> None:
     threading.Thread(target=run, name="watch", daemon=True).start()
 
 
+JOINED: dict[int, socket.socket] = {}  # rank 0: the joined ranks' connections
+PP_TRAP = "real-vllm-cpu/18_pp2_eager_first_request_kills_engine.log"
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+
+def pp_first_request_trap() -> bool:
+    """``VLLM_DOUBLE_PP_FIRST_REQUEST=die`` on the head: tell every rank to fail (they replay
+    the real rank 1's assertion), replay the head's real lines; True when it did."""
+    if os.environ.get("VLLM_DOUBLE_PP_FIRST_REQUEST") != "die" or not JOINED:
+        return False
+    for conn in JOINED.values():
+        with contextlib.suppress(OSError):
+            conn.sendall(b"DIE\n")
+    time.sleep(0.3)
+    replay([ln for ln in real_lines(PP_TRAP) if "(EngineCore" in ln and "ERROR" in ln], 0.0)
+    threading.Timer(1.0, _exit_now, args=(0,)).start()  # the real head exits 0 (KeyError)
+    return True
+
+
 def head_rendezvous(args: Args) -> None:
     """Rank 0: listen on the master port, wait until every other rank joined."""
+    if 0 in _fail_ranks():  # the head dies at load, before it listens
+        replay(real_lines(os.environ.get("VLLM_DOUBLE_REPLAY", DEFAULT_REPLAY)), 0.0)
+        _exit_now(int(os.environ.get("VLLM_DOUBLE_EXIT_CODE", "1")))
     server = socket.create_server(("0.0.0.0", args.master_port), reuse_port=False)
     print(
         f"vllm-double: rendezvous: rank 0 listening on 0.0.0.0:{args.master_port} "
@@ -1098,6 +1133,7 @@ def head_rendezvous(args: Args) -> None:
             f"({len(joined)}/{args.nnodes - 1}) at {time.time():.6f}",
             flush=True,
         )
+    JOINED.update(joined)
     for rank, conn in joined.items():
         _watch(conn, f"rank {rank}")
 
@@ -1152,8 +1188,14 @@ def headless_main(args: Args, load_s: float) -> int:
         return int(os.environ.get("VLLM_DOUBLE_EXIT_CODE", "1"))
     replay(lines[: _index(lines, "Starting to load model") + 1], load_s)
     with contextlib.suppress(OSError):
-        while sock.recv(64):
-            pass
+        while data := sock.recv(64):
+            if b"DIE" in data:  # the head's first request (VLLM_DOUBLE_PP_FIRST_REQUEST)
+                replay([ln for ln in real_lines(PP_TRAP) if "(Worker_PP1" in ln], 0.0)
+                return 1
+    if os.environ.get("VLLM_DOUBLE_HEADLESS_STAYS") == "1":
+        print("vllm-double: rendezvous: rank 0 went away; staying up (TEST DOUBLE)", flush=True)
+        while True:
+            time.sleep(3600)
     print(
         "vllm-double: rendezvous: rank 0 went away: headless rank exits (TEST DOUBLE)", flush=True
     )

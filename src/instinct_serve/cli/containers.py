@@ -164,7 +164,7 @@ def _survivors(name: str, survivors: list[dict[str, Any]]) -> str:
 
 
 def _ps_groups(nodes: list[Host], probe: bool, as_json: bool) -> int:
-    from instinct_serve.runtime.multinode import group_rows
+    from instinct_serve.runtime.multinode_groups import group_rows
 
     rows = group_rows(nodes, probe=probe)
     doc = {"hosts": [h.name for h in nodes], "groups": [r.to_dict() for r in rows]}
@@ -243,7 +243,7 @@ def logs(
     nodes = hosts_of(hosts_spec, host_spec)
     if nodes is not None:  # every rank's log, prefixed with its rank and host
         from instinct_serve.runtime.endpoints import log_redactor
-        from instinct_serve.runtime.multinode import group_logs
+        from instinct_serve.runtime.multinode_groups import group_logs
 
         redact = log_redactor(nodes[0], name)
         lines = [redact.text(line) for line in group_logs(nodes, name, tail)]
@@ -374,7 +374,7 @@ def _stop_groups(
 ) -> int:
     """Every rank of each named group (or of every group with --all), on every node."""
     from instinct_serve.runtime.confirm import Change, Item
-    from instinct_serve.runtime.multinode import group_rows, stop_group
+    from instinct_serve.runtime.multinode_groups import group_rows, stop_group
 
     rows = group_rows(nodes, probe=False)
     wanted = [r.name for r in rows] if stop_all else list(names)

@@ -90,6 +90,29 @@ def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int |
     return outcome.exit_code
 
 
+def plan_on_hosts(
+    opts: PlanOptions, host_spec: str | None, fmt: str
+) -> tuple[int | None, str | None]:
+    """``plan --hosts``: the exit code once the ranks' commands are printed; else (one node
+    holds the model, or no --hosts) None and the host to plan that node's plan on (none for
+    a ``--gpu`` preview: the node is not contacted)."""
+    from instinct_serve.cli.common import warn
+
+    nodes = hosts_of(opts.hosts, host_spec)
+    if nodes is None:
+        return None, host_spec
+    done = plan_hosts(opts, nodes, fmt)
+    if done is not None:
+        return done, None
+    if opts.gpu:
+        warn(
+            f"preview for --gpu: {nodes[0].name} was not contacted; the HF cache and compile "
+            "cache paths are the defaults (--hf-cache, --compile-cache set them)"
+        )
+        return None, None
+    return None, nodes[0].name  # one node holds it: the plan is that node's
+
+
 def plan_hosts(opts: PlanOptions, hosts: list[Host], fmt: str) -> int | None:
     """``plan --hosts``: the ranks' commands (None when one node holds the model: the
     caller prints that node's plan, after saying why)."""

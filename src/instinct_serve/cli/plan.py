@@ -102,20 +102,11 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
         )
     if as_list:
         return _list(opts, host_spec, as_json)
-    from instinct_serve.cli.multinode import hosts_of, plan_hosts
+    from instinct_serve.cli.multinode import plan_on_hosts
 
-    nodes = hosts_of(opts.hosts, host_spec)
-    if nodes is not None:
-        done = plan_hosts(opts, nodes, fmt)
-        if done is not None:
-            return done
-        host_spec = nodes[0].name  # one node holds it: the plan is that node's
-        if opts.gpu:  # named GPUs: a preview, the node is not contacted
-            warn(
-                f"preview for --gpu: {host_spec} was not contacted; the HF cache and compile "
-                "cache paths are the defaults (--hf-cache, --compile-cache set them)"
-            )
-            host_spec = None
+    done, host_spec = plan_on_hosts(opts, host_spec, fmt)
+    if done is not None:
+        return done
     result = plan_for(opts, get_host(host_spec), fallback_gpu=True)
     if fmt == "json":
         emit(result, True)

@@ -84,6 +84,31 @@ def save_log(host: Host, name: str, label: str, text: str) -> str | None:
     return target
 
 
+# $1: the directory, $2: the endpoint name, $3: the label prefix; for each saved log of that
+# endpoint whose label starts with it, its file name then its last $4 lines.
+_READ_LOGS = (
+    'for f in "$1/$2.$3"*.log; do [ -f "$f" ] || continue; '
+    'printf "#%s\\n" "${f##*/}"; tail -n "$4" -- "$f"; done; exit 0'
+)
+
+
+def saved_logs(host: Host, name: str, prefix: str, tail: int) -> dict[str, list[str]]:
+    """The logs ``save_log`` kept for ``name`` whose label starts with ``prefix``, by label
+    (their last ``tail`` lines), oldest label first."""
+    if not CONTAINER_NAME.fullmatch(name) or not CONTAINER_NAME.fullmatch(prefix):
+        return {}
+    argv = ["sh", "-c", _READ_LOGS, "sh", _dir(host), name, prefix, str(tail)]
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    head, tail_mark = f"#{name}.", ".log"
+    for line in host.run(argv, timeout=30).stdout.splitlines():
+        if line.startswith(head) and line.endswith(tail_mark):
+            current = out.setdefault(line[len(head) : -len(tail_mark)], [])
+        elif current is not None:
+            current.append(line)
+    return dict(sorted(out.items()))
+
+
 def _parse(line: str) -> dict[str, Any] | None:
     try:
         doc = json.loads(line)

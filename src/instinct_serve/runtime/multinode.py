@@ -22,21 +22,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from instinct_serve.errors import InstinctError, NotReadyError
+from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
 from instinct_serve.plan.labels import (
     LABEL_GROUP,
-    LABEL_NODE_RANK,
-    LABEL_NODES,
-    LABEL_ROLE,
-    ROLE_HEAD,
-    label_text,
 )
-from instinct_serve.plan.multinode import MultiNodePlan, NodeLaunch
-from instinct_serve.runtime import health
+from instinct_serve.plan.multinode import MultiNodePlan
+from instinct_serve.runtime import health, keys
 from instinct_serve.runtime.deploying import deploy_to_end
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.follower import LogFollower
+from instinct_serve.runtime.multinode_checks import NodeReport, check_nodes
 from instinct_serve.runtime.owner import LABEL_OWNER, caller
 
 if TYPE_CHECKING:
@@ -56,25 +52,10 @@ PROBE_SCRIPT = (
     "        time.sleep(0.2)\n"
 )
 REACH_TIMEOUT_S = 60.0
+REACH_SLICE_S = 5.0  # one rendezvous probe: between probes, the started ranks are checked
 POLL_S = 0.5
+UNANSWERED_POLLS = 10  # after a failed first completion: how long a dying rank is awaited
 Sink = Callable[[dict[str, Any]], None]
-
-
-@dataclass
-class NodeReport:
-    """What the pre-start checks found on one node."""
-
-    rank: int
-    host: str
-    checks: dict[str, str] = field(default_factory=dict)  # check -> "ok" or the problem
-    facts: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def problems(self) -> list[str]:
-        return [f"{k}: {v}" for k, v in self.checks.items() if v != "ok"]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "host": self.host, "checks": self.checks, "facts": self.facts}
 
 
 @dataclass
@@ -90,6 +71,7 @@ class GroupOutcome:
     completion: dict[str, Any] | None = None
     failure: dict[str, Any] | None = None
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    api_key_file: str | None = None  # --public: where the key is (never the key)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,28 +85,12 @@ class GroupOutcome:
             "completion": self.completion,
             "failure": self.failure,
             "nodes": self.nodes,
+            "api_key_file": self.api_key_file,
         }
 
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
-
-
-def gpu_signature(inventory: Any) -> tuple[str, int, int | None]:
-    """What must match between nodes: gfx, GPU count, VRAM per GPU."""
-    return (inventory.gfx_version, inventory.gpu_count, inventory.vram_bytes)
-
-
-def _model_dirs(plan: Any) -> list[str]:
-    """Where the model would be in the node's Hugging Face cache (the plan's mount)."""
-    from instinct_serve.plan.model import CONTAINER_HF_CACHE
-
-    repo = "models--" + plan.model.replace("/", "--")
-    out = []
-    for mount in plan.mounts:
-        if mount.container_path == CONTAINER_HF_CACHE:
-            out += [f"{mount.host_path}/hub/{repo}", f"{mount.host_path}/{repo}"]
-    return out
 
 
 class GroupRunner:
@@ -153,6 +119,7 @@ class GroupRunner:
         self.timeout_s = timeout_s
         self.warmup_timeout_s = warmup_timeout_s
         self.api_key = api_key
+        self.key_file: str | None = None  # a generated key's file on the head's host
         self.device_root = device_root.rstrip("/")  # the hidden --root (tests, chroots)
         self.docker = [Docker(h) for h in self.hosts]
         self.followers: list[LogFollower | None] = [None] * len(self.hosts)
@@ -167,126 +134,46 @@ class GroupRunner:
     # -- checks
 
     def preflight(self) -> list[NodeReport]:
-        """Every node's checks; ``NotReadyError`` naming each failing node and check."""
-        reports = [NodeReport(n.rank, n.host) for n in self.plan.nodes]
-        head_gpus: tuple[str, int, int | None] | None = None
-        image_ids: dict[int, str] = {}
-        for node, host, docker, report in zip(
-            self.plan.nodes, self.hosts, self.docker, reports, strict=True
-        ):
-            self.event("phase", phase="checking", message=f"rank {node.rank} on {host.name}")
-            ok, why = docker.available()
-            report.checks["docker"] = "ok" if ok else why
-            if not ok:
-                continue
-            if self.detect is not None:
-                try:
-                    sig = gpu_signature(self.detect(host))
-                except InstinctError as exc:
-                    report.checks["gpus"] = f"detection failed: {exc.message}"
-                else:
-                    report.facts["gpus"] = {"gfx": sig[0], "count": sig[1], "vram_bytes": sig[2]}
-                    if head_gpus is None:
-                        head_gpus = sig
-                    if sig[1] < self.plan.gpus_per_node:
-                        report.checks["gpus"] = (
-                            f"{sig[1]} GPUs, the plan needs {self.plan.gpus_per_node} per node"
-                        )
-                    elif sig != head_gpus:
-                        report.checks["gpus"] = f"{sig} differs from rank 0's {head_gpus}"
-                    else:
-                        report.checks["gpus"] = "ok"
-            image = node.plan.image
-            image_id = docker.image_id(image)
-            if image_id is None:
-                self.event("phase", phase="pulling_image", message=f"{image} on {host.name}")
-                pulled = host.run([docker.binary, "pull", image], timeout=3600)
-                image_id = docker.image_id(image)
-                if image_id is None:
-                    said = pulled.stderr.strip().splitlines() or ["no output"]
-                    report.checks["image"] = f"{image} is missing and pulling failed: {said[-1]}"
-                    continue
-            image_ids[node.rank] = image_id
-            report.facts["image_id"] = image_ids[node.rank]
-            first = image_ids.get(0)
-            report.checks["image"] = (
-                "ok"
-                if first is None or image_ids[node.rank] == first
-                else f"{image} is {image_ids[node.rank][:19]} here, {first[:19]} on rank 0"
-            )
-            report.checks["model"] = self._model_check(host, node, report)
-            report.checks["interface"] = self._interface_check(host, docker)
-        failing = [r for r in reports if r.problems]
-        for report in reports:
-            self.event("node_checked", **report.to_dict())
-        if failing:
-            lines = "; ".join(f"rank {r.rank} ({r.host}): {', '.join(r.problems)}" for r in failing)
-            raise NotReadyError(
-                f"the nodes are not ready to serve one model together: {lines}",
-                fix="make every node match rank 0 (same GPUs, same image id, the interface "
-                "named by --ifname), then serve again",
-                id="nodes_not_ready",
-                details={"nodes": [r.to_dict() for r in reports]},
-            )
-        return reports
-
-    def _model_check(self, host: Host, node: NodeLaunch, report: NodeReport) -> str:
-        dirs = _model_dirs(node.plan)
-        present = next((d for d in dirs if host.exists(d)), None)
-        report.facts["model"] = "present" if present else "downloads at start"
-        if present:
-            return "ok"
-        if node.plan.env.get("HF_HUB_OFFLINE") == "1":
-            return f"{node.plan.model} is not in the cache and HF_HUB_OFFLINE=1"
-        from instinct_serve.plan.model import CONTAINER_HF_CACHE
-
-        cache = next(
-            (m.host_path for m in node.plan.mounts if m.container_path == CONTAINER_HF_CACHE),
-            None,
-        )
-        writable = ["sh", "-c", 'mkdir -p "$1" && test -w "$1"', "sh", cache or "/"]
-        if cache and not host.run(writable, timeout=30).ok:
-            return f"{node.plan.model} is not cached and {cache} is not writable"
-        return "ok"
-
-    def _interface_check(self, host: Host, docker: Docker) -> str:
-        network = self.plan.network
-        if network is not None:
-            return "ok" if docker.network_exists(network) else f"no docker network {network}"
-        wanted = self.plan.ifname
-        if wanted.startswith("^"):  # an exclusion list: RCCL picks among the others
-            return "ok"
-        listing = host.run(["ls", "-1", "/sys/class/net"], timeout=30)
-        have = listing.stdout.split()
-        names = [n for n in wanted.lstrip("=").split(",") if n]
-        exact = wanted.startswith("=")  # NCCL's syntax: exact names, else name prefixes
-        if any(h == n or (not exact and h.startswith(n)) for n in names for h in have):
-            return "ok"
-        return (
-            f"no interface {wanted} among {', '.join(have) or 'none'} "
-            "(GLOO/NCCL_SOCKET_IFNAME): pass --ifname"
-        )
+        """Every node's checks (``runtime.multinode_checks``); ``NotReadyError`` naming each
+        failing node and check."""
+        return check_nodes(self.plan, self.hosts, self.docker, self.detect, self.event)
 
     def _reachable(self, rank: int) -> str | None:
-        """None when rank ``rank``'s node reaches rank 0's rendezvous port, else why not."""
+        """None when rank ``rank``'s node reaches rank 0's rendezvous port, else why not.
+        Probed in slices, so that a rank already started that dies meanwhile (rank 0 at
+        load) ends the wait at once: the caller then blames it, not this node."""
         node, docker = self.plan.nodes[rank], self.docker[rank]
-        args = [
-            "run",
-            "--rm",
-            f"--network={self.plan.network or 'host'}",
-            "--entrypoint",
-            "python3",
-            node.plan.image,
-            "-c",
-            PROBE_SCRIPT,
-            self.plan.master_addr,
-            str(self.plan.rendezvous_port),
-            str(REACH_TIMEOUT_S),
-        ]
-        result = docker.run_once(args, timeout=REACH_TIMEOUT_S + 60)
-        if result.ok:
-            return None
-        return (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        end = time.monotonic() + REACH_TIMEOUT_S
+        while True:
+            left = max(min(REACH_SLICE_S, end - time.monotonic()), 1.0)
+            args = [
+                "run",
+                "--rm",
+                f"--network={self.plan.network or 'host'}",
+                "--entrypoint",
+                "python3",
+                node.plan.image,
+                "-c",
+                PROBE_SCRIPT,
+                self.plan.master_addr,
+                str(self.plan.rendezvous_port),
+                f"{left:g}",
+            ]
+            result = docker.run_once(args, timeout=left + 60)
+            if result.ok:
+                return None
+            self._pump_logs()
+            if time.monotonic() >= end or self._dead():
+                return (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+
+    def generated_key(self) -> None:
+        """``--public`` without a key of yours: one made for the group and kept in a file
+        only you can read on the head's host (``runtime.keys``), handed to the head only."""
+        head = self.plan.head.plan
+        found = keys.endpoint_key(self.hosts[0], head, create=True)
+        if found is not None:
+            self.key_file, self.api_key = found
+            self.secrets = {**self.secrets, head.api_key_env or "": self.api_key}
 
     # -- start, follow, stop
 
@@ -326,6 +213,8 @@ class GroupRunner:
         for node, host, docker in zip(self.plan.nodes, self.hosts, self.docker, strict=True):
             if node.rank > 0:
                 why = self._reachable(node.rank)
+                if why is not None and (dead := self._dead()):
+                    return self._rank_failed(self._culprit(dead))
                 if why is not None:
                     return self.fail(
                         node.rank,
@@ -333,7 +222,10 @@ class GroupRunner:
                         f"rank {node.rank} on {host.name} cannot reach rank 0's rendezvous port "
                         f"{self.plan.master_addr}:{self.plan.rendezvous_port}: {why}",
                     )
-            env = {k: v for k, v in self.secrets.items() if k in node.plan.secret_env}
+            key_env = node.plan.api_key_env if node.rank > 0 else None  # headless: no API
+            env = {
+                k: v for k, v in self.secrets.items() if k in node.plan.secret_env and k != key_env
+            }
             for mount in node.plan.mounts:
                 if not mount.read_only and not host.exists(mount.host_path):
                     host.run(["mkdir", "-p", "--", mount.host_path], timeout=30)
@@ -362,9 +254,12 @@ class GroupRunner:
                 self.sink({"event": "log", "rank": rank, "line": line})
 
     def _dead(self) -> list[tuple[int, float | None]]:
-        """The ranks no longer running, with when they finished (docker's clock)."""
+        """The started ranks no longer running, with when they finished (docker's clock)."""
         dead = []
+        started = {s["rank"] for s in self.started}
         for node, docker in zip(self.plan.nodes, self.docker, strict=True):
+            if node.rank not in started:
+                continue
             state = docker.inspect_state(node.plan.container_name)
             if state is None or not state.running:
                 finished = state.finished_at if state is not None else None
@@ -397,38 +292,71 @@ class GroupRunner:
                 self._pump_logs()
                 return self._rank_failed(self._culprit(self._dead()))
             if health.probe_health(base_url, timeout=2.0).ok:
-                ready = time.time()
-                self.event("healthy", elapsed_s=round(ready - t0, 3))
-                answer = health.complete(
-                    base_url,
-                    self.plan.head.plan.served_model_name,
-                    "Say hello in one word.",
-                    use_chat=False,
-                    max_tokens=8,
-                    timeout=self.warmup_timeout_s,
-                    api_key=self.api_key,
-                )
-                self._pump_logs()
-                return GroupOutcome(
-                    ok=True,
-                    status="ready",
-                    group=self.plan.group,
-                    base_url=base_url,
-                    started=self.started,
-                    ready_s=round(ready - t0, 3),
-                    completion=answer.to_dict(),
-                    nodes=[n.to_dict() for n in self.plan.nodes],
-                )
+                return self._prove(base_url, t0)
             time.sleep(POLL_S)
         return self.fail(0, "startup_timeout", f"not healthy within {self.timeout_s:g} s")
+
+    def _prove(self, base_url: str, t0: float) -> GroupOutcome:
+        """Healthy: the head must answer a completion. The first request is where a rank
+        can still die (a pipeline rank without its warm-up): then the rank to blame, with
+        its host, its line and every rank's saved log, not a bare completion error."""
+        ready = time.time()
+        self.event("healthy", elapsed_s=round(ready - t0, 3))
+        try:
+            answer = health.complete(
+                base_url,
+                self.plan.head.plan.served_model_name,
+                "Say hello in one word.",
+                use_chat=False,
+                max_tokens=8,
+                timeout=self.warmup_timeout_s,
+                api_key=self.api_key,
+            )
+        except InstinctError as exc:
+            return self._unanswered(exc)
+        self._pump_logs()
+        return GroupOutcome(
+            ok=True,
+            status="ready",
+            group=self.plan.group,
+            base_url=base_url,
+            started=self.started,
+            ready_s=round(ready - t0, 3),
+            completion=answer.to_dict(),
+            nodes=[n.to_dict() for n in self.plan.nodes],
+        )
+
+    def _unanswered(self, exc: InstinctError) -> GroupOutcome:
+        """The first completion failed: a rank that exits within a few seconds is blamed as
+        any dead rank; else the rank whose log names a known failure, else the head."""
+        for _ in range(UNANSWERED_POLLS):
+            self._pump_logs()
+            if self._dead():
+                return self._rank_failed(self._culprit(self._dead()))
+            time.sleep(POLL_S)
+        for n, docker in zip(self.plan.nodes, self.docker, strict=True):
+            with contextlib.suppress(InstinctError):
+                self.logs[n.rank] = docker.logs(n.plan.container_name, tail=400).splitlines()
+        rank = self._culprit([(n.rank, None) for n in self.plan.nodes])
+        from instinct_serve.diagnose import diagnose
+
+        found = diagnose("\n".join(self.logs[rank])).primary
+        line = found.line if found is not None and found.line else exc.message
+        return self.fail(
+            rank,
+            found.id if found is not None and not found.generic else exc.id,
+            f"the first completion failed ({exc.message}); rank {rank} "
+            f"({self.plan.nodes[rank].role}) on {self.hosts[rank].name}: {line}",
+            line=line,
+            log_tail=self.logs[rank][-20:],
+        )
 
     def _rank_failed(self, rank: int) -> GroupOutcome:
         node = self.plan.nodes[rank]
         state = self.docker[rank].inspect_state(node.plan.container_name)
         text = "\n".join(self.logs[rank])
-        if not text:
-            with contextlib.suppress(InstinctError):
-                text = self.docker[rank].logs(node.plan.container_name, tail=200)
+        with contextlib.suppress(InstinctError):  # the whole log: the stream may lag behind
+            text = self.docker[rank].logs(node.plan.container_name, tail=400) or text
         from instinct_serve.diagnose import diagnose
 
         found = diagnose(text)
@@ -447,11 +375,29 @@ class GroupRunner:
             + f": {line}",
             line=line,
             exit_code=code,
+            log_tail=text.splitlines()[-20:],
         )
 
-    def fail(self, rank: int, failure_id: str, message: str, **extra: Any) -> GroupOutcome:
-        """Stop and remove every rank, and say which one failed and why."""
+    def fail(
+        self,
+        rank: int,
+        failure_id: str,
+        message: str,
+        log_tail: list[str] | None = None,
+        **extra: Any,
+    ) -> GroupOutcome:
+        """Save every started rank's whole log on its host, then stop and remove every
+        rank, and say which one failed, where, why, and where its evidence is."""
+        from instinct_serve.runtime.multinode_groups import save_rank_logs
+
         self._pump_logs()
+        started = {s["rank"] for s in self.started}
+        ranks = [
+            (n.rank, h, d, n.plan.container_name, self.logs[n.rank])
+            for n, h, d in zip(self.plan.nodes, self.hosts, self.docker, strict=True)
+            if n.rank in started
+        ]
+        saved = save_rank_logs(self.plan.group, ranks)
         removed = self.stop()
         return GroupOutcome(
             ok=False,
@@ -464,7 +410,8 @@ class GroupRunner:
                 "host": self.hosts[rank].name,
                 "message": message,
                 "removed": removed,
-                "log_tail": self.logs[rank][-20:],
+                "log_tail": log_tail if log_tail is not None else self.logs[rank][-20:],
+                "saved_logs": saved,
                 **extra,
             },
             nodes=[n.to_dict() for n in self.plan.nodes],
@@ -482,7 +429,13 @@ class GroupRunner:
         with tunnel(self.hosts[0], head.port) as base_url:
             outcome = self.wait(base_url)
         if outcome.ok:
-            outcome.base_url = f"http://127.0.0.1:{head.port}/v1"
+            address = head.bind_address
+            if head.public:
+                from instinct_serve.runtime.address import public_address
+
+                address = public_address(self.hosts[0])
+            outcome.base_url = f"http://{address}:{head.port}/v1"
+            outcome.api_key_file = self.key_file
         return outcome
 
     def abandon(self) -> list[str]:
@@ -500,129 +453,6 @@ class GroupRunner:
         """Close the log streams, then stop and remove every rank this group started."""
         self.close()
         return self.clear()
-
-
-# --------------------------------------------------------------------------- the group as one
-
-
-@dataclass
-class GroupRow:
-    """One multi-node group as ``ps --hosts`` shows it."""
-
-    name: str
-    model: str | None
-    port: int | None
-    status: str
-    health: str | None
-    nodes: list[dict[str, Any]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "engine": "docker",
-            "kind": "multi-node",
-            "model": self.model,
-            "port": self.port,
-            "status": self.status,
-            "running": self.status == "running",
-            "health": self.health,
-            "nodes": self.nodes,
-        }
-
-
-def group_rows(hosts: Sequence[Host], *, probe: bool = True) -> list[GroupRow]:
-    """The multi-node groups on ``hosts``, one row each (their ranks inside it)."""
-    members: dict[str, list[tuple[Host, Any]]] = {}
-    seen: set[str] = set()
-    for host in hosts:
-        for info in Docker(host).list_managed():
-            group = label_text(info.labels, LABEL_GROUP)
-            if group is None or label_text(info.labels, LABEL_NODE_RANK) is None:
-                continue
-            if info.id in seen:  # two specs of one machine list its containers twice
-                continue
-            seen.add(info.id)
-            members.setdefault(group, []).append((host, info))
-    rows = []
-    for name, found in sorted(members.items()):
-        found.sort(key=lambda e: _rank(e[1].labels))
-        head = next((e for e in found if e[1].labels.get(LABEL_ROLE) == ROLE_HEAD), None)
-        expected = len((label_text(found[0][1].labels, LABEL_NODES) or "").split(","))
-        running = sum(1 for _, i in found if i.state.running)
-        status = "running" if running == expected == len(found) else f"{running}/{expected} ranks"
-        health_text = None
-        if probe and head is not None and head[1].port is not None and head[1].state.running:
-            from instinct_serve.runtime.endpoints import probe as probe_endpoint
-
-            health_text = probe_endpoint(head[0], head[1].port)
-        rows.append(
-            GroupRow(
-                name=name,
-                model=head[1].model if head else found[0][1].model,
-                port=head[1].port if head else None,
-                status=status,
-                health=health_text,
-                nodes=[
-                    {
-                        "rank": _rank(i.labels),
-                        "host": _rank_host(i.labels) or h.name,
-                        "container": i.name,
-                        "status": i.state.status,
-                    }
-                    for h, i in found
-                ],
-            )
-        )
-    return rows
-
-
-def _rank(labels: Any) -> int:
-    """A container's node rank (its label; garbage reads as 0)."""
-    text = label_text(labels, LABEL_NODE_RANK) or "0"
-    return int(text) if text.isdigit() and len(text) < 4 else 0
-
-
-def _rank_host(labels: Any) -> str | None:
-    """The host spec the group's plan put this rank on (its ``nodes`` label)."""
-    nodes = (label_text(labels, LABEL_NODES) or "").split(",")
-    rank = _rank(labels)
-    return nodes[rank] if rank < len(nodes) and nodes[rank] else None
-
-
-def stop_group(hosts: Sequence[Host], name: str) -> list[dict[str, Any]]:
-    """Stop and remove every rank of group ``name`` on ``hosts`` (ours by label only)."""
-    stopped = []
-    for host in hosts:
-        docker = Docker(host)
-        for info in docker.list_managed(labels={LABEL_GROUP: name}):
-            if label_text(info.labels, LABEL_NODE_RANK) is None:
-                continue
-            with contextlib.suppress(InstinctError):
-                docker.stop(info.id)
-                stopped.append(
-                    {
-                        "name": info.name,
-                        "host": _rank_host(info.labels) or host.name,
-                        "model": info.model,
-                        "removed": True,
-                    }
-                )
-    return stopped
-
-
-def group_logs(hosts: Sequence[Host], name: str, tail: int) -> list[str]:
-    """Every rank's log, each line prefixed with its rank and host."""
-    lines = []
-    for host in hosts:
-        docker = Docker(host)
-        for info in docker.list_managed(labels={LABEL_GROUP: name}):
-            rank = label_text(info.labels, LABEL_NODE_RANK)
-            if rank is None:
-                continue
-            text = docker.logs(info.name, tail=tail)
-            where = _rank_host(info.labels) or host.name
-            lines += [f"[rank {rank} {where}] {ln}" for ln in text.splitlines()]
-    return lines
 
 
 # --------------------------------------------------------------------------- serve --hosts
@@ -760,6 +590,7 @@ def serve_group(
     event("plan", **plan.to_dict())
     head = plan.head.plan
     secrets = local_secrets(head.secret_env)
+    keys.caller_key(head, secrets)  # --env VLLM_API_KEY must be set before anything starts
     runner = GroupRunner(
         hosts,
         plan,
@@ -768,7 +599,7 @@ def serve_group(
         detect=lambda host: detect(host, sysfs_root=opts.root or "/"),
         timeout_s=opts.timeout_s or startup_timeout_s(head),
         warmup_timeout_s=opts.warmup_timeout_s or health.DEFAULT_WARMUP_TIMEOUT_S,
-        api_key=secrets.get("VLLM_API_KEY"),
+        api_key=secrets.get(head.api_key_env or "") or None,
         device_root=opts.root,
     )
     change = runner.earlier()
@@ -786,4 +617,5 @@ def serve_group(
     if not change.empty:
         event("replacing", message="; ".join(change.lines()), change=change.to_dict())
         runner.clear()
+    runner.generated_key()
     return deploy_to_end(runner)
