@@ -39,7 +39,7 @@ LOGS = REPO / "tests" / "fixtures" / "logs"
 CONFIGS = REPO / "tests" / "fixtures" / "configs"
 CASES = LOGS / "fit_cases.json"
 TARGETS = {"kv_tokens": (3.0, 10.0), "weights": (None, 2.0)}  # (median, p90) in %
-METRICS = ("weights", "weights_rocm_device", "kv_gib", "kv_tokens", "concurrency")
+METRICS = ("weights", "kv_gib", "kv_tokens", "concurrency")
 # Overhead parts V0 logs print ("non_torch_memory takes X", "PyTorch activation peak memory
 # takes Y"): compared in GiB, per case, to show which part of a KV error is which; no target.
 COMPONENTS = {"non_torch_gib": "non_torch", "activation_peak_gib": "activation"}
@@ -181,13 +181,20 @@ def pct(est: float, logged: float) -> float:
 
 
 def weights_metric(case: Case) -> str:
-    """What a log's "Model loading took X GiB" measures. On CUDA, torch's peak allocation
-    (``max_memory_allocated``): the weights, like for like. On ROCm the platform's
-    ``get_current_memory_usage`` is the device-wide used memory (``mem_get_info`` total -
-    free, vllm/platforms/rocm.py), so the line also holds what the HIP runtime and libraries
-    allocated while the model loaded: an upper bound of the weights, kept apart
-    (``weights_rocm_device``) and not counted in the weights target."""
-    return "weights_rocm_device" if case.hw.platform == "rocm" else "weights"
+    """What a log's "Model loading took X GiB" measures: on CUDA, torch's allocations; on
+    ROCm the device-wide used memory (``mem_get_info`` total - free, vllm/platforms/rocm.py),
+    which ``fit`` models as the ``load`` term of ``overhead_table``. Both are "weights"."""
+    return "weights"
+
+
+def version_band(version: str | None) -> str:
+    """The issue's bands: ``<0.11``, ``0.11-0.19``, ``>=0.20``."""
+    from packaging.version import Version
+
+    base = Version(Version((version or "0").lstrip("v")).base_version)
+    if base < Version("0.11"):
+        return "<0.11"
+    return "0.11-0.19" if base < Version("0.20") else ">=0.20"
 
 
 def measure(case: Case, r: FitReport) -> dict[str, dict[str, float]]:
@@ -206,7 +213,7 @@ def measure(case: Case, r: FitReport) -> dict[str, dict[str, float]]:
     est_tokens = tokens_of(est_avail)
     lg = case.logged
     if "weights_gib" in lg:
-        est = r.weights.per_rank_bytes / GIB
+        est = (r.weights.per_rank_bytes + r.overhead.load_extra_bytes) / GIB
         out[weights_metric(case)] = {"logged": lg["weights_gib"], "estimate": est}
     if "available_kv_gib" in lg:
         out["kv_gib"] = {"logged": lg["available_kv_gib"], "estimate": est_avail / GIB}

@@ -41,8 +41,6 @@ def test_the_logged_figures_are_reproduced(case_id: str) -> None:
     assert measured, f"{case_id}: no logged figure to compare"
     for metric, m in measured.items():
         assert abs(m["error_pct"]) <= tolerance[metric], (case_id, metric, m)
-        if metric == "weights_rocm_device":  # device-wide: the weights are at most that
-            assert m["estimate"] <= m["logged"] + 0.005, (case_id, m)  # logged to 0.01 GiB
 
 
 def test_every_case_names_its_log_and_split() -> None:

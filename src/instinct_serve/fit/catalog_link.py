@@ -203,6 +203,7 @@ def fit_options(
         speculative_mtp=speculative_mtp,
         enable_prefix_caching=enable_prefix_caching,
         cudagraph=cudagraph,
+        env=tuple(sorted(ctx.env.items())),
     )
     return options, notes
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError
 from instinct_serve.fit.catalog_link import FitAnswer, LaunchContext, fit_options, launch_context
+from instinct_serve.fit.overhead_table import normalise_platform
 from instinct_serve.fit.precision import precision_from_name
 from instinct_serve.gather.detect import resolve_on
 from instinct_serve.hardware.target import Target, catalog_key
@@ -64,10 +66,10 @@ def fit_request(
         default_gpu=FALLBACK_GPU if fallback and host.is_local else None,
     )
     hw = hardware_spec(target)
-    if target.source == "manual" and (req.device_name or req.platform):
-        from dataclasses import replace
-
-        hw = replace(hw, name=req.device_name or hw.name, platform=req.platform or hw.platform)
+    platform = normalise_platform(req.platform) or hw.platform
+    if target.source == "manual" and req.device_name:
+        hw = replace(hw, name=req.device_name)
+    hw = replace(hw, platform=platform)
     answer = fit_model(
         req.model,
         hw,
