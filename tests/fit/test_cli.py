@@ -98,7 +98,7 @@ def test_does_not_fit_prints_the_full_report_and_exits_1(
 
 def test_needs_tp_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["fit", "deepseek-ai/DeepSeek-V3", "--gpu", "mi300x", "--json"], capsys)
-    assert code == 0 and as_json(out)["fit"]["tp"] == 4
+    assert code == 0 and as_json(out)["fit"]["tp"] == 8  # the plan's TP (issue 28)
     code, out, _ = run(
         ["fit", "deepseek-ai/DeepSeek-V3", "--gpu", "mi300x", "--tp", "2", "--json"], capsys
     )
@@ -297,7 +297,11 @@ def test_vllm_version_and_platform_select_the_overhead_rows(
         return terms["sampler"]
 
     assert sampler("--vllm-version", "0.11.1")["value"] == "sort"
-    assert sampler("--vllm-version", "0.27.1", "--platform", "ROCm")["value"] == "triton"
+    # the recipe's environment sets VLLM_ROCM_USE_AITER=1: the aiter sampler (PR #43331)
+    assert sampler("--vllm-version", "0.27.1", "--platform", "ROCm")["value"] == "aiter"
+    manual = ["--vram-gib", "192", "--gpu-count", "1", "--vllm-version", "0.27.1"]
+    code, out, _ = run(["fit", "Qwen/Qwen3-8B", "--json", *manual, "--platform", "Rocm"], capsys)
+    assert as_json(out)["overhead"]["terms"]["sampler"]["value"] == "triton"
     cuda = sampler("--vllm-version", "0.27.1", "--platform", "CUDA")
     assert (cuda["value"], cuda["bytes_per_logit"]) == ("flashinfer", 12)
     code, out, err = run([*base, "--platform", "tpu"], capsys)
