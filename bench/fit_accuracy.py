@@ -317,6 +317,10 @@ def evaluate() -> dict[str, Any]:
     for split in ("held_out", "calibration", "all"):
         chosen = [row for row in rows if split in ("all", row["split"])]
         summary[split] = _summary(chosen, METRICS)
+        if split == "held_out":  # the CPU cases take an explicit KV size: no GPU overhead
+            summary["held_out gpu"] = _summary(
+                [r for r in chosen if r["platform"] != "cpu"], METRICS
+            )
         for band in BANDS:
             for platform in ("rocm", "cuda", "cpu"):
                 group = [r for r in chosen if r["band"] == band and r["platform"] == platform]
@@ -335,10 +339,11 @@ def _summary(rows: list[dict[str, Any]], metrics: tuple[str, ...]) -> dict[str, 
 
 
 def issue28(result: dict[str, Any]) -> list[str]:
-    """Issue 28's done-when, on the held-out split: KV tokens median <= 3 %, p90 <= 10 %,
-    weights p90 <= 2 %, with at least 8 held-out cases from vLLM >= 0.20."""
+    """Issue 28's done-when, on the held-out GPU cases (the CPU ones take an explicit KV
+    size, so they would only dilute the overhead errors): KV tokens median <= 3 %, p90 <=
+    10 %, weights p90 <= 2 %, with at least 8 held-out cases from vLLM >= 0.20."""
     out = []
-    held = result["summary"]["held_out"]
+    held = result["summary"]["held_out gpu"]
     for metric, (median, p90) in TARGETS.items():
         d = held[metric]
         if d is None:
@@ -350,7 +355,8 @@ def issue28(result: dict[str, Any]) -> list[str]:
             out.append(f"held-out {metric} p90 {d['p90']:.1f} % > {p90} %")
     recent = [r for r in result["cases"] if r["split"] == "held_out" and r["band"] == ">=0.20"]
     if len(recent) < 8:
-        out.append(f"{len(recent)} held-out cases from vLLM >= 0.20 (< 8)")
+        cpu = sum(1 for r in recent if r["platform"] == "cpu")
+        out.append(f"{len(recent)} held-out cases from vLLM >= 0.20 ({cpu} on CPU; < 8)")
     return out
 
 
