@@ -14,13 +14,18 @@ that memory holds by the same KV arithmetic) and concurrency, per case and as
 median / p90 / max of the absolute error, for the held-out cases (used to derive nothing),
 the calibration cases, and all.
 
-Targets (issue 17): KV tokens median <= 3 %, p90 <= 10 %; weights p90 <= 2 %.
-Run: ``.venv/bin/python bench/fit_accuracy.py [--json]``; exit 1 when a target is missed.
+Targets (issue 17, all cases): KV tokens median <= 3 %, p90 <= 10 %; weights p90 <= 2 %; issue
+28 asks the same of the held-out split alone, with >= 8 held-out cases of vLLM >= 0.20 (printed,
+``issue28``). Summaries per split, and per vLLM band (<0.11, 0.11-0.19, >=0.20) and platform;
+per case, each overhead term's charge and its share of the KV memory (``attribution``).
+Run: ``.venv/bin/python bench/fit_accuracy.py [--json]``; exit 1 when an issue 17 target is
+missed. ``FIT_ACCURACY_SRC=/path/to/src`` sizes the cases with another checkout (before/after).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -28,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
+# FIT_ACCURACY_SRC: size the cases with another checkout's package (before/after figures)
+sys.path.insert(0, os.environ.get("FIT_ACCURACY_SRC") or str(REPO / "src"))
 
 from instinct_serve.fit.catalog_link import LaunchContext, fit_options  # noqa: E402
 from instinct_serve.fit.estimate import FitReport, HardwareSpec, estimate  # noqa: E402
@@ -39,7 +45,7 @@ LOGS = REPO / "tests" / "fixtures" / "logs"
 CONFIGS = REPO / "tests" / "fixtures" / "configs"
 CASES = LOGS / "fit_cases.json"
 TARGETS = {"kv_tokens": (3.0, 10.0), "weights": (None, 2.0)}  # (median, p90) in %
-METRICS = ("weights", "weights_rocm_device", "kv_gib", "kv_tokens", "concurrency")
+METRICS = ("weights", "kv_gib", "kv_tokens", "concurrency")
 # Overhead parts V0 logs print ("non_torch_memory takes X", "PyTorch activation peak memory
 # takes Y"): compared in GiB, per case, to show which part of a KV error is which; no target.
 COMPONENTS = {"non_torch_gib": "non_torch", "activation_peak_gib": "activation"}
@@ -181,13 +187,20 @@ def pct(est: float, logged: float) -> float:
 
 
 def weights_metric(case: Case) -> str:
-    """What a log's "Model loading took X GiB" measures. On CUDA, torch's peak allocation
-    (``max_memory_allocated``): the weights, like for like. On ROCm the platform's
-    ``get_current_memory_usage`` is the device-wide used memory (``mem_get_info`` total -
-    free, vllm/platforms/rocm.py), so the line also holds what the HIP runtime and libraries
-    allocated while the model loaded: an upper bound of the weights, kept apart
-    (``weights_rocm_device``) and not counted in the weights target."""
-    return "weights_rocm_device" if case.hw.platform == "rocm" else "weights"
+    """What a log's "Model loading took X GiB" measures: on CUDA, torch's allocations; on
+    ROCm the device-wide used memory (``mem_get_info`` total - free, vllm/platforms/rocm.py),
+    which ``fit`` models as the ``load`` term of ``overhead_table``. Both are "weights"."""
+    return "weights"
+
+
+def version_band(version: str | None) -> str:
+    """The issue's bands: ``<0.11``, ``0.11-0.19``, ``>=0.20``."""
+    from packaging.version import Version
+
+    base = Version(Version((version or "0").lstrip("v")).base_version)
+    if base < Version("0.11"):
+        return "<0.11"
+    return "0.11-0.19" if base < Version("0.20") else ">=0.20"
 
 
 def measure(case: Case, r: FitReport) -> dict[str, dict[str, float]]:
@@ -206,7 +219,7 @@ def measure(case: Case, r: FitReport) -> dict[str, dict[str, float]]:
     est_tokens = tokens_of(est_avail)
     lg = case.logged
     if "weights_gib" in lg:
-        est = r.weights.per_rank_bytes / GIB
+        est = (r.weights.per_rank_bytes + getattr(r.overhead, "load_extra_bytes", 0)) / GIB
         out[weights_metric(case)] = {"logged": lg["weights_gib"], "estimate": est}
     if "available_kv_gib" in lg:
         out["kv_gib"] = {"logged": lg["available_kv_gib"], "estimate": est_avail / GIB}
@@ -246,7 +259,35 @@ def distribution(errors: list[float]) -> dict[str, float] | None:
     return {"n": len(a), "median": statistics.median(a), "p90": p90, "max": a[-1]}
 
 
+BANDS = ("<0.11", "0.11-0.19", ">=0.20")
+GROUPED = ("weights", "kv_tokens")  # the metrics summarised per version band and platform
+
+
+def attribution(case: Case, r: FitReport) -> dict[str, dict[str, float]]:
+    """Each overhead term's charge (GiB) and its share of the KV memory (% of the logged
+    available KV, else of the estimate): the most of a KV error that term can explain."""
+    o = r.overhead
+    table = getattr(o, "table", None)
+    base = {"rocm": 0.66, "cuda": 0.35}.get(case.hw.platform, 0.0) * GIB
+    charges = {
+        "forward": o.forward_bytes,
+        "sampler": o.sampler_bytes,
+        "encoder": o.encoder_bytes,
+        "non_torch": min(o.non_torch_bytes, base),
+        "collectives": max(0, o.non_torch_bytes - base),
+        "graphs": o.graph_bytes,
+        "load": getattr(o, "load_extra_bytes", 0),
+    }
+    kv = case.logged.get("available_kv_gib", r.remaining_bytes / GIB) or 1.0
+    out = {k: {"gib": v / GIB, "pct_of_kv": 100.0 * v / GIB / abs(kv)} for k, v in charges.items()}
+    if table is not None:
+        out["sampler"]["kind"] = table.sampler_kind  # type: ignore[assignment]
+    return out
+
+
 def evaluate() -> dict[str, Any]:
+    from instinct_serve.fit.vllm import DEFAULT_VLLM_VERSION  # noqa: F401 (the src in use)
+
     cases, not_sized = load_cases()
     rows = []
     for case in cases:
@@ -260,11 +301,14 @@ def evaluate() -> dict[str, Any]:
                 "derives": case.derives,
                 "engine": "V0" if r.vllm.v0_engine else "V1",
                 "vllm": r.vllm.version,
+                "band": version_band(r.vllm.version),
+                "platform": case.hw.platform,
                 "overhead_gib": {
                     "activation": o.activation_bytes / GIB,
                     "non_torch": o.non_torch_bytes / GIB,
                     "graphs": o.graph_bytes / GIB,
                 },
+                "terms": attribution(case, r),
                 "metrics": measure(case, r),
                 "components": components(case, r),
             }
@@ -272,13 +316,48 @@ def evaluate() -> dict[str, Any]:
     summary: dict[str, dict[str, Any]] = {}
     for split in ("held_out", "calibration", "all"):
         chosen = [row for row in rows if split in ("all", row["split"])]
-        summary[split] = {
-            metric: distribution(
-                [row["metrics"][metric]["error_pct"] for row in chosen if metric in row["metrics"]]
+        summary[split] = _summary(chosen, METRICS)
+        if split == "held_out":  # the CPU cases take an explicit KV size: no GPU overhead
+            summary["held_out gpu"] = _summary(
+                [r for r in chosen if r["platform"] != "cpu"], METRICS
             )
-            for metric in METRICS
-        }
+        for band in BANDS:
+            for platform in ("rocm", "cuda", "cpu"):
+                group = [r for r in chosen if r["band"] == band and r["platform"] == platform]
+                if group:
+                    summary[f"{split} {band} {platform}"] = _summary(group, GROUPED)
     return {"cases": rows, "summary": summary, "not_sized": not_sized}
+
+
+def _summary(rows: list[dict[str, Any]], metrics: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        metric: distribution(
+            [row["metrics"][metric]["error_pct"] for row in rows if metric in row["metrics"]]
+        )
+        for metric in metrics
+    }
+
+
+def issue28(result: dict[str, Any]) -> list[str]:
+    """Issue 28's done-when, on the held-out GPU cases (the CPU ones take an explicit KV
+    size, so they would only dilute the overhead errors): KV tokens median <= 3 %, p90 <=
+    10 %, weights p90 <= 2 %, with at least 8 held-out cases from vLLM >= 0.20."""
+    out = []
+    held = result["summary"]["held_out gpu"]
+    for metric, (median, p90) in TARGETS.items():
+        d = held[metric]
+        if d is None:
+            out.append(f"held-out {metric}: no case")
+            continue
+        if median is not None and d["median"] > median:
+            out.append(f"held-out {metric} median {d['median']:.1f} % > {median} %")
+        if d["p90"] > p90:
+            out.append(f"held-out {metric} p90 {d['p90']:.1f} % > {p90} %")
+    recent = [r for r in result["cases"] if r["split"] == "held_out" and r["band"] == ">=0.20"]
+    if len(recent) < 8:
+        cpu = sum(1 for r in recent if r["platform"] == "cpu")
+        out.append(f"{len(recent)} held-out cases from vLLM >= 0.20 ({cpu} on CPU; < 8)")
+    return out
 
 
 def missed(summary: dict[str, Any]) -> list[str]:
@@ -317,6 +396,18 @@ def main(argv: list[str]) -> int:
             " " * 56 + f" overhead: activation {oh['activation']:.2f} + non-torch "
             f"{oh['non_torch']:.2f} + graphs {oh['graphs']:.2f} GiB (vLLM {row['vllm']})"
         )
+        terms = row["terms"]
+        kind = terms["sampler"].get("kind", "?")
+        print(
+            " " * 56
+            + f" terms (GiB, % of KV) [{row['band']} {row['platform']}]: "
+            + ", ".join(
+                f"{name}{'(' + kind + ')' if name == 'sampler' else ''} "
+                f"{t['gib']:.2f} ({t['pct_of_kv']:.1f} %)"
+                for name, t in terms.items()
+                if t["gib"] >= 0.005
+            )
+        )
         if row["components"]:
             print(
                 " " * 56
@@ -329,12 +420,12 @@ def main(argv: list[str]) -> int:
             )
     print("* tokens the logged available memory holds (the log prints no token count)")
     print()
-    print("|error| in %                n   median      p90      max")
+    print(f"{'|error| in %':46}  n   median      p90      max")
     for split, metrics in result["summary"].items():
         for metric, d in metrics.items():
             if d:
                 print(
-                    f"{split:11} {metric:19} {d['n']:2d} {d['median']:8.1f} {d['p90']:8.1f} "
+                    f"{split:26} {metric:19} {d['n']:2d} {d['median']:8.1f} {d['p90']:8.1f} "
                     f"{d['max']:8.1f}"
                 )
     print()
@@ -342,8 +433,13 @@ def main(argv: list[str]) -> int:
         print(f"not sized: {log}: {why}")
     problems = missed(result["summary"])
     print(
-        "targets: KV tokens median <= 3 %, p90 <= 10 %; weights p90 <= 2 %: "
-        + ("met" if not problems else "missed (" + "; ".join(problems) + ")")
+        "issue 17 targets (all cases): KV tokens median <= 3 %, p90 <= 10 %; weights p90 "
+        "<= 2 %: " + ("met" if not problems else "missed (" + "; ".join(problems) + ")")
+    )
+    held = issue28(result)
+    print(
+        "issue 28 targets (held-out, >= 8 cases of vLLM >= 0.20): "
+        + ("met" if not held else "missed (" + "; ".join(held) + ")")
     )
     return 1 if problems else 0
 

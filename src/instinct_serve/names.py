@@ -20,3 +20,15 @@ CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 def is_env_name(name: object) -> bool:
     """Whether ``name`` is an environment variable name the tool will pass on."""
     return isinstance(name, str) and len(name) <= MAX_ENV_NAME and bool(ENV_NAME.fullmatch(name))
+
+
+# vLLM's platforms as ``fit --platform`` takes them (the rows of ``fit.overhead_table``).
+PLATFORMS = ("rocm", "cuda", "cpu")
+
+
+def normalise_platform(text: str | None) -> str | None:
+    """``ROCm``/``CUDA``/``cpu`` as typed: the lower-case spelling, or None if not one."""
+    if text is None:
+        return None
+    low = text.strip().lower()
+    return low if low in PLATFORMS else None

@@ -98,7 +98,7 @@ def test_does_not_fit_prints_the_full_report_and_exits_1(
 
 def test_needs_tp_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["fit", "deepseek-ai/DeepSeek-V3", "--gpu", "mi300x", "--json"], capsys)
-    assert code == 0 and as_json(out)["fit"]["tp"] == 4
+    assert code == 0 and as_json(out)["fit"]["tp"] == 8  # the plan's TP (issue 28)
     code, out, _ = run(
         ["fit", "deepseek-ai/DeepSeek-V3", "--gpu", "mi300x", "--tp", "2", "--json"], capsys
     )
@@ -281,3 +281,28 @@ def test_compilation_config_shapes_the_graph_estimate(capsys: pytest.CaptureFixt
     assert none["graph_captures"] == {"piecewise": 0, "full": 0} and none["graph_bytes"] == 0
     code, out, _ = run([*base, "--compilation-config", '{"cudagraph_mode": "SOMETIMES"}'], capsys)
     assert code != 0 and as_json(out)["error"]["id"] == "bad_compilation_config"
+
+
+def test_vllm_version_and_platform_select_the_overhead_rows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--platform`` in any case and ``--vllm-version`` pick the rows of ``overhead_table``:
+    the sort path of 0.11 on ROCm, the Triton masking of 0.27 (PR #33538), FlashInfer on CUDA."""
+    base = ["fit", "Qwen/Qwen3-8B", "--gpu", "mi300x", "--json"]
+
+    def sampler(*extra: str) -> dict[str, object]:
+        code, out, _ = run([*base, *extra], capsys)
+        assert code == 0
+        terms: dict[str, dict[str, object]] = as_json(out)["overhead"]["terms"]
+        return terms["sampler"]
+
+    assert sampler("--vllm-version", "0.11.1")["value"] == "sort"
+    # the recipe's environment sets VLLM_ROCM_USE_AITER=1: the aiter sampler (PR #43331)
+    assert sampler("--vllm-version", "0.27.1", "--platform", "ROCm")["value"] == "aiter"
+    manual = ["--vram-gib", "192", "--gpu-count", "1", "--vllm-version", "0.27.1"]
+    code, out, _ = run(["fit", "Qwen/Qwen3-8B", "--json", *manual, "--platform", "Rocm"], capsys)
+    assert as_json(out)["overhead"]["terms"]["sampler"]["value"] == "triton"
+    cuda = sampler("--vllm-version", "0.27.1", "--platform", "CUDA")
+    assert (cuda["value"], cuda["bytes_per_logit"]) == ("flashinfer", 12)
+    code, out, err = run([*base, "--platform", "tpu"], capsys)
+    assert code == 2 and "tpu" in out + err

@@ -41,8 +41,6 @@ def test_the_logged_figures_are_reproduced(case_id: str) -> None:
     assert measured, f"{case_id}: no logged figure to compare"
     for metric, m in measured.items():
         assert abs(m["error_pct"]) <= tolerance[metric], (case_id, metric, m)
-        if metric == "weights_rocm_device":  # device-wide: the weights are at most that
-            assert m["estimate"] <= m["logged"] + 0.005, (case_id, m)  # logged to 0.01 GiB
 
 
 def test_every_case_names_its_log_and_split() -> None:
@@ -65,3 +63,13 @@ def test_all_cases_meet_the_targets() -> None:
 def test_the_held_out_split_meets_the_median_target() -> None:
     summary = BENCH.evaluate()["summary"]
     assert summary["held_out"]["kv_tokens"]["median"] <= 3.0
+
+
+def test_the_corpus_readme_marks_every_case_s_split() -> None:
+    """tests/fixtures/logs/README.md lists each case of fit_cases.json with its split."""
+    rows = {}
+    for line in (REPO / "tests" / "fixtures" / "logs" / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 2:
+            rows[cells[0].strip("`")] = cells[1]
+    assert rows == {raw["id"]: raw["split"] for raw in DOC["cases"]}

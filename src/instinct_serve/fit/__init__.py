@@ -28,7 +28,7 @@ API for the planner (pure: data in, data out; what reads disks and the Hub is in
         ``.fits``, ``.to_dict()`` (the DESIGN.md keys).
     alternatives(candidates, hw, opts, native_precisions, unsupported_precisions)
         -> list[Alternative], each verified with ``estimate`` and ranked.
-    gather.fit.find_alternatives(model_id, ctx, hw, opts) -> (list[Alternative], skipped)
+    gather.alternatives.find_alternatives(model_id, ctx, hw, opts) -> (list[Alternative], skipped)
         The adapter around ``alternatives``: recipe variants and Hub quantized siblings.
 """
 

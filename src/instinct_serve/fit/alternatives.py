@@ -1,6 +1,6 @@
 """Smaller checkpoints that fit where the asked-for one does not: each candidate sized with
 the same estimator (``fit.estimate``), unsupported precisions dropped, ranked. Pure; the
-candidates are gathered by ``gather.fit.find_alternatives``."""
+candidates are gathered by ``gather.alternatives.find_alternatives``."""
 
 from __future__ import annotations
 

@@ -39,6 +39,9 @@ class LaunchContext:
     parameter_count: str | None = None  # the recipe's ("36B"): the ``estimated`` size basis
     image: str | None = None
     notes: list[str] = field(default_factory=list)
+    # whose flags ``launch_args`` are, as notes name them: the recipe's (``launch_context``),
+    # or a plan's argv (the recipe's, AMD's reference config and the user's ``-- ARGS``)
+    flags_origin: str = "the launch flags"
 
     def flag(self, name: str) -> str | None:
         """The last value of ``--name`` in the launch args (``vllm_args.value``)."""
@@ -103,6 +106,8 @@ def launch_context(model_id: str, gpu: str | None) -> LaunchContext:
         try:
             cfg = amd_config(match, gpu)
             ctx.launch_args = list(cfg.args)
+            ctx.env = dict(cfg.env)  # VLLM_ROCM_USE_AITER and the like pick overhead rows
+            ctx.flags_origin = f"the recipe's flags for {gpu}"
             ctx.image = cfg.image or ctx.image
             if cfg.context_length and not ctx.context_length:
                 ctx.context_length = cfg.context_length
@@ -159,7 +164,7 @@ def fit_options(
     def taken(flag: str, kind: Callable[[str], Any]) -> Any:
         value = _cast(ctx.flag(flag), kind)
         if value is not None:
-            notes.append(f"{flag} {ctx.flag(flag)} from the launch flags")
+            notes.append(f"{flag} {ctx.flag(flag)} from {ctx.flags_origin}")
         return value
 
     if gpu_memory_utilization is None:
@@ -175,7 +180,7 @@ def fit_options(
     language_model_only = language_model_only or ctx.has_flag("--language-model-only")
     enforce_eager = enforce_eager or ctx.has_flag("--enforce-eager")
     enable_prefix_caching = enable_prefix_caching or ctx.has_flag("--enable-prefix-caching")
-    speculative_mtp = speculative_mtp or _mtp_tokens(ctx.launch_args, notes)
+    speculative_mtp = speculative_mtp or _mtp_tokens(ctx.launch_args, notes, ctx.flags_origin)
     cudagraph = _cudagraph_config(compilation_config or ctx.flag("--compilation-config"), notes)
     use_v1 = ctx.env.get("VLLM_USE_V1")
     v2_runner = ctx.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip() == "1"
@@ -203,11 +208,12 @@ def fit_options(
         speculative_mtp=speculative_mtp,
         enable_prefix_caching=enable_prefix_caching,
         cudagraph=cudagraph,
+        env=tuple(sorted(ctx.env.items())),
     )
     return options, notes
 
 
-def _mtp_tokens(args: list[str], notes: list[str]) -> int:
+def _mtp_tokens(args: list[str], notes: list[str], origin: str = "the launch flags") -> int:
     """The MTP draft tokens the launch's ``--speculative-config`` asks for (0: none, or no
     MTP). JSON that does not parse is left to vLLM (it refuses it at startup)."""
     from instinct_serve.vllm_args import mtp_tokens, speculative_config
@@ -224,7 +230,7 @@ def _mtp_tokens(args: list[str], notes: list[str]) -> int:
             id="bad_speculative_mtp",
         )
     if tokens:
-        notes.append(f"MTP speculative decoding ({tokens} tokens) from the launch flags")
+        notes.append(f"MTP speculative decoding ({tokens} tokens) from {origin}")
     return tokens
 
 

@@ -25,7 +25,8 @@ from instinct_serve.fit.config import MAX_POSITIONS, ModelConfig
 from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
 from instinct_serve.fit.kv import KvLayout, LayerKind, ModelLayers, describe_layers, kv_layout
 from instinct_serve.fit.meta import ModelMeta
-from instinct_serve.fit.overhead import CudagraphConfig, Overhead, estimate_overhead
+from instinct_serve.fit.overhead import CudagraphConfig, Overhead, estimate_overhead, topology
+from instinct_serve.fit.overhead_table import terms
 from instinct_serve.fit.vllm import ENGINES, VllmBehaviour, behaviour, v0_chunks_by_default
 from instinct_serve.fit.weights import MOE_ALIGNMENT, WeightEstimate, estimate_weights
 
@@ -56,7 +57,8 @@ class HardwareSpec:
     gfx_version: str | None = None
     name: str = "GPU"
     source: str = "manual"  # profile | detect | manual
-    platform: str = "rocm"  # rocm | cuda (bench cases from CUDA logs)
+    platform: str = "rocm"  # rocm | cuda | cpu (overhead_table.PLATFORMS)
+    gpus_per_node: int | None = None  # None: every GPU on one node
 
     def __post_init__(self) -> None:
         if self.vram_bytes <= 0:
@@ -135,6 +137,7 @@ class FitOptions:
     moe_alignment: tuple[int, int] | None = None  # default: the platform's
     sampler_bytes_per_logit: int | None = None
     cudagraph: CudagraphConfig | None = None  # --compilation-config's graph keys
+    env: tuple[tuple[str, str], ...] = ()  # the launch's environment (overhead_table rows)
 
     def __post_init__(self) -> None:
         """The bounds of ``options.FitRequest`` hold here too: these values also come from
@@ -400,6 +403,7 @@ class FitReport:
             "max_num_batched_tokens": o.max_num_batched_tokens,
             "max_num_seqs": o.max_num_seqs,
             "notes": list(o.notes),
+            "terms": o.table.to_dict() if o.table else None,
         }
 
     def _kv_doc(self) -> dict[str, Any]:
@@ -484,6 +488,14 @@ def _tp_allowed(cfg: ModelConfig, layers: ModelLayers, tp: int) -> bool:
     return True
 
 
+def _gib_value(text: str | None) -> int:
+    """``VLLM_CPU_KVCACHE_SPACE``'s GiB in bytes (0: unset or not a number)."""
+    try:
+        return max(0, int(float(text or "") * GIB))
+    except ValueError:
+        return 0
+
+
 def _native_len(cfg: ModelConfig, opts: FitOptions) -> tuple[int, str]:
     if opts.native_max_model_len:
         return opts.native_max_model_len, opts.native_source or "recipe"
@@ -547,6 +559,8 @@ class _Estimator:
             self.util = self.vllm.default_gpu_memory_utilization
             self.util_source = self.vllm.utilization_note
         self.kv_bytes = kv_cache_dtype_bytes(opts.kv_cache_dtype, self.cfg.dtype_bytes)
+        self.env = dict(opts.env)
+        self.terms = terms(self.vllm.version, hw.platform, self.env, v0_engine=self.vllm.v0_engine)
         self.alignment = opts.moe_alignment or MOE_ALIGNMENT.get(
             "rocm" if hw.platform == "rocm" else "cuda_marlin"
         )
@@ -583,31 +597,30 @@ class _Estimator:
         )
         if self.pp > 1:
             weights = _pipeline_stage(weights, self.cfg, tp, self.pp)
+        node = self.hw.gpus_per_node or self.hw.gpu_count
         overhead = estimate_overhead(
             self.cfg,
             tp=tp,
             max_num_batched_tokens=self.mnbt,
             max_num_seqs=self.seqs,
             include_vision=self.cfg.is_multimodal and not opts.language_model_only,
-            graphs_in_budget=self.vllm.graph_memory_in_budget,
             enforce_eager=opts.enforce_eager,
+            table=self.terms,
             platform=self.hw.platform,
+            sampler_bytes_per_logit=opts.sampler_bytes_per_logit,
             profile_sampler=not self.v2_unprofiled,
             graphs_estimated=opts.estimate_graphs and not self.v2_unprofiled,
             num_speculative_tokens=opts.speculative_mtp,
             cudagraph=opts.cudagraph,
-            collectives_in_budget=self.vllm.collectives_in_budget,
-            device_name=self.hw.name,
-            **(
-                {"sampler_bytes_per_logit": opts.sampler_bytes_per_logit}
-                if opts.sampler_bytes_per_logit
-                else {}
-            ),
+            topology=topology(self.hw.name, across_nodes=tp * self.pp > node),
+            weights_bytes=weights.per_rank_bytes,
         )
         budget = int(self.hw.vram_bytes * self.util)
         remaining = budget - weights.per_rank_bytes - overhead.total_bytes
         if opts.kv_cache_memory_bytes is not None:  # vLLM skips the memory profile
             remaining = opts.kv_cache_memory_bytes
+        elif self.hw.platform == "cpu" and _gib_value(self.env.get("VLLM_CPU_KVCACHE_SPACE")):
+            remaining = _gib_value(self.env["VLLM_CPU_KVCACHE_SPACE"])  # cpu_worker.py
         layout = self.layout(tp, self.kv_bytes)
         max_len = layout.max_model_len(remaining, self.cap) if remaining > 0 else 0
         ev = _TpEval(tp, weights, overhead, budget, remaining, layout, max_len, opts.max_model_len)

@@ -87,7 +87,8 @@ class ModelMeta:
         return self.total_bytes
 
     def with_config_components(self) -> ModelMeta:
-        """Fill parts (vision, MTP) from config shapes when the metadata had no tensor names."""
+        """Fill parts (vision, MTP) from config shapes when the metadata had no tensor names,
+        and a stored ``lm_head`` of tied embeddings from the sizes (``tied_head_bytes``)."""
         if self.components_source:
             return self
         try:
@@ -95,7 +96,25 @@ class ModelMeta:
         except UnsupportedArchitecture:
             return self
         parts = {k: v for k, v in counted.component_bytes().items() if k != "language"}
+        tied = self.tied_head_bytes(counted.total_bytes)
+        if tied:
+            parts["tied_lm_head"] = tied
         return replace(self, component_bytes=parts, components_source="config_shapes")
+
+    def tied_head_bytes(self, shapes_bytes: int) -> int:
+        """The stored ``lm_head`` of tied embeddings, from sizes alone: vLLM never loads it
+        (``tie_word_embeddings``), and a checkpoint that stores it anyway (Qwen/Qwen3-0.6B:
+        1,503,264,768 bytes for 1,192,099,840 of shapes) holds exactly vocab x hidden x
+        dtype bytes more than the config's shapes. 0 unless the difference is exactly that."""
+        cfg = ModelConfig(self.config)
+        stored = self.checkpoint_bytes
+        if not cfg.tie_word_embeddings or stored is None:
+            return 0
+        try:
+            head = (cfg.vocab_size or 0) * cfg.hidden_size * cfg.dtype_bytes
+        except (KeyError, TypeError):
+            return 0
+        return head if head and stored - shapes_bytes == head else 0
 
     @classmethod
     def from_config(

@@ -21,15 +21,11 @@ models) the encoder on the largest item. The torch peak of those passes is the
 Non-torch memory (HIP/RCCL/BLAS workspaces) and, from v0.21, the graph-memory estimate
 complete the overhead. When the model's dimensions are unknown a flat figure is used.
 
-Per TP rank, non-torch memory also holds the collectives' buffers. Where vLLM counts them
-(``VllmBehaviour.collectives_in_budget``) and the GPUs sit on an NVSwitch (SXM boards), they
-are ``COLLECTIVE_BYTES["nvswitch"]``: 1.8 GiB, the TP2 - TP1 difference of one build on an
-80 GB H100 (vllm PR #10511: non_torch 3.58 vs 1.79 GiB). Logs of such systems agree on the rank
-that binds the KV cache: 8x A100-80GB TP8 2.10 GiB (vllm#18446), 8x A100-40GB TP8 2.10
-(aws-samples p4d), 2 x 4 A100-40GB TP4 x PP2 2.11 and 2.24 (surajssd/llm-k8s); other ranks of a
-run log as little as 0.89. Elsewhere (PCIe cards, whose logs show 0.25-0.36 GiB in all; AMD
-Instinct, no log that isolates RCCL; vLLM from 0.11, which leaves them out) the flat
-``NON_TORCH_TP_EXTRA_BYTES`` stays: a 2026 H100 TP4 log shows 0.6 GiB in all.
+Per TP rank, non-torch memory also holds the collectives' buffers where vLLM counts them: the
+``collectives`` term of ``overhead_table`` (GiB per topology: NVSwitch, one node, across nodes;
+none from v0.11, PR #25359). The sampler's bytes per logit follow the ``sampler`` term (sort,
+FlashInfer, aiter, Triton), graphs the ``graphs`` term, and on ROCm the weights charge the
+device-wide load figure (``load``): one table for every version and platform.
 
 The graph estimate is computed as ``profile_cudagraph_memory`` (gpu_model_runner.py, v0.21+)
 does: per mode (PIECEWISE, FULL) it captures the largest size and the next one, then charges
@@ -47,14 +43,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from instinct_serve.fit.config import ModelConfig
+from instinct_serve.fit.overhead_table import Terms
 from instinct_serve.fit.vllm import cudagraph_capture_sizes, cudagraph_counts
 
 GIB = 2**30
-SAMPLER_BYTES_PER_LOGIT = 36
 RESIDUAL_COPIES = {"rocm": 4, "cuda": 3}
-NON_TORCH_BYTES = {"rocm": int(0.66 * GIB), "cuda": int(0.35 * GIB)}  # MI300X / RTX 3090 logs
-NON_TORCH_TP_EXTRA_BYTES = int(0.4 * GIB)  # collective buffers per rank (estimate)
-COLLECTIVE_BYTES = {"nvswitch": int(1.8 * GIB)}  # counted collectives per rank (module doc)
+NON_TORCH_BYTES = {"rocm": int(0.66 * GIB), "cuda": int(0.35 * GIB), "cpu": 0}  # MI300X / 3090
 # nvidia-smi names of boards on an NVSwitch fabric ("NVIDIA H100 80GB HBM3" is the SXM5 part;
 # PCIe and NVL cards say so in their names)
 NVSWITCH_NAME_PARTS = ("SXM", "H100 80GB HBM3", "H200", "B200", "B300")
@@ -66,6 +60,14 @@ def interconnect(device_name: str) -> str | None:
     if "PCIE" in upper or "NVL" in upper:
         return None
     return "nvswitch" if any(part.upper() in upper for part in NVSWITCH_NAME_PARTS) else None
+
+
+def topology(device_name: str, *, across_nodes: bool) -> str:
+    """The ``collectives`` term's topology key: ``across_nodes``, ``nvswitch`` or
+    ``one_node`` (PCIe, xGMI)."""
+    if across_nodes:
+        return "across_nodes"
+    return interconnect(device_name) or "one_node"
 
 
 FIRST_CAPTURE_BYTES = {"single": int(0.5 * GIB), "tp": int(1.0 * GIB)}  # see the module doc
@@ -96,10 +98,14 @@ class Overhead:
     max_num_seqs: int
     notes: tuple[str, ...] = ()
     graph_captures: tuple[int, int] = (0, 0)  # (PIECEWISE, FULL) graphs the estimate counts
+    load_extra_bytes: int = 0  # ROCm: the device-wide load figure over the tensor bytes
+    table: Terms | None = None  # the overhead_table rows this estimate read
 
     @property
     def total_bytes(self) -> int:
-        return self.activation_bytes + self.non_torch_bytes + self.graph_bytes
+        return (
+            self.activation_bytes + self.non_torch_bytes + self.graph_bytes + self.load_extra_bytes
+        )
 
 
 def _forward_bytes_per_token(cfg: ModelConfig, tp: int, copies: int = 4) -> int:
@@ -162,28 +168,27 @@ def estimate_overhead(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     include_vision: bool,
-    graphs_in_budget: bool,
     enforce_eager: bool,
+    table: Terms,
     platform: str = "rocm",
-    sampler_bytes_per_logit: int = SAMPLER_BYTES_PER_LOGIT,
+    sampler_bytes_per_logit: int | None = None,
     profile_sampler: bool = True,
     graphs_estimated: bool = True,
     num_speculative_tokens: int = 0,
     cudagraph: CudagraphConfig | None = None,
-    collectives_in_budget: bool = False,
-    device_name: str = "",
+    topology: str = "one_node",
+    weights_bytes: int = 0,
 ) -> Overhead:
     """The per-rank overhead vLLM subtracts from ``utilization x total`` before KV.
 
+    ``table``: the launch's ``overhead_table`` rows; ``topology``: the collectives' key;
+    ``weights_bytes``: the tensor bytes per rank (the ``load`` term charges what it adds).
     ``profile_sampler``/``graphs_estimated`` False: the V2 model runner of 2026-07 profiled
-    neither (vllm#48601: the sampler warm-up then ran out of memory; its log's available KV is
-    exactly budget - weights - peak activation - non-torch)."""
-    non_torch = NON_TORCH_BYTES.get(platform, NON_TORCH_BYTES["rocm"])
-    fabric = interconnect(device_name) if collectives_in_budget else None
-    if tp > 1:
-        non_torch += COLLECTIVE_BYTES[fabric] if fabric else NON_TORCH_TP_EXTRA_BYTES
+    neither (vllm#48601; its log's available KV is budget - weights - activation - non-torch)."""
+    collectives = int(table.collectives.amount(topology) * GIB) if tp > 1 else 0
+    non_torch = NON_TORCH_BYTES.get(platform, NON_TORCH_BYTES["rocm"]) + collectives
     graphs, captures = 0, (0, 0)
-    if graphs_in_budget and graphs_estimated and not enforce_eager:
+    if table.graphs.value == "estimate" and graphs_estimated and not enforce_eager:
         graphs, captures = graph_estimate(
             tp=tp,
             max_num_seqs=max_num_seqs,
@@ -191,6 +196,7 @@ def estimate_overhead(
             num_speculative_tokens=num_speculative_tokens,
             cudagraph=cudagraph,
         )
+    load_extra = int(weights_bytes * (table.load.factor - 1.0))
     vocab = cfg.vocab_size
     try:
         per_token = _forward_bytes_per_token(cfg, tp, RESIDUAL_COPIES.get(platform, 4))
@@ -209,15 +215,17 @@ def estimate_overhead(
             max_num_seqs=max_num_seqs,
             notes=("model dimensions unknown: flat 4 GB activation estimate",),
             graph_captures=captures,
+            load_extra_bytes=load_extra,
+            table=table,
         )
     forward = max_num_batched_tokens * per_token
-    rows = min(max_num_seqs, max_num_batched_tokens)
-    padded_vocab = -(-vocab // 64) * 64
     hidden_kept = max_num_batched_tokens * cfg.hidden_size * cfg.dtype_bytes
-    sampler = rows * padded_vocab * sampler_bytes_per_logit if profile_sampler else 0
+    logits = min(max_num_seqs, max_num_batched_tokens) * (-(-vocab // 64) * 64)  # padded vocab
+    per_logit = sampler_bytes_per_logit or table.sampler_bytes_per_logit
+    sampler = logits * per_logit if profile_sampler else 0
     encoder = _encoder_bytes(cfg) if include_vision else 0
     activation = max(forward, hidden_kept + sampler, encoder)
-    notes = _modelled_notes(fabric if tp > 1 else None, graphs, captures, max_num_seqs, encoder)
+    notes = _modelled_notes(table, collectives, topology, graphs, captures, max_num_seqs, encoder)
     return Overhead(
         forward_bytes=forward,
         sampler_bytes=sampler,
@@ -230,19 +238,27 @@ def estimate_overhead(
         max_num_seqs=max_num_seqs,
         notes=notes,
         graph_captures=captures,
+        load_extra_bytes=load_extra,
+        table=table,
     )
 
 
 def _modelled_notes(
-    fabric: str | None, graphs: int, captures: tuple[int, int], max_num_seqs: int, encoder: int
+    table: Terms,
+    collectives: int,
+    topology: str,
+    graphs: int,
+    captures: tuple[int, int],
+    max_num_seqs: int,
+    encoder: int,
 ) -> tuple[str, ...]:
-    """What a modelled overhead counted beyond the forward pass: collective buffers (TP on
-    an NVSwitch), graphs, a vision encoder."""
-    notes = []
-    if fabric:
+    """What a modelled overhead counted beyond the forward pass: the sampler kind, collective
+    buffers, graphs, a vision encoder."""
+    notes = [f"sampler: {table.sampler_kind} ({table.sampler_bytes_per_logit} bytes per logit)"]
+    if collectives:
         notes.append(
-            f"collective buffers counted: {COLLECTIVE_BYTES[fabric] / GIB:.1f} GiB per rank "
-            f"on an NVSwitch (vLLM before 0.11 measures them inside the budget)"
+            f"collective buffers counted: {collectives / GIB:.1f} GiB per rank ({topology}; "
+            f"vLLM before 0.11 measures them inside the budget)"
         )
     if graphs:
         notes.append(

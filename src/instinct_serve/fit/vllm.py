@@ -21,10 +21,9 @@ Each threshold is a release where the behaviour is documented or visible in a pu
   VLLM_USE_V1=1. Falling back to V0 Engine"; the 0.9.2 MI300X logs are V0); V0 is gone from
   0.11. ``VLLM_USE_V1=0/1`` chooses where both exist.
 - Collective (NCCL/RCCL) buffers count in the budget's non-torch memory while vLLM measured
-  it from a snapshot taken before the distributed init: every V0 release, V1 before 0.9.2
-  (device-wide: total - free - torch), and V1 from 0.9.2 (PR #19312) until PR #25359 (merged
-  2025-09-22, in 0.11.0, whose notes list later PRs such as #26000) moved the NCCL init before
-  the snapshot, after which the buffers sit outside ``gpu_memory_utilization x total``.
+  it from a snapshot taken before the distributed init: every V0 release, and V1 until PR
+  #25359 (0.11.0). This and the graph-memory release come from ``overhead_table`` (one
+  table of every overhead term by version and platform).
 - V0 profiles ``max_num_batched_tokens`` tokens, which is ``max(max_model_len, 2048)`` unless
   chunked prefill is on; V0 turns it on by itself only on CUDA for a context over 32K with no
   sliding window, MLA, multimodal or speculative model (``_set_default_args_v0``, which
@@ -50,16 +49,16 @@ from packaging.version import InvalidVersion, Version
 
 from instinct_serve.errors import UsageError
 
-# The ROCm image the AMD skill resolved (vllm/vllm-openai-rocm:v0.22.0, 2026-06); the
-# planner should pass the version of the image it launches.
-DEFAULT_VLLM_VERSION = "0.22.0"
+# The newest vLLM release (v0.33.0, 2026-11: gpustack/runner v0.1.32.post4 ships its CUDA 13.0
+# and ROCm 7.2 images), the default where the launch's image gives no version; a plan passes
+# its image's version (``catalog_link.launch_context``).
+DEFAULT_VLLM_VERSION = "0.33.0"
 
 GIB = 2**30
 
 
 V1_DEFAULT_FROM = {"cuda": Version("0.8.0"), "rocm": Version("0.10.0")}
 V0_REMOVED_IN = Version("0.11.0")
-COLLECTIVES_OUT_OF_BUDGET_FROM = Version("0.11.0")  # vllm#25359
 ENGINES = ("v0", "v1")
 
 
@@ -220,7 +219,9 @@ def behaviour(
         v0_engine, engine_note = select_engine(ver, platform, engine, use_v1_env)
     else:
         engine_note = "V0: as given" if v0_engine else "V1: as given"
-    graphs = base >= Version("0.21") and not v0_engine
+    from instinct_serve.fit.overhead_table import select
+
+    graphs = select("graphs", str(base), platform).value == "estimate" and not v0_engine
     util = 0.92 if graphs else 0.9
     note = (
         "0.92: the current vLLM default (assumed since v0.21, when graph memory moved "
@@ -237,5 +238,6 @@ def behaviour(
         kv_tokens_formula="concurrency" if base >= Version("0.20") and not v0_engine else "blocks",
         group_rule_1_5=base >= Version("0.20"),
         engine_note=engine_note,
-        collectives_in_budget=v0_engine or base < COLLECTIVES_OUT_OF_BUDGET_FROM,
+        collectives_in_budget=v0_engine
+        or select("collectives", str(base), platform).value == "in_budget",
     )

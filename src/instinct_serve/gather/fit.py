@@ -6,24 +6,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import InstinctError
 from instinct_serve.fit.catalog_link import FitAnswer, LaunchContext, fit_options, launch_context
-from instinct_serve.fit.precision import precision_from_name
+from instinct_serve.fit.overhead_table import normalise_platform
+from instinct_serve.gather.alternatives import find_alternatives
 from instinct_serve.gather.detect import resolve_on
 from instinct_serve.hardware.target import Target, catalog_key
 
 if TYPE_CHECKING:
     from instinct_serve.fit.alternatives import Alternative
-    from instinct_serve.fit.estimate import FitOptions, HardwareSpec
+    from instinct_serve.fit.estimate import FitOptions, FitReport, HardwareSpec
     from instinct_serve.fit.estimated import EstimatedFit
     from instinct_serve.hosts import Host
     from instinct_serve.options import FitRequest
 
 # A machine with no GPU fits for this profile, as ``plan`` does (with a note saying so).
 FALLBACK_GPU = "mi300x"
-MAX_ALTERNATIVES = 8
 
 
 def hardware_spec(target: Target) -> HardwareSpec:
@@ -64,10 +65,14 @@ def fit_request(
         default_gpu=FALLBACK_GPU if fallback and host.is_local else None,
     )
     hw = hardware_spec(target)
-    if target.source == "manual" and (req.device_name or req.platform):
-        from dataclasses import replace
-
-        hw = replace(hw, name=req.device_name or hw.name, platform=req.platform or hw.platform)
+    platform = normalise_platform(req.platform) or hw.platform
+    if target.source == "manual" and req.device_name:
+        hw = replace(hw, name=req.device_name)
+    hw = replace(hw, platform=platform)
+    kwargs = req.estimate_kwargs()
+    planned = None if req.tp is not None else plan_decision(req, host, target)
+    if planned is not None:
+        kwargs["tp"] = planned.tp
     answer = fit_model(
         req.model,
         hw,
@@ -75,9 +80,62 @@ def fit_request(
         revision=req.revision,
         alternatives=not req.no_alternatives,
         stage=stage,
-        **req.estimate_kwargs(),
+        **kwargs,
     )
+    if planned is not None:
+        answer = planned.apply(answer, same_launch=not (req.vllm_version or req.platform))
     return answer, target.notes
+
+
+@dataclass(frozen=True)
+class PlanDecision:
+    """What ``instinct plan`` decides for the same inputs: its TP, context and why."""
+
+    tp: int
+    context: int | None  # the plan's --max-model-len (None: vLLM's default, the native)
+    why: str
+    report: FitReport | None  # the plan's fit of its own launch, at that TP
+
+    def apply(self, answer: FitAnswer, *, same_launch: bool) -> FitAnswer:
+        """The fit at the plan's TP, said to be the plan's; with the plan's own launch
+        (``same_launch``: no --vllm-version/--platform "what if") the plan's fit itself."""
+        note = f"TP {self.tp}: the plan's choice for these inputs ({self.why})"
+        if self.context:
+            note += f"; context {self.context:,} as the plan launches it"
+        answer.tp_asked = False
+        if same_launch and self.report is not None and answer.report is not None:
+            self.report.hardware = answer.report.hardware  # as fit resolved it
+            self.report.notes = list(dict.fromkeys([*answer.report.notes, *self.report.notes]))
+            answer.report = self.report
+        done = answer.report or answer.estimated
+        if done is not None:
+            done.notes.insert(0, note)
+        return answer
+
+
+def plan_decision(req: FitRequest, host: Host, target: Target) -> PlanDecision | None:
+    """The plan ``instinct plan`` makes for ``req``'s model on the GPUs fit resolved (the
+    planner's own decision, not a copy of it); None when it refuses or the GPUs were given
+    by hand (fit then chooses the TP itself)."""
+    from dataclasses import fields
+
+    from instinct_serve.gather.plan import make_plan
+    from instinct_serve.options import PlanOptions
+    from instinct_serve.options.jobs import SizingOptions
+
+    if target.source == "manual":
+        return None
+    shared = {f.name: getattr(req, f.name) for f in fields(SizingOptions)}
+    try:
+        result = make_plan(PlanOptions(**shared, model=req.model), host, target=target)
+    except InstinctError:
+        return None
+    plan = result.plan
+    why = next(
+        (r.why for r in plan.reasons if r.item.startswith("--tensor-parallel-size")),
+        "the planner's",
+    )
+    return PlanDecision(plan.tensor_parallel_size, plan.max_model_len, why, result.fit)
 
 
 def close_matches(model_id: str) -> list[str]:
@@ -88,53 +146,6 @@ def close_matches(model_id: str) -> list[str]:
         return list(catalog_close(model_id, 5))
     except Exception:
         return []
-
-
-def find_alternatives(
-    model_id: str,
-    ctx: LaunchContext,
-    hw: HardwareSpec,
-    opts: FitOptions,
-    meta_notes: tuple[str, ...] = (),
-) -> tuple[list[Alternative], list[str]]:
-    """Smaller checkpoints that fit: the recipe's other variants, the provider's and AMD's
-    quantized siblings on the Hub; each verified with ``estimate``, ranked. Also returns
-    why a candidate was skipped."""
-    from instinct_serve.fit.alternatives import Candidate, alternatives, precision_supported
-    from instinct_serve.gather.model_meta import load_model_meta, quantized_siblings
-
-    wanted: list[tuple[str, str | None, str]] = [
-        (mid, prec, "recipe_variant") for mid, prec, _key in ctx.variants if mid != model_id
-    ]
-    hub_down = any(n.startswith("Hub unreachable") for n in meta_notes)
-    for mid in [] if hub_down else quantized_siblings(model_id):
-        origin = "amd" if mid.lower().startswith("amd/") else "provider"
-        wanted.append((mid, precision_from_name(mid), origin))
-    seen: set[str] = set()
-    candidates: list[Candidate] = []
-    skipped: list[str] = []
-    for mid, prec, origin in wanted:
-        if mid in seen or len(candidates) >= MAX_ALTERNATIVES:
-            continue
-        seen.add(mid)
-        precision = prec or precision_from_name(mid) or "bf16"
-        if not precision_supported(precision, ctx.unsupported_precisions):
-            skipped.append(f"{mid}: {precision} is not supported on this GPU")
-            continue
-        try:
-            meta = load_model_meta(mid)
-        except InstinctError as exc:
-            skipped.append(f"{mid}: {exc.message}")
-            continue
-        candidates.append(Candidate(mid, precision, origin, meta, ctx.context_length))
-    ranked = alternatives(
-        candidates,
-        hw,
-        opts,
-        native_precisions=ctx.native_precisions,
-        unsupported_precisions=ctx.unsupported_precisions,
-    )
-    return ranked, skipped
 
 
 # metadata errors an estimate from the recipe stands in for (offline, the Hub refusing)

@@ -456,6 +456,7 @@ def follow_config(ctx: LaunchContext, amd: AmdConfig, opts: PlanOptions) -> None
     after the configuration's; VLLM_USE_V1 and the like change the memory)."""
     ctx.launch_args = [*amd.args, *opts.extra_args]
     ctx.env = {**amd.env, **opts.env_literal}
+    ctx.flags_origin = "the plan's flags (the recipe's and yours)"
 
 
 def _image(opts: PlanOptions, amd: AmdConfig, catalog: Catalog) -> tuple[str, str]:
@@ -557,7 +558,7 @@ def _inputs(
     chosen.tp = tp
     alternatives: list[dict[str, Any]] = []
     if fit is not None and not fit.fits and not on_cpu:
-        from instinct_serve.gather.fit import find_alternatives
+        from instinct_serve.gather.alternatives import find_alternatives
 
         alts, _skipped = find_alternatives(variant.model_id, ctx, chosen.hw, sizer.options(tp.tp))
         alternatives = [a.to_dict() for a in alts]

@@ -183,6 +183,7 @@ def reference_for(
         return choice
     ctx.launch_args = [*amd.args, *choice.config.args, *opts.extra_args]
     ctx.env = {**amd.env, **choice.config.env, **opts.env_literal}
+    ctx.flags_origin = "the plan's flags (the recipe's, AMD's reference config and yours)"
     return choice
 
 

@@ -52,6 +52,13 @@ def _server_name(value: str) -> str | None:
     return None
 
 
+def _platform(value: str) -> str | None:
+    """``fit --platform``: one of ``overhead_table.PLATFORMS``, in any case."""
+    from instinct_serve.names import PLATFORMS, normalise_platform
+
+    return None if normalise_platform(value) else "is not one of " + ", ".join(PLATFORMS)
+
+
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
 DEFAULT_PORT = 8000
 
@@ -237,7 +244,12 @@ class FitRequest(SizingOptions):
         max_length=128,
     )
     platform: str | None = opt(
-        kind="choice", choices=("rocm", "cuda"), help="With --vram-gb: the GPU's platform."
+        kind="text",
+        metavar="PLATFORM",
+        help="rocm, cuda or cpu (any case): the overhead table's row (sampler, graphs, "
+        "buffers, load accounting); default: the GPU's.",
+        check=_platform,
+        max_length=16,
     )
     max_num_seqs: int | None = opt(
         kind="int", metavar="N", help="Sampler rows profiled.", low=1, high=1 << 20
