@@ -16,64 +16,26 @@ from __future__ import annotations
 import json
 import re
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from instinct_serve.gather.detect import AMD_SMI_STATIC
+from tests.infra.cluster import NODES, Cluster, make_cluster
 from tests.infra.docker import DockerDaemon
-from tests.infra.fakebin import load_fixture, write_fake
-from tests.infra.fakeroot import build_gpu_root
-from tests.infra.paths import SMI
 from tests.infra.ports import free_port
 from tests.infra.ssh import SshServer
 from tests.serve.conftest import MODEL, Run, Serve, docker, inspect, run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.ssh]
 
-NODES = ("node-a", "node-b")
-MI300X_X8 = "amd-smi_default_view_8xMI300X_rocm7.0.0_changelog.txt"
-
-
-@dataclass
-class Cluster:
-    """Two ssh aliases of the loopback sshd, and a docker network for the group."""
-
-    env: dict[str, str]
-    network: str
-    root: Path
-
-    @property
-    def hosts(self) -> str:
-        return ",".join(NODES)
-
 
 @pytest.fixture
 def cluster(sshd: SshServer, docker_daemon: DockerDaemon, tmp_path: Path) -> Iterator[Cluster]:
-    root = tmp_path / "gpu-root"
-    build_gpu_root(root)
-    static = {" ".join(AMD_SMI_STATIC): load_fixture(SMI / MI300X_X8)}
-    write_fake(root / "opt" / "rocm" / "bin", "amd-smi", static)
-    base = sshd.ssh_config.read_text().split("Host 127.0.0.1")[0]
-    body = base.split("\n", 1)[1]  # the options under the fixture's alias
-    body = body.replace("  HostName 127.0.0.1\n", "")
-    config = tmp_path / "ssh_config.nodes"
-    blocks = [f"Host {alias}\n  HostName 127.0.0.1\n{body}" for alias in NODES]
-    config.write_text("".join(blocks))
-    network = f"instinct-mn-{uuid.uuid4().hex[:8]}"
-    made = docker("network", "create", "--label", "instinct-serve.test=1", network)
-    assert made.returncode == 0, made.stderr
-    env = sshd.env()
-    env["INSTINCT_SSH_CONFIG"] = str(config)
-    try:
-        yield Cluster(env, network, root)
-    finally:
-        docker("network", "rm", network)
+    with make_cluster(sshd, tmp_path) as made:
+        yield made
 
 
 def serve_group(

