@@ -43,3 +43,8 @@ def token_count(text: str) -> int | None:
     if "." in number:
         return None
     return int(number) * (1024 if suffix in ("K", "Ki") else 1)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 recipe``, ``2 recipes``, ``0 recipes``: a count and its noun, in English."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

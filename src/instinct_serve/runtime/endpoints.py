@@ -215,6 +215,7 @@ class Listing:
     caller: str = ""
     everyone: bool = True
     hidden: int = 0
+    ended: int = 0  # stopped or exited endpoints left out (``ps`` without ``-a``)
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -226,6 +227,7 @@ class Listing:
             "caller": self.caller,
             "everyone": self.everyone,
             "hidden": self.hidden,
+            "ended_hidden": self.ended,
         }
         if self.total > len(self.rows):
             doc["truncated"] = {"shown": len(self.rows), "total": self.total}
@@ -233,10 +235,17 @@ class Listing:
 
 
 def list_endpoints(
-    host: Host, *, health: bool = True, limit: int | None = None, everyone: bool = False
+    host: Host,
+    *,
+    health: bool = True,
+    limit: int | None = None,
+    everyone: bool = False,
+    ended: bool = True,
 ) -> Listing:
     """The caller's managed containers and native processes (everyone's with ``everyone``;
-    a replica group counts as its router's); ``/health`` probed for running ones."""
+    a replica group counts as its router's); ``/health`` probed for running ones. Without
+    ``ended``, as ``docker ps`` without ``-a``: an endpoint that is not running (nor any
+    of its replicas, nor a process it left behind) is counted, not listed."""
     from instinct_serve.runtime.group import fold_rows
     from instinct_serve.runtime.owner import caller, is_mine
 
@@ -245,18 +254,25 @@ def list_endpoints(
     me = caller()
     mine = rows if everyone else [r for r in rows if is_mine(r.owner, me)]
     hidden, rows = len(rows) - len(mine), mine
+    add_survivors(host, [r for row in rows for r in (row, *row.members)])
+    live = rows if ended else [r for r in rows if _alive(r)]
+    gone, rows = len(rows) - len(live), live
     shown = rows if limit is None else rows[:limit]
     every = [r for row in shown for r in (row, *row.members)]
     if any(row.running for row in every):
         _add_verified(host, every)
     if every:
         _add_history(host, every)
-    add_survivors(host, every)
     if health:
         for row in every:
             if row.running and row.port:
                 row.health = probe(host, row.port, row.server)
-    return Listing(host.name, shown, len(rows), docker_problem, me, everyone, hidden)
+    return Listing(host.name, shown, len(rows), docker_problem, me, everyone, hidden, gone)
+
+
+def _alive(row: Row) -> bool:
+    """Running, or a replica running, or processes of it still running."""
+    return any(r.running or r.survivors for r in (row, *row.members))
 
 
 def _add_verified(host: Host, rows: list[Row]) -> None:
