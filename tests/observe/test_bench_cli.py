@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.infra import tables
 from tests.infra.paths import LOGS
 from tests.observe.conftest import Endpoint
 
@@ -98,6 +99,10 @@ def test_a_sweep_is_run_stored_listed_and_compared(
     code, listed = endpoint.json("bench", "list", "--json")
     assert code == 0 and isinstance(listed, dict)
     assert [r["path"] for r in listed["runs"]] == [doc["path"]]
+    piped = endpoint.cli("bench", "list", COLUMNS="80").stdout
+    tables.one_line(piped, endpoint.plan_hash, endpoint.name, "meta-llama/Llama-3.1-8B", "1,4")
+    shown = endpoint.cli("bench", "list", COLUMNS="80", TTY_COMPATIBLE="1").stdout
+    tables.fits(shown, endpoint.plan_hash, endpoint.name)
 
     # compare the stored run (by plan hash prefix) with the raw real result file
     code, cmp = endpoint.json("bench", "compare", endpoint.plan_hash[:6], str(RESULT), "--json")

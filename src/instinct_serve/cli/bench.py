@@ -95,16 +95,25 @@ def render_reference(con: Console, doc: dict[str, Any]) -> None:
 def render_run(con: Console, run: BenchRun) -> None:
     """One run: a row per concurrency, with throughput bars."""
     from rich.markup import escape
-    from rich.table import Table
 
-    title = f"{escape(run.endpoint or '-')} ({escape(run.model or '-')}), plan {run.key}"
-    table = Table(title=title, title_justify="left")
-    for column in ("CONC", "OUTPUT TOK/S", "", "REQ/S", "TTFT p50/p99", "ITL p50/p99", "OK"):
-        table.add_column(column, justify="left" if column == "" else "right")
+    from instinct_serve.cli.tables import Column, Rows
+
+    table = Rows(
+        [
+            Column("CONC", right=True),
+            Column("OUTPUT TOK/S", right=True),
+            Column("", drop=2),
+            Column("REQ/S", right=True, drop=1),
+            Column("TTFT p50/p99", right=True),
+            Column("ITL p50/p99", right=True),
+            Column("OK", right=True),
+        ],
+        f"{run.endpoint or '-'} ({run.model or '-'}), plan {run.key}",
+    )
     top = model.scale_max([p.output_throughput for p in run.points])
     for p in run.points:
         ttft, itl = p.latency_ms.get("ttft", {}), p.latency_ms.get("itl", {})
-        table.add_row(
+        table.add(
             str(p.concurrency),
             _fmt(p.output_throughput),
             f"[cyan]{model.bar(p.output_throughput, top)}[/]",
@@ -113,7 +122,7 @@ def render_run(con: Console, run: BenchRun) -> None:
             f"{_fmt(itl.get('p50'))}/{_fmt(itl.get('p99'))}",
             f"{p.completed}/{p.requests}" if p.requests else str(p.completed),
         )
-    con.print(table)
+    table.print(con)
     for error in run.errors:
         con.print(f"[red]concurrency {error.get('concurrency')}:[/] {escape(error['message'])}")
     if run.path:
@@ -327,23 +336,31 @@ def list_runs(as_json: bool) -> int:
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
+
+        from instinct_serve.cli.tables import Column, Rows
 
         if not runs:
             con.print(f"No stored benchmark in {escape(root)}.")
             return
-        table = Table(title=f"Benchmarks in {escape(root)}", title_justify="left")
-        for column in ("PLAN", "ENDPOINT", "MODEL", "STARTED", "CONCURRENCY"):
-            table.add_column(column)
+        table = Rows(
+            [
+                Column("PLAN", key=True),
+                Column("ENDPOINT", key=True),
+                Column("MODEL", key=True, drop=2),
+                Column("STARTED", drop=1),
+                Column("CONCURRENCY"),
+            ],
+            f"Benchmarks in {root}",
+        )
         for item in items:
-            table.add_row(
+            table.add(
                 escape(str(item["plan_hash"])),
                 escape(str(item["endpoint"])),
                 escape(str(item["model"])),
                 escape(item["started_at"]),
                 ",".join(str(c) for c in item["concurrency"]),
             )
-        con.print(table)
+        table.print(con)
 
     emit(doc, as_json, human)
     return 0

@@ -62,10 +62,13 @@ def get_host(host_spec: str | None) -> Host:
 
 
 def console(stderr: bool = False) -> Console:
-    """A rich console (imported lazily: the JSON path never pays for rich)."""
+    """A rich console (imported lazily: the JSON path never pays for rich). Through a pipe
+    or into a file nothing is wrapped: a line of text stays one line (``grep`` finds it)."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    con = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    con.soft_wrap = not con.is_terminal
+    return con
 
 
 def emit(doc: Any, as_json: bool, human: Callable[[Console], None] | None = None) -> None:
@@ -144,6 +147,9 @@ def print_wrapped(con: Console, text: str, indent: str = "", first: str | None =
     cut mid-word (a word longer than the line stays whole on its own line)."""
     import textwrap
 
+    if not con.is_terminal:  # a pipe: one line, never wrapped
+        con.print((first if first is not None else indent) + text, markup=False, soft_wrap=True)
+        return
     lines = textwrap.wrap(
         text,
         width=max(20, con.width),

@@ -220,23 +220,30 @@ def capabilities_cmd(model: str | None, as_json: bool, host_spec: str | None) ->
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
+
+        from instinct_serve.cli.tables import Column, Rows
 
         con.print(
             f"vLLM {escape(version or 'not found')}"
             + ("" if found.usable else " [red](not usable)[/]")
         )
-        table = Table(title="recipes by architecture", title_justify="left")
-        for col in ("architecture", "supported", "recipes", "newest minimum"):
-            table.add_column(col)
+        table = Rows(
+            [
+                Column("ARCHITECTURE", key=True),
+                Column("SUPPORTED"),
+                Column("RECIPES", right=True),
+                Column("NEWEST MINIMUM", drop=1),
+            ],
+            "recipes by architecture",
+        )
         for arch, group in caps.by_architecture().items():
-            table.add_row(
+            table.add(
                 arch,
                 str(group["supported"]),
                 str(group["recipes"]),
                 str(group["newest_min_vllm_version"] or "-"),
             )
-        con.print(table)
+        table.print(con)
         if model:
             if verdict is None:
                 con.print(f"{escape(model)}: not in the catalog (no stated minimum)")

@@ -221,15 +221,14 @@ class ServeView:
 
     def _ready(self, outcome: ServeOutcome) -> None:
         from rich.markup import escape
-        from rich.table import Table
+
+        from instinct_serve.cli.tables import Column, Rows
 
         endpoint = outcome.endpoint
         assert endpoint is not None
         con = console()
         title = "Endpoint ready" if outcome.status == "ready" else "Endpoint already running"
-        table = Table(title=title, show_header=False, title_justify="left")
-        table.add_column(style="bold")
-        table.add_column(overflow="fold")
+        table = Rows([Column("", key=True), Column("", prose=True)], title, header=False)
         context = f"{endpoint.max_model_len:,} tokens" if endpoint.max_model_len else "default"
         if outcome.plan.context_limited and outcome.plan.native_max_model_len:
             context += f" (limited; the model allows {outcome.plan.native_max_model_len:,})"
@@ -268,8 +267,8 @@ class ServeView:
         elif endpoint.api_key_env:
             rows.append(("API key", f"yours, from ${endpoint.api_key_env}"))
         for key, value in rows:
-            table.add_row(key, escape(self.redact.text(value)))
-        con.print(table)
+            table.add(f"[bold]{key}[/]", escape(self.redact.text(value)))
+        table.print(con)
         self._notes(con, outcome)
         con.print("\n[bold]Try it:[/]")
         con.print(self.redact.text(endpoint.curl), markup=False, highlight=False, soft_wrap=True)

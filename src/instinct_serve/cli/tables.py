@@ -3,9 +3,9 @@
 * stdout not a terminal (a pipe, a file, ``$(...)``): one line per row, columns padded
   to their widest cell, nothing wrapped or cut, no colour, so ``instinct ps | grep NAME``
   finds the row and ``awk`` can split it;
-* on a terminal: the columns that do not fit go first, lowest value first (``drop``: a
-  higher number goes earlier; 0 never goes), key columns (names, ids, model ids) are never
-  cut, and the other cells fold; when even the key columns are wider than the terminal,
+* on a terminal: the columns that do not fit go, lowest value first (``drop``: a higher
+  number goes earlier; 0 never goes); key columns (names, ids, model ids) are never cut,
+  the other cells fold; when even the key columns are wider than the terminal,
   the rows are printed whole, as through a pipe (the terminal wraps them, nothing is cut).
 
 ``TTY_COMPATIBLE=1`` (rich's switch) makes a pipe count as a terminal, ``COLUMNS`` sets
@@ -30,10 +30,10 @@ PROSE = 24  # the width a prose column is given when the others are fitted
 
 @dataclass(frozen=True)
 class Column:
-    """One column: its header; ``key``: never cut nor dropped (a name, id or model id);
-    ``drop``: 0 stays, else the order in which a narrow terminal lets it go (higher
-    first); ``right``: numbers align right; ``prose``: a sentence that folds on a
-    terminal (counted at ``PROSE`` columns when deciding what else fits)."""
+    """One column: its header; ``key``: never cut (a name, id or model id); ``drop``: 0
+    stays, else the order in which a narrow terminal lets it go (higher first);
+    ``right``: numbers align right; ``prose``: a sentence that folds on a terminal
+    (counted at ``PROSE`` columns when deciding what else fits)."""
 
     header: str
     key: bool = False
@@ -144,7 +144,7 @@ class Rows:
         highest ``drop`` first (the rightmost of a tie), until the table fits unfolded."""
         keep = list(range(len(self.columns)))
         order = sorted(
-            (i for i, c in enumerate(self.columns) if c.drop and not c.key),
+            (i for i, c in enumerate(self.columns) if c.drop),
             key=lambda i: (-self.columns[i].drop, -i),
         )
         for i in order:
