@@ -123,8 +123,8 @@ def test_unknown_gating_offline_is_a_warning(fake_root: FakeRoot, target_env: Pa
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--port", "0"], "Invalid value for '--port'"),
-        (["--need-gb", "-1"], "Invalid value for '--need-gb'"),
+        (["--port", "0"], "Error: invalid value for '--port'"),
+        (["--need-gb", "-1"], "Error: invalid value for '--need-gb'"),
         (["--host", "bad host"], "Error: invalid --host 'bad host'"),
     ],
 )

@@ -8,7 +8,7 @@ A command computes one document (a dict, dataclass or pydantic model), then call
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -53,6 +53,12 @@ def hosts_option(func: F) -> F:
         default=None,
         help="The nodes of a multi-node group (as given to serve --hosts).",
     )(func)
+
+
+def choice(values: Sequence[str]) -> click.Choice[str]:
+    """A click choice of ``values`` matched whatever the case (``JSON``, ``Zsh``): the CLI's
+    own choices follow the options' rule (``options.spec.choice_of``)."""
+    return click.Choice(list(values), case_sensitive=False)
 
 
 def get_host(host_spec: str | None) -> Host:

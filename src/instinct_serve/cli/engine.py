@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, json_option, progress, warn
+from instinct_serve.cli.common import (
+    choice,
+    emit,
+    get_host,
+    host_option,
+    json_option,
+    progress,
+    warn,
+)
 from instinct_serve.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -109,7 +117,7 @@ def _confirm_install(summary: list[str], yes: bool, as_json: bool) -> bool:
 
 
 @engine.command("install")
-@click.argument("name", type=click.Choice(["vllm"]), metavar="vllm")
+@click.argument("name", type=choice(["vllm"]), metavar="vllm")
 @click.option("--rocm", "rocm", metavar="X.Y", help="ROCm SDK version (default: detected).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option(
@@ -267,7 +275,7 @@ def capabilities_cmd(model: str | None, as_json: bool, host_spec: str | None) ->
 @click.argument("model")
 @click.option(
     "--device-policy",
-    type=click.Choice(["gpu_required", "gpu_preferred"]),
+    type=choice(["gpu_required", "gpu_preferred"]),
     default="gpu_required",
     show_default=True,
     help="gpu_required fails without a usable engine and GPU; gpu_preferred only warns.",

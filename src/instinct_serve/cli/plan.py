@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, warn
+from instinct_serve.cli.common import choice, emit, get_host, host_option, warn
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.errors import UsageError
 from instinct_serve.options import KubernetesOptions, PlanOptions
@@ -50,7 +50,7 @@ def print_summary(con: Console, result: PlanResult, title: str = "Launch plan") 
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(FORMATS),
+    type=choice(FORMATS),
     default="summary",
     show_default=True,
     help="What to print.",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from instinct_serve.cli.common import (
+    choice,
     emit,
     host_option,
     json_option,
@@ -415,7 +416,7 @@ def _report_human(con: Console, report: dict[str, Any]) -> None:
 
 
 @recipes.command("sync")
-@click.option("--source", type=click.Choice(["git", "api"]), default="git", show_default=True)
+@click.option("--source", type=choice(["git", "api"]), default="git", show_default=True)
 @click.option("--repo-url", metavar="URL", default=None, help="Recipes git repository.")
 @click.option("--api-url", metavar="URL", default=None, help="Recipes JSON API base URL.")
 @click.option("--hub-url", metavar="URL", default=None, help="Docker Hub base URL.")

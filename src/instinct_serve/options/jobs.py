@@ -243,7 +243,7 @@ class FitRequest(SizingOptions):
         kind="int", metavar="N", help="Sampler rows profiled.", low=1, high=1 << 20
     )
     max_num_batched_tokens: int | None = opt(
-        kind="int", metavar="N", help="Tokens of the profile pass.", low=1, high=1 << 26
+        kind="tokens", metavar="N", help="Tokens of the profile pass.", low=1, high=1 << 26
     )
     block_size: int | None = opt(
         kind="int", metavar="N", help="KV block size in tokens.", low=1, high=1 << 16
