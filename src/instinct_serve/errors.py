@@ -68,3 +68,17 @@ class HostError(NotReadyError):
     """A host could not be reached or refused us (ssh key, host key, network)."""
 
     default_id = "host_unreachable"
+
+
+class Reminder(str):
+    """A warning worth showing now and then, not on every command (the recipes' age): the
+    CLI prints one ``key`` at most once every ``every_h`` hours (``cli.common.warn``); the
+    documents that carry it keep it. Otherwise the plain text of the warning."""
+
+    key: str
+    every_h: float
+
+    def __new__(cls, text: str, key: str, every_h: float = 24.0) -> Reminder:
+        made = super().__new__(cls, text)
+        made.key, made.every_h = key, every_h
+        return made

@@ -114,6 +114,8 @@ def test_the_phase_label_is_dropped_only_when_the_message_repeats_it() -> None:
     assert ev.phase_label("loading_weights", "loading weights: shard 2/4") is None
     assert ev.phase_label("starting", "starting") is None
     assert ev.phase_label("ready", "API server ready") == "ready"
+    assert ev.phase_label("starting_server", "on http://127.0.0.1:8000") == "starting server"
+    assert phase_text("starting_server", "") == "[bold]starting server[/]"  # words, not ids
     assert ev.phase_label("loading_weights", "weights read in 2.7 s") is None
     assert ev.phase_words("capturing_graphs", "capturing graphs: 3/35") == "capturing graphs: 3/35"
     assert ev.phase_words("launching", "vllm-x") == "launching: vllm-x"

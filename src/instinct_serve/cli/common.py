@@ -87,11 +87,40 @@ def emit(doc: Any, as_json: bool, human: Callable[[Console], None] | None = None
 
 
 def warn(message: str, as_json: bool = False) -> None:
-    """A warning on stderr (never on stdout, which may carry JSON)."""
+    """A warning on stderr (never on stdout, which may carry JSON); a ``Reminder`` only when
+    it is due (``reminder_due``)."""
+    if not reminder_due(message):
+        return
     if as_json:
         sys.stderr.write(f"warning: {message}\n")
     else:
         console(stderr=True).print(f"[yellow]warning:[/] {message}")
+
+
+def reminder_due(message: str) -> bool:
+    """Whether to print ``message`` now: a plain warning always; a ``Reminder`` when its
+    key was not printed in the last ``every_h`` hours (``cache_dir()/reminders.json``, also
+    across the plans of one serve). Unreadable or unwritable state: printed."""
+    import json
+    import time
+
+    from instinct_serve.errors import Reminder
+    from instinct_serve.paths import cache_dir
+
+    if not isinstance(message, Reminder):
+        return True
+    path = cache_dir() / "reminders.json"
+    try:
+        shown = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        last = shown.get(message.key) if isinstance(shown, dict) else None
+        if isinstance(last, int | float) and time.time() - last < message.every_h * 3600:
+            return False
+        shown = (shown if isinstance(shown, dict) else {}) | {message.key: time.time()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(shown), encoding="utf-8")
+    except (OSError, ValueError):
+        pass
+    return True
 
 
 def require_terminal(what: str, fix: str, details: dict[str, Any] | None = None) -> None:

@@ -23,6 +23,7 @@ from instinct_serve.cli.common import (
     yes_option,
 )
 from instinct_serve.errors import UsageError
+from instinct_serve.units import plural
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -74,7 +75,8 @@ def ps(
 ) -> int:
     """List your running endpoints on the host (-a: stopped ones too; --everyone: every
     user's): model, port, status, uptime and health (/health probed, through an ssh
-    tunnel for --host). With --hosts: the multi-node groups on those nodes, one row each."""
+    tunnel for --host). --json lists every record (`running` says which run). With
+    --hosts: the multi-node groups on those nodes, one row each."""
     from instinct_serve.cli.multinode import hosts_of
     from instinct_serve.runtime.endpoints import list_endpoints
     from instinct_serve.runtime.recover import resolve
@@ -85,30 +87,29 @@ def ps(
 
     host = get_host(host_spec)
     interrupted = resolve(host, lambda text: warn(text, as_json))  # changes cut short
-    listing = list_endpoints(
-        host, health=not (no_health or quiet), everyone=everyone, ended=show_all
-    )
+    listing = list_endpoints(host, health=not (no_health or quiet), everyone=everyone)
+    rows = listing.rows if show_all else [row for row in listing.rows if row.alive]
     if quiet and not as_json:
-        sys.stdout.write("".join(f"{row.name}\n" for row in listing.rows))
+        sys.stdout.write("".join(f"{row.name}\n" for row in rows))
         return 0
 
     def human(con: Console) -> None:
         from rich.markup import escape
 
-        if listing.docker_problem and not listing.rows:
+        if listing.docker_problem and not rows:
             con.print(f"[yellow]Docker:[/] {escape(listing.docker_problem)}")
-        if not listing.rows:
+        if not rows:
             whose = "" if everyone else " of yours"
             running = "" if show_all else " running"
             con.print(f"No{running} instinct-serve endpoints{whose} on {escape(host.name)}.")
         else:
-            _ps_table(listing.rows, everyone).print(con)
-        for row in listing.rows:  # restarts (the daemon's policy and watch), last failure
+            _ps_table(rows, everyone).print(con)
+        for row in rows:  # restarts (the daemon's policy and watch), last failure
             if row.restarts or row.last_failure:
                 con.print(f"[dim]{escape(_history(row.name, row.restarts, row.last_failure))}[/]")
             if row.survivors:
                 con.print(f"[red]{escape(_survivors(row.name, row.survivors))}[/]")
-        _hidden(con, listing.hidden, listing.ended)
+        _hidden(con, listing.hidden, len(listing.rows) - len(rows))
 
     emit(listing.to_dict() | ({"interrupted": interrupted} if interrupted else {}), as_json, human)
     return 0
@@ -157,8 +158,6 @@ def _ps_table(rows: list[Row], everyone: bool) -> Rows:
 
 def _hidden(con: Console, hidden: int, ended: int) -> None:
     """The footer of ``ps``: how many endpoints are not shown, and the flag that shows them."""
-    from instinct_serve.units import plural
-
     if ended:
         con.print(f"[dim]{plural(ended, 'stopped endpoint')} not shown: -a[/]")
     if hidden:
@@ -391,16 +390,28 @@ def stop(
         if not stopped and not failed:
             con.print(f"Nothing of yours to stop on {escape(host.name)}.")
         for item in stopped:
-            what = "stopped and removed" if item["removed"] else "stopped"
             model = f" ({escape(str(item['model']))})" if item.get("model") else ""
-            con.print(f"[green]✓[/] {what} {escape(item['name'])}{model}")
+            con.print(_stopped_line(item).format(name=escape(item["name"]) + model))
             for member in item.get("members", []):
-                con.print(f"    {what} {escape(member['name'])} ({escape(str(member['role']))})")
+                role = escape(str(member["role"]))
+                con.print(f"    stopped and removed {escape(member['name'])} ({role})")
         for item in failed:
             con.print(f"[red]✗[/] {escape(item['name'])}: {escape(item['message'])}")
 
     emit(doc, as_json, human)
     return 1 if failed else 0
+
+
+def _stopped_line(item: dict[str, Any]) -> str:
+    """What ``stop`` did to one endpoint (``{name}`` left to fill in): stopped, removed, or
+    found already stopped (then only what it left running was ended)."""
+    if item.get("was_running") is False:
+        left = len(item.get("processes") or [])
+        ended = f"; ended {plural(left, 'process')} it left running" if left else ""
+        removed = "; removed" if item.get("removed") else ""
+        return f"[dim]·[/] {{name}} was already stopped{removed}{ended}"
+    what = "stopped and removed" if item.get("removed") else "stopped"
+    return f"[green]✓[/] {what} {{name}}"
 
 
 def _stop_groups(

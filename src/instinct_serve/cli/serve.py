@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import console, get_host, host_option, require_terminal
+from instinct_serve.cli.common import (
+    console,
+    get_host,
+    host_option,
+    reminder_due,
+    require_terminal,
+)
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.cli.plan import print_summary
 from instinct_serve.errors import ExitCode, InstinctError
@@ -57,8 +63,9 @@ def phase_text(phase: str, message: str) -> str:
 
     from instinct_serve.runtime.events import phase_label
 
-    if phase_label(phase, message) is not None:
-        return f"[bold]{escape(phase)}[/]" + (f" {escape(message)}" if message else "")
+    label = phase_label(phase, message)
+    if label is not None:
+        return f"[bold]{escape(label)}[/]" + (f" {escape(message)}" if message else "")
     head = re.match(r"\W*\w+", message)
     cut = head.end() if head else 0
     return f"[bold]{escape(message[:cut])}[/]{escape(message[cut:])}"
@@ -113,6 +120,8 @@ class ServeView:
         if isinstance(event, ev.PhaseUpdate):
             self._phase(event)
             return
+        if isinstance(event, ev.WarningEvent) and not reminder_due(event.message):
+            return  # the recipes' age: said once a day, not once per plan
         if isinstance(event, ev.Launched):
             line = f"[green]→[/] launched {escape(event.container)}"
         elif isinstance(event, ev.Healthy):
@@ -279,7 +288,8 @@ class ServeView:
         con = console()
         endpoint = outcome.endpoint
         name = endpoint.container if endpoint else outcome.plan.container_name
-        con.print(f"[cyan]·[/] {escape(name)} is loading (phase {escape(str(outcome.phase))})")
+        phase = str(outcome.phase).replace("_", " ")
+        con.print(f"[cyan]·[/] {escape(name)} is loading (phase: {escape(phase)})")
         for note in outcome.notes[-1:]:
             con.print(f"  {escape(note)}")
         if endpoint is not None:

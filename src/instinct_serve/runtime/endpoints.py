@@ -60,6 +60,12 @@ class Row:
     survivors: list[dict[str, Any]] = field(default_factory=list)
     owner: str | None = None  # ``user@host`` who started it (``runtime.owner``); None: nobody
 
+    @property
+    def alive(self) -> bool:
+        """Running, or a replica of it, or processes it left behind (``ps`` without -a
+        lists these, as ``docker ps`` lists running containers)."""
+        return any(r.running or r.survivors for r in (self, *self.members))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -215,7 +221,6 @@ class Listing:
     caller: str = ""
     everyone: bool = True
     hidden: int = 0
-    ended: int = 0  # stopped or exited endpoints left out (``ps`` without ``-a``)
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -227,7 +232,6 @@ class Listing:
             "caller": self.caller,
             "everyone": self.everyone,
             "hidden": self.hidden,
-            "ended_hidden": self.ended,
         }
         if self.total > len(self.rows):
             doc["truncated"] = {"shown": len(self.rows), "total": self.total}
@@ -235,17 +239,10 @@ class Listing:
 
 
 def list_endpoints(
-    host: Host,
-    *,
-    health: bool = True,
-    limit: int | None = None,
-    everyone: bool = False,
-    ended: bool = True,
+    host: Host, *, health: bool = True, limit: int | None = None, everyone: bool = False
 ) -> Listing:
     """The caller's managed containers and native processes (everyone's with ``everyone``;
-    a replica group counts as its router's); ``/health`` probed for running ones. Without
-    ``ended``, as ``docker ps`` without ``-a``: an endpoint that is not running (nor any
-    of its replicas, nor a process it left behind) is counted, not listed."""
+    a replica group counts as its router's); ``/health`` probed for running ones."""
     from instinct_serve.runtime.group import fold_rows
     from instinct_serve.runtime.owner import caller, is_mine
 
@@ -254,25 +251,18 @@ def list_endpoints(
     me = caller()
     mine = rows if everyone else [r for r in rows if is_mine(r.owner, me)]
     hidden, rows = len(rows) - len(mine), mine
-    add_survivors(host, [r for row in rows for r in (row, *row.members)])
-    live = rows if ended else [r for r in rows if _alive(r)]
-    gone, rows = len(rows) - len(live), live
     shown = rows if limit is None else rows[:limit]
     every = [r for row in shown for r in (row, *row.members)]
     if any(row.running for row in every):
         _add_verified(host, every)
     if every:
         _add_history(host, every)
+    add_survivors(host, every)
     if health:
         for row in every:
             if row.running and row.port:
                 row.health = probe(host, row.port, row.server)
-    return Listing(host.name, shown, len(rows), docker_problem, me, everyone, hidden, gone)
-
-
-def _alive(row: Row) -> bool:
-    """Running, or a replica running, or processes of it still running."""
-    return any(r.running or r.survivors for r in (row, *row.members))
+    return Listing(host.name, shown, len(rows), docker_problem, me, everyone, hidden)
 
 
 def _add_verified(host: Host, rows: list[Row]) -> None:
@@ -465,10 +455,17 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
                 "removed": True,
                 "members": members,
             }
+        running = bool(found.state.running)
         info = Docker(host).stop(found.name)  # refuses (not_managed) what is not ours
         _forget_key(host, info.name)
         _forget_record(host, info.name)
-        return {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
+        return {
+            "name": info.name,
+            "engine": "docker",
+            "model": info.model,
+            "removed": True,
+            "was_running": running,
+        }
     doc, result = _stop_native(host, found.name, found.meta.get("model"))
     _require_gone(host, [result], [doc])
     return doc
