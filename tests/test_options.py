@@ -413,3 +413,25 @@ def test_the_clis_own_choices_and_click_errors(capsys: pytest.CaptureFixture[str
     ]
     code, out, _ = cli(["plan", MODEL, "--nope", "--format=JSON"], capsys)
     assert code == 2 and json.loads(out)["error"]["id"] == "bad_usage"  # JSON asked: JSON
+
+
+def test_a_gpu_count_beyond_one_node_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """16 MI300X are two nodes: one endpoint cannot use them (the per-node count is the
+    hardware table's); spanning nodes (k8s --nodes, --hosts) plans for them together."""
+    code, out, err = cli(
+        ["plan", "deepseek-ai/DeepSeek-R1", "--gpu", "mi300x", "--gpu-count", "16"], capsys
+    )
+    assert code == 2 and not out
+    assert "16 GPUs: one MI300X node holds 8" in err and "--hosts H1,H2" in err, err
+    code, out, _ = cli(["plan", MODEL, "--gpu", "mi300a", "--gpu-count", "8", "--json"], capsys)
+    error = last_json(out)["error"]
+    assert code == 2 and error["id"] == "bad_gpu_count" and error["details"]["gpus_per_node"] == 4
+    code, out, _ = cli(["plan", MODEL, "--gpu", "mi300x", "--gpu-count", "8", "--json"], capsys)
+    assert code == 0, out  # a whole node is fine
+    code, out, _ = cli(["plan", MODEL, "--gpu", "mi210", "--gpu-count", "4", "--json"], capsys)
+    assert code == 0, out  # a PCIe card: no number per host
+    k8s = ["--format", "k8s", "--nodes", "2"]
+    code, out, _ = cli(
+        ["plan", "deepseek-ai/DeepSeek-R1", "--gpu", "mi300x", "--gpu-count", "16", *k8s], capsys
+    )
+    assert code == 0 and "LeaderWorkerSet" in out

@@ -83,7 +83,7 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     opts = parse_cli(PlanOptions, kwargs, engine="native" if fmt == "native" else "docker")
     k8s = parse_cli(KubernetesOptions, kwargs, replicas=opts.replicas or 1)
     if fmt == "k8s":  # the cluster makes the copies: one endpoint per pod
-        opts.replicas, opts.local_group = None, False
+        opts.replicas, opts.local_group, opts.nodes = None, False, k8s.nodes
     if fmt != "k8s" and replace(k8s, replicas=1) != KubernetesOptions():
         raise UsageError(
             "--namespace, --autoscale, --max-replicas, --nodes, --storage-class, "

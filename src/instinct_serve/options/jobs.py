@@ -504,6 +504,9 @@ class PlanOptions(SizingOptions):
     # copies planned on this host (``plan.replicas``); False where the cluster makes them
     # (``plan --format k8s``: --replicas is the Deployment's)
     local_group: bool = True
+    # nodes the plan spans (``plan --format k8s --nodes``, ``--hosts``): with 1, a named
+    # GPU's count may not pass what one node of it holds (``gather.plan.one_node``)
+    nodes: int = 1
 
     def check(self) -> None:
         super().check()
@@ -533,7 +536,7 @@ class PlanOptions(SizingOptions):
         values = {name: getattr(self, name) for name, _spec, _default in declared(type(self))}
         checked = type(self).parse(values)
         checked.engine, checked.default_gpu = self.engine, self.default_gpu
-        checked.local_group = self.local_group
+        checked.local_group, checked.nodes = self.local_group, self.nodes
         checked.check()
 
 
