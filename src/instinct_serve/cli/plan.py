@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from instinct_serve.cli.common import choice, emit, get_host, host_option, warn
+from instinct_serve.cli.help import GroupedCommand, help_all_option
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.errors import UsageError
 from instinct_serve.options import KubernetesOptions, PlanOptions
@@ -43,7 +44,8 @@ def print_summary(con: Console, result: PlanResult, title: str = "Launch plan") 
         warn(message)
 
 
-@click.command("plan")
+@click.command("plan", cls=GroupedCommand)
+@help_all_option
 @options_for(PlanOptions)
 @options_for(KubernetesOptions)
 @host_option

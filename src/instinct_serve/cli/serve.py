@@ -28,6 +28,7 @@ from instinct_serve.cli.common import (
     reminder_due,
     require_terminal,
 )
+from instinct_serve.cli.help import GroupedCommand, help_all_option
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.cli.plan import print_summary
 from instinct_serve.errors import ExitCode, InstinctError
@@ -399,7 +400,8 @@ def _run(
 # --------------------------------------------------------------------------- command
 
 
-@click.command("serve")
+@click.command("serve", cls=GroupedCommand)
+@help_all_option
 @options_for(ServeOptions)
 @host_option
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: events, then the result.")

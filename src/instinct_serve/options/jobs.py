@@ -416,7 +416,7 @@ class PlanOptions(SizingOptions):
         help="Copies of the endpoint behind one address: on this host, N copies on disjoint "
         "GPUs behind a router (HAProxy), or vLLM's own data parallelism for a "
         "mixture-of-experts model (default: 1, or as many as fit with --objective "
-        "throughput); with --format k8s, the Deployment's pods.",
+        "throughput); in Kubernetes manifests, the Deployment's pods.",
         low=1,
         high=1024,
     )
