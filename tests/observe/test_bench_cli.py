@@ -157,3 +157,29 @@ def test_bad_input(endpoint: Endpoint, fake_vllm: tuple[Path, Path]) -> None:
     code, doc = endpoint.json("bench", endpoint.name, "--vllm", missing, "--json")
     assert code == 1 and isinstance(doc, dict)
     assert doc["errors"][0]["message"] == f"{missing} not found on local"
+
+
+def test_progress_per_step(endpoint: Endpoint, fake_vllm: tuple[Path, Path]) -> None:
+    """--json: one step event per step on stdout, then the result line; the human view:
+    a line per step on stderr as it ends ([i/n]), so a long sweep is not silent."""
+    exe, log = fake_vllm
+    args = ["bench", endpoint.name, "--concurrency", "1,2,8", "--requests", "2"]
+    args += ["--vllm", str(exe), "--no-save"]
+    run = endpoint.cli(*args, "--json", **_env(log, FAKE_BENCH_FAIL_AT="8"))
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [e["event"] for e in lines] == ["step", "step", "step", "result"], run.stdout
+    steps = lines[:3]
+    assert [(e["step"], e["steps"], e["concurrency"]) for e in steps] == [
+        (1, 3, 1),
+        (2, 3, 2),
+        (3, 3, 8),
+    ]
+    assert [e["ok"] for e in steps] == [True, True, False]
+    assert steps[0]["point"]["concurrency"] == 1 and steps[2]["error"]["exit_code"] == 1
+    assert "benchmarking" not in run.stderr  # JSON asked: no human lines
+
+    human = endpoint.cli(*args, **_env(log))
+    assert human.returncode == 0, human.explain()
+    ends = [line for line in human.stderr.splitlines() if line.startswith("[")]
+    assert [line.split("]")[0] for line in ends] == ["[1/3", "[2/3", "[3/3"], human.stderr
+    assert "output tok/s" in ends[0]

@@ -225,24 +225,22 @@ def run(
     host = get_host(host_spec)
     endpoint = runner.resolve(host, name)
 
-    def on_step(level: int, point: Point | None, error: dict[str, Any] | None) -> None:
-        sys.stderr.write(_step_line(level, point, error) + "\n")
-        sys.stderr.flush()
-
     if not as_json:
         sys.stderr.write(
             f"benchmarking {endpoint.name} ({endpoint.model}) on {host.name}: concurrency "
             f"{concurrency}, {input_len} in / {output_len} out tokens\n"
         )
-    result = runner.run(
-        host,
-        endpoint,
-        settings,
-        vllm=vllm_path,
-        api_key=api_key,
-        tokenizer=tokenizer,
-        on_step=on_step,
-    )
+    with StepProgress(settings, as_json) as steps:
+        result = runner.run(
+            host,
+            endpoint,
+            settings,
+            vllm=vllm_path,
+            api_key=api_key,
+            tokenizer=tokenizer,
+            on_step=steps.done,
+            on_start=steps.start,
+        )
     if result.points and not no_save:
         runner.save(result)
     gpu, gpus = runner.gpu_of_endpoint(host, endpoint)
@@ -256,8 +254,71 @@ def run(
         render_run(con, result)
         render_reference(con, reference)
 
-    emit(result.to_dict() | {"reference": reference}, as_json, human)
+    doc = result.to_dict() | {"reference": reference}
+    if as_json:  # JSON Lines: the step events, then the result
+        _line({"event": "result", **doc})
+    else:
+        emit(doc, False, human)
     return 0 if result.points and not result.errors else 1
+
+
+def _line(doc: dict[str, Any]) -> None:
+    import json
+
+    from instinct_serve.jsonio import to_jsonable
+
+    sys.stdout.write(json.dumps(to_jsonable(doc), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+class StepProgress:
+    """The sweep as it goes: on a terminal a status line while a step runs and its figures
+    when it ends; with --json one ``{"event": "step", ...}`` line per step on stdout."""
+
+    def __init__(self, settings: model.Settings, as_json: bool) -> None:
+        self.settings, self.as_json = settings, as_json
+        self.total = len(settings.concurrency)
+        self.index = 0
+        self._status: Any = None
+        self._spinner: Any = None
+
+    def __enter__(self) -> StepProgress:
+        from instinct_serve.cli.common import progress
+
+        self._spinner = progress("benchmarking", enabled=not self.as_json)
+        self._status = self._spinner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._spinner.__exit__(*exc)
+
+    def start(self, level: int, index: int, total: int) -> None:
+        self.index = index
+        requests = self.settings.requests_for(level)
+        self._status(
+            f"step {index}/{total}: concurrency {level}, {requests} requests "
+            f"(at most {self.settings.step_timeout_s:g} s)"
+        )
+
+    def done(self, level: int, point: Point | None, error: dict[str, Any] | None) -> None:
+        import time
+
+        if self.as_json:
+            _line(
+                {
+                    "event": "step",
+                    "step": self.index,
+                    "steps": self.total,
+                    "concurrency": level,
+                    "ok": point is not None,
+                    "point": point,
+                    "error": error,
+                    "ts": round(time.time(), 3),
+                }
+            )
+            return
+        sys.stderr.write(f"[{self.index}/{self.total}] {_step_line(level, point, error)}\n")
+        sys.stderr.flush()
 
 
 def render_compare(con: Console, doc: dict[str, Any]) -> None:
