@@ -47,6 +47,20 @@ def test_plan_list(monkeypatch: pytest.MonkeyPatch, run: Run) -> None:
     assert "SIZE" not in shown and "VERDICT" in shown  # the size basis goes first
 
 
+def test_plan_list_partition_modes_and_references(
+    monkeypatch: pytest.MonkeyPatch, run: Run
+) -> None:
+    args = ("plan", "deepseek-ai/DeepSeek-R1", "--gpu", "mi355x", "--list")
+    piped, shown = both(monkeypatch, run, *args)
+    tables.one_line(piped, "CONFIG", "SERVER", "PARALLEL", "ISL/OSL", "IMAGE")
+    image = "rocm/atom:rocm7.2.4_ubuntu24.04_py3.12_pytorch_release_2.10.0_atom0.1.3"
+    rows = [line for line in piped.splitlines() if line.startswith("dsr1-fp8-mi355x-atom-mtp ")]
+    assert rows and all(" atom " in r and "TP 8" in r and r.endswith(image) for r in rows), piped
+    tables.one_line(piped, "LOGICAL GPUS", "MODE", "MEMORY EACH", "ENDPOINTS", "FIT")
+    tables.one_line(piped, "now   SPX/NPS1", "287.98 GiB", "safe")
+    tables.fits(shown, "dsr1-fp8-mi355x-atom-mtp", "SPX/NPS1")
+
+
 def test_plan_summary(monkeypatch: pytest.MonkeyPatch, run: Run) -> None:
     piped, shown = both(monkeypatch, run, "plan", LLAMA, "--gpu", "mi300x")
     tables.one_line(piped, "Replicas", "--objective throughput", "behind one endpoint")

@@ -183,3 +183,4 @@ def test_progress_per_step(endpoint: Endpoint, fake_vllm: tuple[Path, Path]) -> 
     ends = [line for line in human.stderr.splitlines() if line.startswith("[")]
     assert [line.split("]")[0] for line in ends] == ["[1/3", "[2/3", "[3/3"], human.stderr
     assert "output tok/s" in ends[0]
+    tables.one_line(human.stdout, "CONC", "OUTPUT TOK/S", "REQ/S", "TTFT p50/p99", "OK")

@@ -112,6 +112,7 @@ def test_human_output(serve: Serve) -> None:
     assert run.returncode == 0, run.explain()
     assert "Endpoint ready" in run.stdout and f"http://127.0.0.1:{port}/v1" in run.stdout
     assert "curl -sS" in run.stdout and MODEL in run.stdout
+    assert re.search(rf"^Base URL +http://127\.0\.0\.1:{port}/v1$", run.stdout, re.M), run.stdout
     # one line per phase, no word twice ("loading_weights loading weights" reads "loading
     # weights: ...")
     for words in ("loading", "capturing graphs", "warming up first request", "launching serve-"):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 GAP = "   "  # between columns in the plain view (docker's three spaces)
 PROSE = 24  # the width a prose column is given when the others are fitted
+FOLDED = 10  # the narrowest a non-key column is folded to before the rows go whole
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,9 @@ class Rows:
         if not con.is_terminal:
             return self._plain(range(len(self.columns)))
         keep = self._fitting(con)
-        table = self._rich(keep)
-        if _measure(con, table).minimum > con.width:
+        if _measure(con, self._rich(keep, squeeze=FOLDED)).minimum > con.width:
             return self._plain(keep)  # even the key columns are too wide: whole lines
-        return table
+        return self._rich(keep)
 
     # ------------------------------------------------------------------ the views
 
@@ -111,7 +111,10 @@ class Rows:
             lines.append(out)
         return Group(*lines)
 
-    def _rich(self, keep: Sequence[int], fitting: bool = False) -> Table:
+    def _rich(self, keep: Sequence[int], fitting: bool = False, squeeze: int = 0) -> Table:
+        """The rich table of the ``keep`` columns; ``fitting``: prose counted at ``PROSE``
+        columns; ``squeeze``: every other non-key column at most that wide (how narrow
+        rich may fold it: a long path in a sentence does not make the table too wide)."""
         from rich.table import Table
 
         rows = self._texts()
@@ -131,7 +134,7 @@ class Rows:
                 c.header,
                 no_wrap=c.key,
                 min_width=widest if c.key else None,
-                max_width=PROSE if fitting and c.prose else None,
+                max_width=squeeze if squeeze and not c.key else _prose(fitting, c),
                 overflow="fold",
                 justify="right" if c.right else "left",
             )
@@ -159,3 +162,7 @@ def _measure(con: Console, table: Table) -> Measurement:
     from rich.measure import Measurement
 
     return Measurement.get(con, con.options.update_width(10**6), table)
+
+
+def _prose(fitting: bool, column: Column) -> int | None:
+    return PROSE if fitting and column.prose else None
