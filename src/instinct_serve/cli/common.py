@@ -7,6 +7,7 @@ A command computes one document (a dict, dataclass or pydantic model), then call
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -195,3 +196,18 @@ def print_wrapped(con: Console, text: str, indent: str = "", first: str | None =
     )
     for line in lines or [first or indent]:
         con.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def phase_text(phase: str, message: str) -> str:
+    """``phase message`` as rich markup, the phase in bold; where the message starts with
+    the phase's own word (``runtime.events.phase_label``), that word is the bold one."""
+    from rich.markup import escape
+
+    from instinct_serve.runtime.events import phase_label
+
+    label = phase_label(phase, message)
+    if label is not None:
+        return f"[bold]{escape(label)}[/]" + (f" {escape(message)}" if message else "")
+    head = re.match(r"\W*\w+", message)
+    cut = head.end() if head else 0
+    return f"[bold]{escape(message[:cut])}[/]{escape(message[cut:])}"

@@ -49,7 +49,7 @@ def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int |
         if kind == "log":
             return  # every rank's log is followed; `instinct logs NAME --hosts` shows them
         if kind == "phase":
-            from instinct_serve.cli.serve import phase_text
+            from instinct_serve.cli.common import phase_text
 
             phase, message = str(redacted.get("phase")), str(redacted.get("message", ""))
             view.print("[cyan]·[/] " + phase_text(phase, message))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from instinct_serve.cli.common import (
     console,
     get_host,
     host_option,
+    phase_text,
     reminder_due,
     require_terminal,
 )
@@ -55,21 +55,6 @@ class _Terminated(KeyboardInterrupt):
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-def phase_text(phase: str, message: str) -> str:
-    """``phase message`` as rich markup, the phase in bold; where the message starts with
-    the phase's own word (``runtime.events.phase_label``), that word is the bold one."""
-    from rich.markup import escape
-
-    from instinct_serve.runtime.events import phase_label
-
-    label = phase_label(phase, message)
-    if label is not None:
-        return f"[bold]{escape(label)}[/]" + (f" {escape(message)}" if message else "")
-    head = re.match(r"\W*\w+", message)
-    cut = head.end() if head else 0
-    return f"[bold]{escape(message[:cut])}[/]{escape(message[cut:])}"
 
 
 class ServeView:
