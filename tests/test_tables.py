@@ -103,3 +103,41 @@ def test_fit(monkeypatch: pytest.MonkeyPatch, run: Run) -> None:
     piped, shown = both(monkeypatch, run, "fit", LLAMA, "--gpu", "mi300x", "--gpu-count", "1")
     tables.one_line(piped, "overhead / GPU", "activations", "graphs")
     tables.fits(shown.split("per GPU █")[0], LLAMA)
+
+
+def test_a_real_terminal_of_80_columns(tmp_path: Path) -> None:
+    """A pseudo-terminal of 80 columns (no COLUMNS, no TTY_COMPATIBLE): the terminal view,
+    names whole, no line wider than the terminal."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TTY_COMPATIBLE")}
+    args = ["recipes", "list", "--task", "embedding"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "instinct_serve", *args],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env=env | {"NO_COLOR": "1"},
+    ) as proc:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the command is done
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=60) == 0
+    os.close(leader)
+    out = b"".join(chunks).decode().replace("\r\n", "\n")
+    assert "MODEL" in out and "jinaai/jina-embeddings-v5-text-small" in out, out
+    tables.fits(out, "jinaai/jina-embeddings-v5-text-small", "jinaai/jina-reranker-m0")
