@@ -114,6 +114,12 @@ def test_a_sweep_is_run_stored_listed_and_compared(
     human = endpoint.cli("bench", "compare", endpoint.plan_hash, doc["path"], COLUMNS="100")
     assert human.returncode == 0, human.explain()
     assert "output tok/s" in human.stdout and "+0.0%" in human.stdout
+    row = tables.one_line(human.stdout, "   4   95.1 ")  # A, its bar, B, its bar, B vs A
+    assert row.count("95.1") == 2 and row.count("█") == 48 and row.endswith("+0.0%"), row
+    assert all("█" in line for line in human.stdout.splitlines() if line.endswith("+0.0%"))
+    tty = {"COLUMNS": "80", "TTY_COMPATIBLE": "1"}
+    shown = endpoint.cli("bench", "compare", endpoint.plan_hash, doc["path"], **tty).stdout
+    tables.fits(shown, "+0.0%")
 
 
 def test_the_api_key_travels_in_the_environment_only(

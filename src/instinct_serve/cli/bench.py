@@ -322,9 +322,11 @@ class StepProgress:
 
 
 def render_compare(con: Console, doc: dict[str, Any]) -> None:
-    """Both runs per concurrency: bars for A and B, and B's change."""
+    """Both runs per concurrency: A and B with their bars (the first to go on a narrow
+    terminal), and B's change."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from instinct_serve.cli.tables import Column, Rows
 
     a, b = doc["a"], doc["b"]
     con.print(
@@ -337,27 +339,32 @@ def render_compare(con: Console, doc: dict[str, Any]) -> None:
         key, label, higher = item["key"], item["label"], item["higher_is_better"]
         values = [side for row in doc["steps"] for side in (row[key]["a"], row[key]["b"])]
         top = model.scale_max(values)
-        table = Table(title=label, title_justify="left", show_edge=False)
-        for column in ("CONC", "", "A", "B", "B vs A"):
-            table.add_column(column, justify="left" if column == "" else "right")
+        table = Rows(
+            [
+                Column("CONC", right=True),
+                Column("A", right=True),
+                Column("", drop=1),
+                Column("B", right=True),
+                Column("", drop=1),
+                Column("B VS A", right=True),
+            ],
+            label,
+        )
         for row in doc["steps"]:
             cell = row[key]
             delta = cell["delta_pct"]
             colour = "white"
             if delta is not None and delta != 0:
                 colour = "green" if (delta > 0) == higher else "red"
-            bars = (
-                f"[blue]{model.bar(cell['a'], top, 24)}[/] A\n"
-                f"[magenta]{model.bar(cell['b'], top, 24)}[/] B"
-            )
-            table.add_row(
+            table.add(
                 str(row["concurrency"]),
-                bars,
                 _fmt(cell["a"]),
+                f"[blue]{model.bar(cell['a'], top, 24)}[/]",
                 _fmt(cell["b"]),
+                f"[magenta]{model.bar(cell['b'], top, 24)}[/]",
                 "-" if delta is None else f"[{colour}]{delta:+.1f}%[/]",
             )
-        con.print(table)
+        table.print(con)
 
 
 @bench.command("compare")
