@@ -87,10 +87,27 @@ def emit(doc: Any, as_json: bool, human: Callable[[Console], None] | None = None
     human(console())
 
 
+_SAID: set[str] = set()  # the warnings this command printed (``new_command`` empties it)
+
+
+def new_command() -> None:
+    """A command starts (``cli.main.main``): nothing said yet."""
+    _SAID.clear()
+
+
+def first_time(message: str) -> bool:
+    """Whether ``message`` is new to this command: a warning is printed once per run (serve
+    shows the plan's, then its launch would repeat them)."""
+    if message in _SAID:
+        return False
+    _SAID.add(message)
+    return True
+
+
 def warn(message: str, as_json: bool = False) -> None:
-    """A warning on stderr (never on stdout, which may carry JSON); a ``Reminder`` only when
-    it is due (``reminder_due``)."""
-    if not reminder_due(message):
+    """A warning on stderr (never on stdout, which may carry JSON), once per command; a
+    ``Reminder`` only when it is due (``reminder_due``)."""
+    if not first_time(message) or not reminder_due(message):
         return
     if as_json:
         sys.stderr.write(f"warning: {message}\n")

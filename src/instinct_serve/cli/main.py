@@ -185,8 +185,10 @@ def main(argv: list[str] | None = None) -> None:
 
     import click
 
+    from instinct_serve.cli.common import new_command
     from instinct_serve.errors import InstinctError
 
+    new_command()  # warnings are said once per command, and this is a new one
     cli = _build_group()
     try:
         rv = cli.main(args=args, prog_name="instinct", standalone_mode=False)

@@ -22,6 +22,7 @@ import click
 
 from instinct_serve.cli.common import (
     console,
+    first_time,
     get_host,
     host_option,
     phase_text,
@@ -106,8 +107,10 @@ class ServeView:
         if isinstance(event, ev.PhaseUpdate):
             self._phase(event)
             return
-        if isinstance(event, ev.WarningEvent) and not reminder_due(event.message):
-            return  # the recipes' age: said once a day, not once per plan
+        if isinstance(event, ev.WarningEvent) and not (
+            first_time(event.message) and reminder_due(event.message)
+        ):
+            return  # said already (the plan shown for approval), or not due (recipes' age)
         if isinstance(event, ev.Launched):
             line = f"[green]→[/] launched {escape(event.container)}"
         elif isinstance(event, ev.Healthy):
