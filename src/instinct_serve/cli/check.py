@@ -143,7 +143,7 @@ def check(
 
     \b
     instinct check
-    instinct check --host user@gpu-box --model meta-llama/Llama-3.1-8B-Instruct --port 8000
+    instinct check --host user@gpu-box --model Qwen/Qwen3.5-9B --port 8000
     instinct check --auto-fix --yes
     """
     from instinct_serve.checks import CheckOptions, run_checks

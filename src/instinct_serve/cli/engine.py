@@ -34,8 +34,8 @@ def engine() -> None:
 
     \b
     Discovery order (first hit wins):
-      INSTINCT_VLLM_COMMAND / ROCM_CLI_VLLM_COMMAND   absolute path to a vllm executable
-      INSTINCT_VLLM_PYTHON  / ROCM_CLI_VLLM_PYTHON    interpreter with a sibling vllm
+      INSTINCT_VLLM_COMMAND (or ROCM_CLI_VLLM_COMMAND): a vllm executable's path
+      INSTINCT_VLLM_PYTHON (or ROCM_CLI_VLLM_PYTHON): a python beside a vllm
       the managed environment (instinct engine install vllm)
       vllm on PATH
     """
@@ -130,7 +130,6 @@ def install_cmd(
 ) -> int:
     """Install vLLM into a managed uv venv pinned to the host's ROCm SDK.
 
-    \b
     The pin table (data/engine_pins.json; INSTINCT_ENGINE_PINS=file overrides it) gives,
     per ROCm major.minor, the vLLM wheel or series, its index, the torch series and the
     Python tag. INSTINCT_VLLM_ROCM_INDEX_URL installs from another vLLM index instead.
@@ -352,7 +351,6 @@ def acceptance_cmd(
 ) -> int:
     """Prove the managed engine serves on a real GPU host (not run in CI).
 
-    \b
     Requires the managed environment (engine install vllm) and refuses external
     overrides (INSTINCT_VLLM_* / ROCM_CLI_VLLM_*). It launches vllm serve with
     gpu_required on the freest GPU, checks /health and /v1/completions, and reads

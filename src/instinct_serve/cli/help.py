@@ -57,8 +57,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 _ADVANCED = {
     "serve": "Advanced (--help-all: what each does)",
     "plan": "Advanced (--help-all: what each does)",
-    "pull": "Also taken, as serve takes them: they shape the plan whose image and weights "
-    "are fetched (--help-all: what each does)",
+    "pull": "Also taken: they shape the plan fetched for (--help-all)",
 }
 
 

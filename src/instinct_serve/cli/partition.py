@@ -66,7 +66,6 @@ def set_mode(
 ) -> int:
     """Change the GPUs to MODE (SPX, DPX, TPX, QPX, CPX; or CPX/NPS4).
 
-    \b
     Prints the amd-smi commands, in an order where every mode on the way is valid; with
     --yes runs them on the host (as root, or sudo -n). A memory (NPS) change applies to
     every GPU and reloads the amdgpu driver: every GPU process, containers included, must
