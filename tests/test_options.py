@@ -76,15 +76,15 @@ MATRIX: list[tuple[str, str, tuple[str, ...], dict[str, str], tuple[str, ...]]] 
     (
         "max_model_len",
         "--max-model-len",
-        ("32768", "32k", "32K"),
-        {"1M": "bad_max_model_len", "0": "bad_max_model_len", "auto": "bad_max_model_len"},
+        ("32768", "32k", "32K", "1M", "1m"),
+        {"1.5M": "bad_max_model_len", "0": "bad_max_model_len", "auto": "bad_max_model_len"},
         SHARED,
     ),
     (
         "kv_cache_dtype",
         "--kv-cache-dtype",
-        ("fp8", "auto", "fp8_e4m3"),
-        {"fp4": "bad_kv_cache_dtype", "FP8 ": "bad_kv_cache_dtype"},
+        ("fp8", "auto", "fp8_e4m3", "FP8", "FP8_E4M3"),
+        {"fp4": "bad_kv_cache_dtype", "fp 8": "bad_kv_cache_dtype"},
         SHARED,
     ),
     (
@@ -376,3 +376,62 @@ def test_watch_takes_or_refuses_each_value(
         if name == "timeout_s":  # rollback's relaunch is bounded the same way
             code, out, _ = cli(["rollback", "ep", f"{flag}={value}", "--json"], capsys)
             assert code == 2 and last_json(out)["error"]["id"] == error_id, (value, out)
+
+
+def test_choices_whatever_the_case_and_sizes_as_vllm_reads_them() -> None:
+    """One rule for every choice (``options.spec.choice_of``): the canonical value back."""
+    plan = ServeOptions.parse(
+        {"model": MODEL, "objective": "Throughput", "engine": "NATIVE", "kv_cache_dtype": "FP8"}
+    )
+    assert (plan.objective, plan.engine, plan.kv_cache_dtype) == ("throughput", "native", "fp8")
+    fit = FitRequest.parse(
+        {
+            "model": MODEL,
+            "vram_gb": "80",
+            "platform": "ROCM",
+            "vllm_engine": "V1",
+            "max_model_len": "1M",
+            "max_num_batched_tokens": "8k",
+        }
+    )
+    assert (fit.platform, fit.vllm_engine) == ("rocm", "v1")
+    assert (fit.max_model_len, fit.max_num_batched_tokens) == (2**20, 8000)
+    assert PlanOptions.parse({"model": MODEL, "max_model_len": "1m"}).max_model_len == 10**6
+
+
+def test_the_clis_own_choices_and_click_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(["plan", MODEL, "--gpu", "MI300X", "--format", "JSON"], capsys)
+    assert code == 0 and json.loads(out)["model"] == MODEL
+    code, out, _ = cli(["completion", "ZSH"], capsys)
+    assert code == 0 and out.startswith("#compdef instinct")
+    code, out, err = cli(["plan", MODEL, "--format", "xml"], capsys)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        "Error: invalid value for '--format': 'xml' is not one of 'summary', 'json', "
+        "'docker', 'shell', 'native', 'compose', 'k8s'.",
+        "Fix: see `instinct plan --help`",
+    ]
+    code, out, _ = cli(["plan", MODEL, "--nope", "--format=JSON"], capsys)
+    assert code == 2 and json.loads(out)["error"]["id"] == "bad_usage"  # JSON asked: JSON
+
+
+def test_a_gpu_count_beyond_one_node_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """16 MI300X are two nodes: one endpoint cannot use them (the per-node count is the
+    hardware table's); spanning nodes (k8s --nodes, --hosts) plans for them together."""
+    code, out, err = cli(
+        ["plan", "deepseek-ai/DeepSeek-R1", "--gpu", "mi300x", "--gpu-count", "16"], capsys
+    )
+    assert code == 2 and not out
+    assert "16 GPUs: one MI300X node holds 8" in err and "--hosts H1,H2" in err, err
+    code, out, _ = cli(["plan", MODEL, "--gpu", "mi300a", "--gpu-count", "8", "--json"], capsys)
+    error = last_json(out)["error"]
+    assert code == 2 and error["id"] == "bad_gpu_count" and error["details"]["gpus_per_node"] == 4
+    code, out, _ = cli(["plan", MODEL, "--gpu", "mi300x", "--gpu-count", "8", "--json"], capsys)
+    assert code == 0, out  # a whole node is fine
+    code, out, _ = cli(["plan", MODEL, "--gpu", "mi210", "--gpu-count", "4", "--json"], capsys)
+    assert code == 0, out  # a PCIe card: no number per host
+    k8s = ["--format", "k8s", "--nodes", "2"]
+    code, out, _ = cli(
+        ["plan", "deepseek-ai/DeepSeek-R1", "--gpu", "mi300x", "--gpu-count", "16", *k8s], capsys
+    )
+    assert code == 0 and "LeaderWorkerSet" in out

@@ -35,16 +35,20 @@ class InstinctError(Exception):
         fix: str | None = None,
         id: str | None = None,
         details: dict[str, Any] | None = None,
+        agent_fix: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.fix = fix
         self.id = id or self.default_id
         self.details = details or {}
+        self.agent_fix = agent_fix  # the fix in an MCP caller's words: tools and arguments
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form printed with ``--json`` and returned by the MCP server."""
-        doc: dict[str, Any] = {"id": self.id, "message": self.message, "fix": self.fix}
+    def to_dict(self, agent: bool = False) -> dict[str, Any]:
+        """The JSON form printed with ``--json`` and returned by the MCP server (``agent``:
+        the fix that names tool arguments, where the error has one, not CLI flags)."""
+        fix = self.agent_fix if agent and self.agent_fix else self.fix
+        doc: dict[str, Any] = {"id": self.id, "message": self.message, "fix": fix}
         if self.details:
             doc["details"] = self.details
         return doc
@@ -68,3 +72,20 @@ class HostError(NotReadyError):
     """A host could not be reached or refused us (ssh key, host key, network)."""
 
     default_id = "host_unreachable"
+
+
+class Reminder(str):
+    """A warning worth showing now and then, not on every command (the recipes' age): the
+    CLI prints one ``key`` at most once every ``every_h`` hours (``cli.common.warn``); the
+    documents that carry it keep it. Otherwise the plain text of the warning."""
+
+    key: str
+    every_h: float
+
+    def __new__(cls, text: str, key: str, every_h: float = 24.0) -> Reminder:
+        made = super().__new__(cls, text)
+        made.key, made.every_h = key, every_h
+        return made
+
+    def __getnewargs__(self) -> tuple[str, str, float]:  # type: ignore[override]
+        return str(self), self.key, self.every_h  # copy and pickle keep what it is

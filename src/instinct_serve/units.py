@@ -22,15 +22,18 @@ KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
     "fp8_ds_mla": 1,
 }
 
-_TOKENS = re.compile(r"(\d+(?:\.\d+)?)(k|K|Ki)?")
+_TOKENS = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT]i?)?")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def token_count(text: str) -> int | None:
-    """A ``--max-model-len``-style value read as every vLLM release reads it: ``32768``,
-    ``32k``/``25.6k`` (10^3), ``32K``/``32Ki`` (2^10).
+    """A ``--max-model-len``-style value read as vLLM's ``human_readable_int`` reads it:
+    ``32768``; a lower-case suffix is decimal, ``32k``/``25.6k``/``1m`` (10^3, 10^6); an
+    upper-case one binary and whole, ``32K``/``1M`` (2^10, 2^20; ``Ki``/``Mi`` alike).
 
-    None for what is not a count or not the same count everywhere: ``auto``/``-1`` (vLLM
-    picks), and ``M``/``G``, binary in older releases and decimal in newer ones.
+    None for what is not a count: ``auto``/``-1`` (vLLM picks), ``1.5M`` (vLLM refuses a
+    fraction with a binary suffix).
     """
     found = _TOKENS.fullmatch(text.strip())
     if found is None:
@@ -38,8 +41,14 @@ def token_count(text: str) -> int | None:
     number, suffix = found.groups()
     if len(number) > 12:  # beyond any context length; keeps float() and int() cheap
         return None
-    if suffix == "k":
-        return int(float(number) * 1000)
-    if "." in number:
+    letter = (suffix or "")[:1]
+    if letter in _DECIMAL and not suffix.endswith("i"):
+        return int(float(number) * _DECIMAL[letter])
+    if "." in number or (letter in _DECIMAL):
         return None
-    return int(number) * (1024 if suffix in ("K", "Ki") else 1)
+    return int(number) * _BINARY.get(letter, 1)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 recipe``, ``2 recipes``, ``0 recipes``: a count and its noun, in English."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -238,6 +238,7 @@ BAD_ARGUMENTS: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("plan", {"gpu": "mi999"}, "unknown_gpu_profile", None),
     ("fit", {"model": DEFAULT_MODEL, "gpu": "mi300x", "tp": 3}, "bad_tp", "tp"),
     ("plan", {"gpu": "mi300x", "gpus_count": 2}, "bad_input", "gpus_count"),
+    ("plan", {"gpu": "mi300x", "gpu_count": 16}, "bad_gpu_count", "gpu_count"),  # 2 nodes
     ("plan", {"gpu": "mi300x", "host": "-oProxyCommand=x"}, "bad_host", None),
     ("diagnose", {"symptom": "oom", "log_text": "x"}, "bad_input", "(arguments)"),
     ("diagnose", {"log_text": "   "}, "bad_input", "(arguments)"),
@@ -269,6 +270,9 @@ def test_bad_arguments_are_structured_errors() -> None:
             assert where == field, (tool, error)
         assert "Traceback" not in call.text
         assert "abcdefgh" not in call.everything()  # rejected values are not echoed
+        if error["id"] == "bad_gpu_count":  # in the caller's words: arguments, not flags
+            assert "`hosts`" in error["fix"] and "`gpu_count` to 8" in error["fix"], error
+            assert "--" not in error["fix"], error
 
 
 def test_an_unknown_tool_is_a_protocol_error() -> None:

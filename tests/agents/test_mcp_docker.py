@@ -75,7 +75,7 @@ def test_confirmed_serve_reports_progress_then_status_logs_and_stop(serve: Serve
     assert any("Application startup complete" in line for line in logs.doc["lines"])
     assert again.doc["status"] == "reused"  # idempotent: the same plan is not relaunched
     assert stop.doc["stopped"] == [
-        {"name": name, "engine": "docker", "model": MODEL, "removed": True}
+        {"name": name, "engine": "docker", "model": MODEL, "removed": True, "was_running": True}
     ]
     assert stop.doc["not_stopped"] == []
     assert name not in {row["name"] for row in after.doc["endpoints"]}

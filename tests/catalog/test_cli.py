@@ -49,6 +49,18 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     ]
 
 
+def test_the_age_of_the_recipes_is_said_once_a_day(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not on every command, not twice per serve: once, then a day of quiet; the
+    documents keep it (``warnings``)."""
+    _, _, err = run(capsys, "recipes", "search", "qwen3")
+    assert err.count("days old") == 1
+    for args in (("recipes", "search", "qwen3"), ("plan", "Qwen/Qwen3.5-9B", "--gpu", "mi300x")):
+        _, _, err = run(capsys, *args)
+        assert "days old" not in err, err
+    code, doc, err = run_json(capsys, "plan", "Qwen/Qwen3.5-9B", "--gpu", "mi300x")
+    assert code == 0 and any("days old" in w for w in doc["warnings"]) and "days old" not in err
+
+
 def test_list_human(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "recipes", "list", "--task", "text")
     assert code == 0 and "default image: vllm/vllm-openai-rocm:v0.27.1" in out

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pytest_httpserver import HTTPServer
 
+from tests.infra import tables
 from tests.infra.cli import run_instinct
 from tests.infra.docker import DockerDaemon
 from tests.infra.ports import free_port
@@ -63,6 +64,10 @@ def test_not_ready_exit_3_and_human_view(fake_root: FakeRoot, target_env: Path) 
     assert "To fix:" in out and "instinct check --auto-fix" in out
     assert "Not ready:" in out
     assert SENTINEL not in proc.stdout + proc.stderr
+    tables.one_line(out.split("To fix:")[0], "dev_kfd", "/dev/kfd is missing")  # as piped
+    env |= {"COLUMNS": "80", "TTY_COMPATIBLE": "1"}
+    shown = instinct("check", "--root", str(fake_root), env=env).stdout
+    tables.fits(shown.split("To fix:")[0], "visible_devices_empty", "dev_kfd")
 
     as_json = instinct("check", "--json", "--root", str(fake_root), env=env)
     doc = json.loads(as_json.stdout)
@@ -123,8 +128,8 @@ def test_unknown_gating_offline_is_a_warning(fake_root: FakeRoot, target_env: Pa
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--port", "0"], "Invalid value for '--port'"),
-        (["--need-gb", "-1"], "Invalid value for '--need-gb'"),
+        (["--port", "0"], "Error: invalid value for '--port'"),
+        (["--need-gb", "-1"], "Error: invalid value for '--need-gb'"),
         (["--host", "bad host"], "Error: invalid --host 'bad host'"),
     ],
 )

@@ -44,7 +44,7 @@ def test_healthy_log_exits_0_says_so_and_shows_the_tail(
 ) -> None:
     code, out, _ = run(["diagnose", "--log", str(LOGS / HEALTHY)], capsys)
     assert code == 0
-    assert "No failure in this log: the start-up reached starting_server." in out
+    assert "No failure in this log: the start-up reached starting server." in out
     assert "No known failure pattern" not in out
     assert "Success: True" in out  # the last lines of the log are shown
 

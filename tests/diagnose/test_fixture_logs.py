@@ -167,7 +167,7 @@ def test_log09_healthy_startup_has_no_finding_and_keeps_the_tail() -> None:
     assert diagnosis.facts["phase_reached"] == "starting_server"
     doc = diagnosis.to_dict()
     assert doc["matched"] is False and doc["healthy"] is True
-    assert doc["message"] == "no failure in this log: the start-up reached starting_server"
+    assert doc["message"] == "no failure in this log: the start-up reached starting server"
 
 
 @pytest.mark.parametrize("block", ["A", "B", "C"])

@@ -13,6 +13,7 @@ from instinct_serve.engine.models import resolve_model
 from instinct_serve.errors import UsageError
 from instinct_serve.hosts import LocalHost
 from tests.engine.envs import make_env
+from tests.infra import tables
 from tests.infra.cli import run_instinct
 from tests.infra.paths import CONFIGS
 
@@ -122,3 +123,11 @@ def test_capabilities_cli_judges_the_installed_version(
     too_old = run_cli("engine", "capabilities", "--model", "Qwen/Qwen3-8B", "--json")
     assert too_old.returncode == 1
     assert json.loads(too_old.stdout)["model"]["verdict"]["note"] == "needs vLLM >= 0.8.5"
+
+    # the table by architecture: one line per row through a pipe, whole at 80 columns
+    monkeypatch.setenv("COLUMNS", "80")
+    piped = run_cli("engine", "capabilities").stdout
+    tables.one_line(piped, "ARCHITECTURE", "SUPPORTED", "RECIPES", "NEWEST MINIMUM")
+    tables.one_line(piped, "dense ", "0.")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    tables.fits(run_cli("engine", "capabilities").stdout, "ARCHITECTURE", "dense")

@@ -59,13 +59,14 @@ def test_a_plan_argv_becomes_fit_options() -> None:
     ("text", "count"),
     [
         *[("32768", 32768), (" 32k", 32000), ("25.6k", 25600), ("32K", 32768), ("32Ki", 32768)],
-        *[("1M", None), ("1G", None), ("auto", None), ("-1", None), ("1.5K", None), ("", None)],
+        *[("1M", 2**20), ("1m", 10**6), ("1G", 2**30), ("2g", 2 * 10**9)],
+        *[("auto", None), ("-1", None), ("1.5K", None), ("1.5M", None), ("", None)],
     ],
 )
 def test_context_lengths_read_as_every_vllm_release_reads_them(
     text: str, count: int | None
 ) -> None:
-    """M and G flipped from binary to decimal across releases: not guessed."""
+    """vLLM's human_readable_int: lower case decimal, upper case binary (whole numbers)."""
     assert token_count(text) == count
 
 

@@ -141,10 +141,11 @@ def test_a_context_length_in_vllms_notation(capsys: pytest.CaptureFixture[str]) 
     )
     assert code == 0 and as_json(out)["fit"]["requested_max_model_len"] == 32000
     code, _, err = run(
-        ["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--max-model-len", "1M"], capsys
+        ["fit", "Qwen/Qwen3.5-9B", "--gpu", "mi300x", "--max-model-len", "1.5M"], capsys
     )
     assert (
-        code == 2 and "--max-model-len 1M: use a number of tokens such as 32768, 32k or 32K" in err
+        code == 2
+        and "--max-model-len 1.5M: use a number of tokens such as 32768, 32k or 32K" in err
     )
 
 

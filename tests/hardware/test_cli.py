@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.hardware import sysfs_tree
 from tests.hardware.conftest import METRIC, PARTITION, STATIC, VERSION, sample
 from tests.hardware.sysfs_tree import mi300x, mi355x
+from tests.infra import tables
 from tests.infra.cli import run_instinct
 from tests.infra.fakebin import FakeBin
 
@@ -83,3 +84,14 @@ def test_bad_host_is_a_usage_error_without_traceback(tools: FakeBin) -> None:
     assert result.returncode == 2
     assert json.loads(result.stdout)["error"]["id"] == "bad_host"
     assert "Traceback" not in result.stderr
+
+
+def test_the_gpu_table_through_a_pipe_and_at_80_columns(tools: FakeBin, root: Path) -> None:
+    sysfs_tree.build(root, [mi300x(0), mi355x(1)])
+    env = {**os.environ, "COLUMNS": "80"}
+    piped = run_instinct(["detect", "--sysfs-root", str(root)], env=env).stdout
+    tables.one_line(piped, "0000:15:00.0", "AMD Instinct MI355X", "gfx950", "288 GiB (309.2 GB)")
+    tables.one_line(piped, "NAME", "GFX", "VRAM TOTAL", "PCI", "PARTITION")
+    tty = {**env, "TTY_COMPATIBLE": "1"}
+    shown = run_instinct(["detect", "--sysfs-root", str(root)], env=tty).stdout
+    tables.fits(shown, "AMD Instinct MI355X", "288 GiB (309.2 GB)")

@@ -5,11 +5,14 @@ the exact argv they were run with. Without ``--yes`` nothing is run."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tests.hardware import sysfs_tree
 from tests.hardware.sysfs_tree import mi300x, partitioned
 from tests.hardware.test_cli import instinct
+from tests.infra import tables
+from tests.infra.cli import run_instinct
 from tests.infra.fakebin import FakeBin
 
 SET = ["set", "--gpu", "all"]
@@ -138,3 +141,12 @@ def test_invalid_modes_and_already_there(tools: FakeBin, root: Path) -> None:
     there = instinct("partition", "set", "CPX", "--yes", "--json", "--sysfs-root", cpx_host(root))
     assert there.returncode == 0 and json.loads(there.stdout)["steps"] == []
     assert sets(tools) == []
+
+
+def test_the_mode_table_through_a_pipe_and_at_80_columns(tools: FakeBin, root: Path) -> None:
+    args = ["partition", "show", "--sysfs-root", cpx_host(root)]
+    env = {**os.environ, "COLUMNS": "80"}
+    piped = run_instinct(args, env=env).stdout
+    tables.one_line(piped, "now   CPX/NPS4", "16")
+    tables.one_line(piped, "MODE", "LOGICAL GPUS", "MEMORY EACH")
+    tables.fits(run_instinct(args, env={**env, "TTY_COMPATIBLE": "1"}).stdout, "SPX/NPS1")

@@ -52,11 +52,16 @@ class Endpoint:
         return Run(list(done.args), done.returncode, done.stdout, done.stderr)
 
     def json(self, *args: str, timeout: float = 120, **extra: str) -> tuple[int, object]:
+        """The document: pretty-printed JSON, or the last line of JSON Lines (bench's
+        result after its step events)."""
         run = self.cli(*args, timeout=timeout, **extra)
         try:
             doc = json.loads(run.stdout)
-        except ValueError as exc:
-            raise AssertionError(run.explain()) from exc
+        except ValueError:
+            try:
+                doc = json.loads(run.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError) as exc:
+                raise AssertionError(run.explain()) from exc
         return run.returncode, doc
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.infra import tables
 from tests.infra.paths import LOGS
 from tests.observe.conftest import Endpoint
 
@@ -98,6 +99,10 @@ def test_a_sweep_is_run_stored_listed_and_compared(
     code, listed = endpoint.json("bench", "list", "--json")
     assert code == 0 and isinstance(listed, dict)
     assert [r["path"] for r in listed["runs"]] == [doc["path"]]
+    piped = endpoint.cli("bench", "list", COLUMNS="80").stdout
+    tables.one_line(piped, endpoint.plan_hash, endpoint.name, "meta-llama/Llama-3.1-8B", "1,4")
+    shown = endpoint.cli("bench", "list", COLUMNS="80", TTY_COMPATIBLE="1").stdout
+    tables.fits(shown, endpoint.plan_hash, endpoint.name)
 
     # compare the stored run (by plan hash prefix) with the raw real result file
     code, cmp = endpoint.json("bench", "compare", endpoint.plan_hash[:6], str(RESULT), "--json")
@@ -109,6 +114,12 @@ def test_a_sweep_is_run_stored_listed_and_compared(
     human = endpoint.cli("bench", "compare", endpoint.plan_hash, doc["path"], COLUMNS="100")
     assert human.returncode == 0, human.explain()
     assert "output tok/s" in human.stdout and "+0.0%" in human.stdout
+    row = tables.one_line(human.stdout, "   4   95.1 ")  # A, its bar, B, its bar, B vs A
+    assert row.count("95.1") == 2 and row.count("█") == 48 and row.endswith("+0.0%"), row
+    assert all("█" in line for line in human.stdout.splitlines() if line.endswith("+0.0%"))
+    tty = {"COLUMNS": "80", "TTY_COMPATIBLE": "1"}
+    shown = endpoint.cli("bench", "compare", endpoint.plan_hash, doc["path"], **tty).stdout
+    tables.fits(shown, "+0.0%")
 
 
 def test_the_api_key_travels_in_the_environment_only(
@@ -152,3 +163,30 @@ def test_bad_input(endpoint: Endpoint, fake_vllm: tuple[Path, Path]) -> None:
     code, doc = endpoint.json("bench", endpoint.name, "--vllm", missing, "--json")
     assert code == 1 and isinstance(doc, dict)
     assert doc["errors"][0]["message"] == f"{missing} not found on local"
+
+
+def test_progress_per_step(endpoint: Endpoint, fake_vllm: tuple[Path, Path]) -> None:
+    """--json: one step event per step on stdout, then the result line; the human view:
+    a line per step on stderr as it ends ([i/n]), so a long sweep is not silent."""
+    exe, log = fake_vllm
+    args = ["bench", endpoint.name, "--concurrency", "1,2,8", "--requests", "2"]
+    args += ["--vllm", str(exe), "--no-save"]
+    run = endpoint.cli(*args, "--json", **_env(log, FAKE_BENCH_FAIL_AT="8"))
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [e["event"] for e in lines] == ["step", "step", "step", "result"], run.stdout
+    steps = lines[:3]
+    assert [(e["step"], e["steps"], e["concurrency"]) for e in steps] == [
+        (1, 3, 1),
+        (2, 3, 2),
+        (3, 3, 8),
+    ]
+    assert [e["ok"] for e in steps] == [True, True, False]
+    assert steps[0]["point"]["concurrency"] == 1 and steps[2]["error"]["exit_code"] == 1
+    assert "benchmarking" not in run.stderr  # JSON asked: no human lines
+
+    human = endpoint.cli(*args, **_env(log))
+    assert human.returncode == 0, human.explain()
+    ends = [line for line in human.stderr.splitlines() if line.startswith("[")]
+    assert [line.split("]")[0] for line in ends] == ["[1/3", "[2/3", "[3/3"], human.stderr
+    assert "output tok/s" in ends[0]
+    tables.one_line(human.stdout, "CONC", "OUTPUT TOK/S", "REQ/S", "TTFT p50/p99", "OK")

@@ -14,6 +14,7 @@ import pytest
 
 from instinct_serve.agents import core
 from instinct_serve.agents.inputs import MetricsInput
+from tests.infra import tables
 from tests.infra.fakebin import FakeBin, load_fixture
 from tests.infra.paths import FIXTURES
 from tests.observe.conftest import ITL_S, TTFT_S, Endpoint
@@ -121,6 +122,14 @@ def test_the_human_view(endpoint: Endpoint, amd_smi: FakeBin) -> None:
     for text in (endpoint.name, "TTFT p50/99", "TOK/S/W", "GPUs (amd-smi)", "3311 W"):
         assert text in run.stdout, (text, run.stdout)
     assert "since start" in run.stdout
+
+    piped = endpoint.cli("top", endpoint.name, "--once", "--interval", "0", COLUMNS="80")
+    tables.one_line(piped.stdout, endpoint.name, "70.0/79.8", "652")  # the row, one line
+    tables.one_line(piped.stdout, "NAME", "REQ/S", "TTFT p50/99", "ITL p50/99", "TOK/S/W")
+    tty = {"COLUMNS": "80", "TTY_COMPATIBLE": "1"}
+    shown = endpoint.cli("top", endpoint.name, "--once", "--interval", "0", **tty)
+    tables.fits(shown.stdout, endpoint.name, "TTFT p50/99", "TOK/S/W")
+    assert "HIT%" not in shown.stdout  # a narrow terminal lets the lowest value go first
 
 
 def test_without_amd_smi(endpoint: Endpoint, fakebin: FakeBin) -> None:

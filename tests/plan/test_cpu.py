@@ -83,6 +83,8 @@ def test_a_cpu_plan_has_no_gpu_in_it_and_says_its_kv_cache(smol: str) -> None:
     rows = dict(summary_rows(result))
     assert "GPUs" not in rows and rows["Device"].startswith("CPU (vLLM's CPU backend")
     assert rows["KV cache"].startswith("VLLM_CPU_KVCACHE_SPACE=1: 1 GiB of RAM = 46,592 tokens")
+    assert "Image" not in rows and "Container" not in rows  # a process on the host
+    assert rows["Name"] == plan.container_name
 
 
 def test_a_recipe_model_keeps_its_model_settings_and_drops_the_gpus() -> None:

@@ -678,6 +678,7 @@ GOLDENS = {
 def test_golden_manifests(name: str) -> None:
     plan_options, k8s_options = GOLDENS[name]
     options = PlanOptions(hf_cache=HF, compile_cache="/srv/compile-cache", **plan_options)
+    options.nodes = int(k8s_options.get("nodes", 1))  # as `plan --format k8s --nodes N`
     plan = make_plan(options).plan
     text = render(plan, "k8s", KubernetesOptions(**k8s_options))
     path = GOLDEN / f"{name}.yaml"

@@ -37,6 +37,7 @@ STRATEGIES = load_catalog().strategies
 def total_plan(model: str = LLAMA, gpu: str = "mi300x", count: int = 16) -> LaunchPlan:
     opts = PlanOptions(model=model)
     opts.gpu, opts.gpu_count = gpu, count
+    opts.nodes = 2  # the nodes' GPUs together, as runtime.multinode.plan_across plans them
     return make_plan(opts).plan
 
 

@@ -112,12 +112,14 @@ def test_human_output(serve: Serve) -> None:
     assert run.returncode == 0, run.explain()
     assert "Endpoint ready" in run.stdout and f"http://127.0.0.1:{port}/v1" in run.stdout
     assert "curl -sS" in run.stdout and MODEL in run.stdout
+    assert re.search(rf"^Base URL +http://127\.0\.0\.1:{port}/v1$", run.stdout, re.M), run.stdout
     # one line per phase, no word twice ("loading_weights loading weights" reads "loading
     # weights: ...")
-    for words in ("loading", "capturing graphs", "warming_up first request", "launching serve-"):
+    for words in ("loading", "capturing graphs", "warming up first request", "launching serve-"):
         assert words in run.stderr, words
     phase_lines = [line for line in run.stderr.splitlines() if line.startswith("· ")]
     assert len(phase_lines) >= 5, run.stderr
+    assert not any("_" in line.split()[1] for line in phase_lines), run.stderr  # words, no ids
     for line in phase_lines:
         assert not re.search(r"\b([a-z]+(?: [a-z]+)*)[\s:]+\1\b", line.replace("_", " "), re.I)
     assert "Traceback" not in run.stderr

@@ -114,9 +114,29 @@ def test_the_phase_label_is_dropped_only_when_the_message_repeats_it() -> None:
     assert ev.phase_label("loading_weights", "loading weights: shard 2/4") is None
     assert ev.phase_label("starting", "starting") is None
     assert ev.phase_label("ready", "API server ready") == "ready"
+    assert ev.phase_label("starting_server", "on http://127.0.0.1:8000") == "starting server"
+    assert phase_text("starting_server", "") == "[bold]starting server[/]"  # words, not ids
     assert ev.phase_label("loading_weights", "weights read in 2.7 s") is None
     assert ev.phase_words("capturing_graphs", "capturing graphs: 3/35") == "capturing graphs: 3/35"
     assert ev.phase_words("launching", "vllm-x") == "launching: vllm-x"
     assert ev.phase_words("ready", "") == "ready"
     assert phase_text("loading_weights", "loading model m") == "[bold]loading[/] model m"
     assert phase_text("launching", "vllm-x") == "[bold]launching[/] vllm-x"
+
+
+def test_a_warning_is_said_once_per_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """serve shows the plan (its warnings) for approval, then its launch reports the same
+    plan's warnings as events: each is printed once; a new command says it again."""
+    from instinct_serve.cli.common import new_command, warn
+    from instinct_serve.cli.serve import ServeView
+
+    new_command()
+    view = ServeView(as_json=False)
+    warn("--gpu not used: a CPU-only engine serves on the CPU")
+    view.event(ev.WarningEvent(message="--gpu not used: a CPU-only engine serves on the CPU"))
+    view.event(ev.WarningEvent(message="hf_token: no Hugging Face token"))
+    err = capsys.readouterr().err
+    assert err.count("--gpu not used") == 1 and err.count("hf_token") == 1, err
+    new_command()
+    warn("--gpu not used: a CPU-only engine serves on the CPU")
+    assert "--gpu not used" in capsys.readouterr().err

@@ -158,3 +158,21 @@ def test_exit_descriptions() -> None:
     assert ExitInfo(1).describe() == "exited with code 1"
     assert "SIGKILL" in ExitInfo(137).describe()
     assert "out-of-memory killer" in ExitInfo(137, oom_killed=True).describe()
+
+
+def test_a_foreign_port_holder_is_refused_in_the_callers_words() -> None:
+    """The CLI's fix names --port; an MCP caller's (``to_dict(agent=True)``, what the
+    server returns) names the tool argument ``port`` and no flag."""
+    import pytest
+
+    from instinct_serve.errors import NotReadyError
+    from instinct_serve.hosts import LocalHost
+    from instinct_serve.runtime.backend import Occupant
+    from instinct_serve.runtime.claim import refuse_foreign
+
+    with pytest.raises(NotReadyError) as info:
+        refuse_foreign(LocalHost(), plan(), [Occupant("nginx (pid 42)", managed=False)])
+    assert info.value.id == "port_in_use" and "--port 8001" in str(info.value.to_dict()["fix"])
+    agent = info.value.to_dict(agent=True)
+    assert "`port` (e.g. 8001)" in agent["fix"] and "--" not in agent["fix"]
+    assert agent["message"] == info.value.message  # the same failure, told another way

@@ -223,7 +223,7 @@ TOOLS: dict[str, Tool] = {
 
 def _error_doc(exc: BaseException) -> tuple[dict[str, Any], int]:
     if isinstance(exc, InstinctError):
-        return exc.to_dict(), int(exc.exit_code)
+        return exc.to_dict(agent=True), int(exc.exit_code)
     if isinstance(exc, ValidationError):
         problems = [
             {"field": ".".join(str(p) for p in err["loc"]) or "(arguments)", "problem": err["msg"]}

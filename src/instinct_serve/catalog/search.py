@@ -120,7 +120,8 @@ def search(
         text = _text_score(words, recipe)
         if text < 0.6:  # most of the words must match
             continue
-        if "-".join(words) == recipe.model_id.split("/", 1)[-1].lower():
+        exact = "-".join(words) == recipe.model_id.split("/", 1)[-1].lower()
+        if exact:
             text += 1.0  # the name itself, written without its org
         fits = _fit(recipe, target, utilization)
         verified = bool(
@@ -137,7 +138,7 @@ def search(
         score += 1.5 if verified else 0.0
         score += min(refs, 6) * 0.5
         score -= 8.0 if listed else 0.0
-        why = [f"matches {text:.0%}"]
+        why = ["its name exactly" if exact else f"matches {text:.0%} of the words"]
         if fits:
             why.append("does not fit" if fits == "no" else f"fits on {fits}")
         if verified:

@@ -377,7 +377,10 @@ def checked_catalog() -> tuple[Catalog, list[str]]:
 def staleness_warning(
     catalog: Catalog, now: _dt.datetime | None = None, max_age_h: float = STALE_AFTER_H
 ) -> str | None:
-    """A warning when the recipes are older than ``max_age_h``, saying how to refresh them."""
+    """A warning when the recipes are older than ``max_age_h``, saying how to refresh them
+    (a ``Reminder``: the CLI says it once a day, not on every command)."""
+    from instinct_serve.errors import Reminder
+
     age = catalog.age_hours(now)
     if age is None or age <= max_age_h:
         return None
@@ -385,14 +388,16 @@ def staleness_warning(
     span = f"{days:.0f} days" if days >= 2 else f"{age:.0f} hours"
     commit = f"upstream commit {catalog.source_commit[:12]}, " if catalog.source_commit else ""
     if catalog.from_snapshot:
-        return (
+        text = (
             f"using the recipes snapshot shipped with instinct-serve ({commit}from "
             f"{catalog.fetched_at[:10]}, {span} old); run `instinct recipes sync` to refresh it"
         )
-    return (
-        f"the recipes cache is {span} old ({commit}synced {catalog.fetched_at[:19]}); run "
-        "`instinct recipes sync` to refresh it"
-    )
+    else:
+        text = (
+            f"the recipes cache is {span} old ({commit}synced {catalog.fetched_at[:19]}); run "
+            "`instinct recipes sync` to refresh it"
+        )
+    return Reminder(text, "recipes_stale")
 
 
 # ------------------------------------------------------------------------------ writing

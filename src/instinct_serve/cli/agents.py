@@ -18,9 +18,10 @@ def mcp() -> None:
     \b
     Register it with an MCP client, e.g.:
       {"mcpServers": {"instinct": {"command": "instinct", "args": ["mcp"]}}}
-    Tools: detect, check, recipes_search, recipes_show, fit, plan, serve (confirm=true to launch),
-    status, logs, stop, diagnose. Each takes an optional host (user@host) and returns the
-    same JSON as the command's --json; errors are {"error": {id, message, fix}}.
+    Tools: detect, check, recipes_search, recipes_show, fit, plan, serve
+    (confirm=true to launch), rollback, status, logs, metrics, stop, diagnose.
+    Each takes an optional host (user@host) and returns the same JSON as the
+    command's --json; errors are {"error": {id, message, fix}}.
     """
     try:
         from instinct_serve.agents.server import main

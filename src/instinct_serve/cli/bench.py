@@ -95,16 +95,25 @@ def render_reference(con: Console, doc: dict[str, Any]) -> None:
 def render_run(con: Console, run: BenchRun) -> None:
     """One run: a row per concurrency, with throughput bars."""
     from rich.markup import escape
-    from rich.table import Table
 
-    title = f"{escape(run.endpoint or '-')} ({escape(run.model or '-')}), plan {run.key}"
-    table = Table(title=title, title_justify="left")
-    for column in ("CONC", "OUTPUT TOK/S", "", "REQ/S", "TTFT p50/p99", "ITL p50/p99", "OK"):
-        table.add_column(column, justify="left" if column == "" else "right")
+    from instinct_serve.cli.tables import Column, Rows
+
+    table = Rows(
+        [
+            Column("CONC", right=True),
+            Column("OUTPUT TOK/S", right=True),
+            Column("", drop=2),
+            Column("REQ/S", right=True, drop=1),
+            Column("TTFT p50/p99", right=True),
+            Column("ITL p50/p99", right=True),
+            Column("OK", right=True),
+        ],
+        f"{run.endpoint or '-'} ({run.model or '-'}), plan {run.key}",
+    )
     top = model.scale_max([p.output_throughput for p in run.points])
     for p in run.points:
         ttft, itl = p.latency_ms.get("ttft", {}), p.latency_ms.get("itl", {})
-        table.add_row(
+        table.add(
             str(p.concurrency),
             _fmt(p.output_throughput),
             f"[cyan]{model.bar(p.output_throughput, top)}[/]",
@@ -113,7 +122,7 @@ def render_run(con: Console, run: BenchRun) -> None:
             f"{_fmt(itl.get('p50'))}/{_fmt(itl.get('p99'))}",
             f"{p.completed}/{p.requests}" if p.requests else str(p.completed),
         )
-    con.print(table)
+    table.print(con)
     for error in run.errors:
         con.print(f"[red]concurrency {error.get('concurrency')}:[/] {escape(error['message'])}")
     if run.path:
@@ -216,24 +225,22 @@ def run(
     host = get_host(host_spec)
     endpoint = runner.resolve(host, name)
 
-    def on_step(level: int, point: Point | None, error: dict[str, Any] | None) -> None:
-        sys.stderr.write(_step_line(level, point, error) + "\n")
-        sys.stderr.flush()
-
     if not as_json:
         sys.stderr.write(
             f"benchmarking {endpoint.name} ({endpoint.model}) on {host.name}: concurrency "
             f"{concurrency}, {input_len} in / {output_len} out tokens\n"
         )
-    result = runner.run(
-        host,
-        endpoint,
-        settings,
-        vllm=vllm_path,
-        api_key=api_key,
-        tokenizer=tokenizer,
-        on_step=on_step,
-    )
+    with StepProgress(settings, as_json) as steps:
+        result = runner.run(
+            host,
+            endpoint,
+            settings,
+            vllm=vllm_path,
+            api_key=api_key,
+            tokenizer=tokenizer,
+            on_step=steps.done,
+            on_start=steps.start,
+        )
     if result.points and not no_save:
         runner.save(result)
     gpu, gpus = runner.gpu_of_endpoint(host, endpoint)
@@ -247,14 +254,79 @@ def run(
         render_run(con, result)
         render_reference(con, reference)
 
-    emit(result.to_dict() | {"reference": reference}, as_json, human)
+    doc = result.to_dict() | {"reference": reference}
+    if as_json:  # JSON Lines: the step events, then the result
+        _line({"event": "result", **doc})
+    else:
+        emit(doc, False, human)
     return 0 if result.points and not result.errors else 1
 
 
+def _line(doc: dict[str, Any]) -> None:
+    import json
+
+    from instinct_serve.jsonio import to_jsonable
+
+    sys.stdout.write(json.dumps(to_jsonable(doc), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+class StepProgress:
+    """The sweep as it goes: on a terminal a status line while a step runs and its figures
+    when it ends; with --json one ``{"event": "step", ...}`` line per step on stdout."""
+
+    def __init__(self, settings: model.Settings, as_json: bool) -> None:
+        self.settings, self.as_json = settings, as_json
+        self.total = len(settings.concurrency)
+        self.index = 0
+        self._status: Any = None
+        self._spinner: Any = None
+
+    def __enter__(self) -> StepProgress:
+        from instinct_serve.cli.common import progress
+
+        self._spinner = progress("benchmarking", enabled=not self.as_json)
+        self._status = self._spinner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._spinner.__exit__(*exc)
+
+    def start(self, level: int, index: int, total: int) -> None:
+        self.index = index
+        requests = self.settings.requests_for(level)
+        self._status(
+            f"step {index}/{total}: concurrency {level}, {requests} requests "
+            f"(at most {self.settings.step_timeout_s:g} s)"
+        )
+
+    def done(self, level: int, point: Point | None, error: dict[str, Any] | None) -> None:
+        import time
+
+        if self.as_json:
+            _line(
+                {
+                    "event": "step",
+                    "step": self.index,
+                    "steps": self.total,
+                    "concurrency": level,
+                    "ok": point is not None,
+                    "point": point,
+                    "error": error,
+                    "ts": round(time.time(), 3),
+                }
+            )
+            return
+        sys.stderr.write(f"[{self.index}/{self.total}] {_step_line(level, point, error)}\n")
+        sys.stderr.flush()
+
+
 def render_compare(con: Console, doc: dict[str, Any]) -> None:
-    """Both runs per concurrency: bars for A and B, and B's change."""
+    """Both runs per concurrency: A and B with their bars (the first to go on a narrow
+    terminal), and B's change."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from instinct_serve.cli.tables import Column, Rows
 
     a, b = doc["a"], doc["b"]
     con.print(
@@ -267,27 +339,32 @@ def render_compare(con: Console, doc: dict[str, Any]) -> None:
         key, label, higher = item["key"], item["label"], item["higher_is_better"]
         values = [side for row in doc["steps"] for side in (row[key]["a"], row[key]["b"])]
         top = model.scale_max(values)
-        table = Table(title=label, title_justify="left", show_edge=False)
-        for column in ("CONC", "", "A", "B", "B vs A"):
-            table.add_column(column, justify="left" if column == "" else "right")
+        table = Rows(
+            [
+                Column("CONC", right=True),
+                Column("A", right=True),
+                Column("", drop=1),
+                Column("B", right=True),
+                Column("", drop=1),
+                Column("B VS A", right=True),
+            ],
+            label,
+        )
         for row in doc["steps"]:
             cell = row[key]
             delta = cell["delta_pct"]
             colour = "white"
             if delta is not None and delta != 0:
                 colour = "green" if (delta > 0) == higher else "red"
-            bars = (
-                f"[blue]{model.bar(cell['a'], top, 24)}[/] A\n"
-                f"[magenta]{model.bar(cell['b'], top, 24)}[/] B"
-            )
-            table.add_row(
+            table.add(
                 str(row["concurrency"]),
-                bars,
                 _fmt(cell["a"]),
+                f"[blue]{model.bar(cell['a'], top, 24)}[/]",
                 _fmt(cell["b"]),
+                f"[magenta]{model.bar(cell['b'], top, 24)}[/]",
                 "-" if delta is None else f"[{colour}]{delta:+.1f}%[/]",
             )
-        con.print(table)
+        table.print(con)
 
 
 @bench.command("compare")
@@ -327,23 +404,31 @@ def list_runs(as_json: bool) -> int:
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
+
+        from instinct_serve.cli.tables import Column, Rows
 
         if not runs:
             con.print(f"No stored benchmark in {escape(root)}.")
             return
-        table = Table(title=f"Benchmarks in {escape(root)}", title_justify="left")
-        for column in ("PLAN", "ENDPOINT", "MODEL", "STARTED", "CONCURRENCY"):
-            table.add_column(column)
+        table = Rows(
+            [
+                Column("PLAN", key=True),
+                Column("ENDPOINT", key=True),
+                Column("MODEL", key=True, drop=2),
+                Column("STARTED", drop=1),
+                Column("CONCURRENCY"),
+            ],
+            f"Benchmarks in {root}",
+        )
         for item in items:
-            table.add_row(
+            table.add(
                 escape(str(item["plan_hash"])),
                 escape(str(item["endpoint"])),
                 escape(str(item["model"])),
                 escape(item["started_at"]),
                 ",".join(str(c) for c in item["concurrency"]),
             )
-        con.print(table)
+        table.print(con)
 
     emit(doc, as_json, human)
     return 0

@@ -89,27 +89,35 @@ def ls(setting: str | None, host_spec: str | None, as_json: bool) -> int:
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
+
+        from instinct_serve.cli.tables import Column, Rows
 
         _unfinished_note(con, listing.unfinished, done=False)
         if not entries:
             con.print(f"No compile caches under {escape(root)} on {escape(host.name)}.")
             return
-        table = Table(title=f"Compile caches in {escape(root)}", title_justify="left")
-        for column in ("KEY", "SIZE", "IMAGE", "LAST USED", "USED BY"):
-            table.add_column(column, overflow="fold")
+        table = Rows(
+            [
+                Column("KEY", key=True),
+                Column("SIZE", right=True),
+                Column("IMAGE", key=True, drop=2),
+                Column("LAST USED", drop=1),
+                Column("USED BY"),
+            ],
+            f"Compile caches in {root}",
+        )
         for e in entries:
             image = str(e.meta.get("image") or "-")
             if e.image_present is False:
                 image += " (gone)"
-            table.add_row(
+            table.add(
                 escape(e.key),
                 _size(e.size_bytes),
                 escape(image),
                 escape(str(e.meta.get("last_used") or "-")),
                 escape(", ".join(e.used_by) or "-"),
             )
-        con.print(table)
+        table.print(con)
         if listing.why:
             con.print(f"[yellow]{escape(listing.why)}: who uses them is unknown.[/]")
 

@@ -35,14 +35,20 @@ def render(report: CheckReport, auto_fix: bool) -> Callable[[Console], None]:
         from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title=f"instinct check: {escape(report.host)}", title_justify="left")
-        table.add_column("", no_wrap=True)
-        table.add_column("check", no_wrap=True)
-        table.add_column("result")
+        from instinct_serve.cli.tables import Column, Rows
+
+        table = Rows(
+            [Column(""), Column("CHECK", key=True), Column("RESULT", prose=True)],
+            f"instinct check: {report.host}",
+        )
         for check in report.checks:
-            style = "dim" if check.status == "skip" else ""
-            table.add_row(_MARK[check.status], check.id, escape(check.message), style=style)
-        con.print(table)
+            message = escape(check.message)
+            table.add(
+                _MARK[check.status],
+                check.id,
+                f"[dim]{message}[/]" if check.status == "skip" else message,
+            )
+        table.print(con)
         todo = [c for c in report.checks if c.status in ("error", "warn") and c.fix]
         if todo:
             con.print("\n[bold]To fix:[/]")
@@ -137,7 +143,7 @@ def check(
 
     \b
     instinct check
-    instinct check --host user@gpu-box --model meta-llama/Llama-3.1-8B-Instruct --port 8000
+    instinct check --host user@gpu-box --model Qwen/Qwen3.5-9B --port 8000
     instinct check --auto-fix --yes
     """
     from instinct_serve.checks import CheckOptions, run_checks

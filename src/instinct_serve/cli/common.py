@@ -7,8 +7,9 @@ A command computes one document (a dict, dataclass or pydantic model), then call
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -55,6 +56,12 @@ def hosts_option(func: F) -> F:
     )(func)
 
 
+def choice(values: Sequence[str]) -> click.Choice[str]:
+    """A click choice of ``values`` matched whatever the case (``JSON``, ``Zsh``): the CLI's
+    own choices follow the options' rule (``options.spec.choice_of``)."""
+    return click.Choice(list(values), case_sensitive=False)
+
+
 def get_host(host_spec: str | None) -> Host:
     from instinct_serve.hosts import resolve_host
 
@@ -62,10 +69,13 @@ def get_host(host_spec: str | None) -> Host:
 
 
 def console(stderr: bool = False) -> Console:
-    """A rich console (imported lazily: the JSON path never pays for rich)."""
+    """A rich console (imported lazily: the JSON path never pays for rich). Through a pipe
+    or into a file nothing is wrapped: a line of text stays one line (``grep`` finds it)."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    con = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    con.soft_wrap = not con.is_terminal
+    return con
 
 
 def emit(doc: Any, as_json: bool, human: Callable[[Console], None] | None = None) -> None:
@@ -77,12 +87,58 @@ def emit(doc: Any, as_json: bool, human: Callable[[Console], None] | None = None
     human(console())
 
 
+_SAID: set[str] = set()  # the warnings this command printed (``new_command`` empties it)
+
+
+def new_command() -> None:
+    """A command starts (``cli.main.main``): nothing said yet."""
+    _SAID.clear()
+
+
+def first_time(message: str) -> bool:
+    """Whether ``message`` is new to this command: a warning is printed once per run (serve
+    shows the plan's, then its launch would repeat them)."""
+    if message in _SAID:
+        return False
+    _SAID.add(message)
+    return True
+
+
 def warn(message: str, as_json: bool = False) -> None:
-    """A warning on stderr (never on stdout, which may carry JSON)."""
+    """A warning on stderr (never on stdout, which may carry JSON), once per command; a
+    ``Reminder`` only when it is due (``reminder_due``)."""
+    if not first_time(message) or not reminder_due(message):
+        return
     if as_json:
         sys.stderr.write(f"warning: {message}\n")
     else:
         console(stderr=True).print(f"[yellow]warning:[/] {message}")
+
+
+def reminder_due(message: str) -> bool:
+    """Whether to print ``message`` now: a plain warning always; a ``Reminder`` when its
+    key was not printed in the last ``every_h`` hours (``cache_dir()/reminders.json``, also
+    across the plans of one serve). Unreadable or unwritable state: printed."""
+    import json
+    import time
+
+    from instinct_serve.errors import Reminder
+    from instinct_serve.paths import cache_dir
+
+    if not isinstance(message, Reminder):
+        return True
+    path = cache_dir() / "reminders.json"
+    try:
+        shown = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        last = shown.get(message.key) if isinstance(shown, dict) else None
+        if isinstance(last, int | float) and time.time() - last < message.every_h * 3600:
+            return False
+        shown = (shown if isinstance(shown, dict) else {}) | {message.key: time.time()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(shown), encoding="utf-8")
+    except (OSError, ValueError):
+        pass
+    return True
 
 
 def require_terminal(what: str, fix: str, details: dict[str, Any] | None = None) -> None:
@@ -144,6 +200,9 @@ def print_wrapped(con: Console, text: str, indent: str = "", first: str | None =
     cut mid-word (a word longer than the line stays whole on its own line)."""
     import textwrap
 
+    if not con.is_terminal:  # a pipe: one line, never wrapped
+        con.print((first if first is not None else indent) + text, markup=False, soft_wrap=True)
+        return
     lines = textwrap.wrap(
         text,
         width=max(20, con.width),
@@ -154,3 +213,18 @@ def print_wrapped(con: Console, text: str, indent: str = "", first: str | None =
     )
     for line in lines or [first or indent]:
         con.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def phase_text(phase: str, message: str) -> str:
+    """``phase message`` as rich markup, the phase in bold; where the message starts with
+    the phase's own word (``runtime.events.phase_label``), that word is the bold one."""
+    from rich.markup import escape
+
+    from instinct_serve.runtime.events import phase_label
+
+    label = phase_label(phase, message)
+    if label is not None:
+        return f"[bold]{escape(label)}[/]" + (f" {escape(message)}" if message else "")
+    head = re.match(r"\W*\w+", message)
+    cut = head.end() if head else 0
+    return f"[bold]{escape(message[:cut])}[/]{escape(message[cut:])}"

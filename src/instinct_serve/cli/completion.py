@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
+from instinct_serve.cli.common import choice
+
 
 @click.command()
-@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.argument("shell", type=choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
     """Print the completion script for SHELL.
 

@@ -23,11 +23,14 @@ from instinct_serve.cli.common import (
     yes_option,
 )
 from instinct_serve.errors import UsageError
+from instinct_serve.units import plural
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from instinct_serve.cli.tables import Rows
     from instinct_serve.hosts import Host
+    from instinct_serve.runtime.endpoints import Row
 
 
 def _uptime(seconds: float | None) -> str:
@@ -54,95 +57,114 @@ def everyone_option(func: F) -> F:
 
 
 @click.command("ps")
+@click.option("-a", "--all", "show_all", is_flag=True, help="Stopped and exited ones too.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the names, one a line.")
 @click.option("--no-health", is_flag=True, help="Do not probe /health of each endpoint.")
 @everyone_option
 @host_option
 @hosts_option
 @json_option
 def ps(
-    no_health: bool, everyone: bool, host_spec: str | None, hosts_spec: str | None, as_json: bool
+    show_all: bool,
+    quiet: bool,
+    no_health: bool,
+    everyone: bool,
+    host_spec: str | None,
+    hosts_spec: str | None,
+    as_json: bool,
 ) -> int:
-    """List your endpoints on the host (--everyone: every user's): model, port, status,
-    uptime and health (/health probed, through an ssh tunnel for --host). With --hosts: the
-    multi-node groups on those nodes, one row each."""
+    """List your running endpoints on the host (-a: stopped ones too; --everyone: every
+    user's): model, port, status, uptime and health (/health probed, through an ssh
+    tunnel for --host). --json lists every record (`running` says which run). With
+    --hosts: the multi-node groups on those nodes, one row each."""
     from instinct_serve.cli.multinode import hosts_of
-    from instinct_serve.plan.labels import ROLE_ROUTER
     from instinct_serve.runtime.endpoints import list_endpoints
     from instinct_serve.runtime.recover import resolve
 
     nodes = hosts_of(hosts_spec, host_spec)
     if nodes is not None:
-        return _ps_groups(nodes, not no_health, as_json)
+        return _ps_groups(nodes, not no_health and not quiet, as_json, quiet)
 
     host = get_host(host_spec)
     interrupted = resolve(host, lambda text: warn(text, as_json))  # changes cut short
-    listing = list_endpoints(host, health=not no_health, everyone=everyone)
-    rows, docker_problem = listing.rows, listing.docker_problem
-    hidden = listing.hidden
+    listing = list_endpoints(host, health=not (no_health or quiet), everyone=everyone)
+    rows = listing.rows if show_all else [row for row in listing.rows if row.alive]
+    if quiet and not as_json:
+        sys.stdout.write("".join(f"{row.name}\n" for row in rows))
+        return 0
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
 
-        if docker_problem and not rows:
-            con.print(f"[yellow]Docker:[/] {escape(docker_problem)}")
+        if listing.docker_problem and not rows:
+            con.print(f"[yellow]Docker:[/] {escape(listing.docker_problem)}")
         if not rows:
             whose = "" if everyone else " of yours"
-            con.print(f"No instinct-serve endpoints{whose} on {escape(host.name)}.")
-            _hidden(con, hidden)
-            return
-        table = Table(title=f"Endpoints on {escape(host.name)}", title_justify="left")
-        columns: tuple[str, ...] = (
-            "NAME",
-            "ENGINE",
-            "MODEL",
-            "PORT",
-            "STATUS",
-            "UPTIME",
-            "HEALTH",
-            "PROVEN",
-        )
-        if everyone:
-            columns += ("OWNER",)
-        for column in columns:
-            # Short facts (status, port, health) keep one line; names and proofs fold.
-            wraps = column in ("NAME", "MODEL", "PROVEN")
-            table.add_column(column, overflow="fold", no_wrap=not wraps)
-        # a replica group is one endpoint (its router), its replicas under it
-        shown = [(row, row is not top) for top in rows for row in (top, *top.members)]
-        for row, is_member in shown:
-            colour = {"healthy": "green", "loading": "yellow"}.get(row.health or "", "red")
-            name = escape(row.name)
-            if row.members:
-                name += f" ({len(row.members)} replicas)"
-            table.add_row(
-                f"  └ {name}" if is_member else name,
-                "haproxy" if row.role == ROLE_ROUTER else row.engine,
-                "" if is_member else escape(row.model or "-"),
-                str(row.port or "-"),
-                escape(row.status),
-                _uptime(row.uptime_s),
-                f"[{colour}]{escape(row.health)}[/]" if row.health else "-",
-                _proven(row.verified),
-                *([escape(row.owner or "-") if not is_member else ""] if everyone else []),
-            )
-        con.print(table)
-        for row in rows:  # restarts (the daemon's policy and instinct watch), last failure
+            running = "" if show_all else " running"
+            con.print(f"No{running} instinct-serve endpoints{whose} on {escape(host.name)}.")
+        else:
+            _ps_table(rows, everyone).print(con)
+        for row in rows:  # restarts (the daemon's policy and watch), last failure
             if row.restarts or row.last_failure:
                 con.print(f"[dim]{escape(_history(row.name, row.restarts, row.last_failure))}[/]")
             if row.survivors:
                 con.print(f"[red]{escape(_survivors(row.name, row.survivors))}[/]")
-        _hidden(con, hidden)
+        _hidden(con, listing.hidden, len(listing.rows) - len(rows))
 
     emit(listing.to_dict() | ({"interrupted": interrupted} if interrupted else {}), as_json, human)
     return 0
 
 
-def _hidden(con: Console, hidden: int) -> None:
-    """The footer of ``ps`` without ``--everyone``: how many endpoints are not shown."""
+def _ps_table(rows: list[Row], everyone: bool) -> Rows:
+    """``ps``'s table: a replica group is one endpoint (its router), its replicas under it.
+    On a narrow terminal the proof, engine, uptime, owner and health go first (in that
+    order)."""
+    from rich.markup import escape
+
+    from instinct_serve.cli.tables import Column, Rows
+    from instinct_serve.plan.labels import ROLE_ROUTER
+
+    columns = [
+        Column("NAME", key=True),
+        Column("ENGINE", drop=4),
+        Column("MODEL", key=True),
+        Column("PORT", right=True),
+        Column("STATUS"),
+        Column("UPTIME", drop=3, right=True),
+        Column("HEALTH", drop=1),
+        Column("PROVEN", drop=5),
+        *([Column("OWNER", drop=2)] if everyone else []),
+    ]
+    table = Rows(columns)
+    shown = [(row, row is not top) for top in rows for row in (top, *top.members)]
+    for row, is_member in shown:
+        colour = {"healthy": "green", "loading": "yellow"}.get(row.health or "", "red")
+        name = escape(row.name)
+        if row.members:
+            name += f" ({len(row.members)} replicas)"
+        table.add(
+            f"└ {name}" if is_member else name,
+            "haproxy" if row.role == ROLE_ROUTER else row.engine,
+            "" if is_member else escape(row.model or "-"),
+            str(row.port or "-"),
+            escape(row.status),
+            _uptime(row.uptime_s),
+            f"[{colour}]{escape(row.health)}[/]" if row.health else "-",
+            escape(_proven(row.verified)),
+            *([escape(row.owner or "-") if not is_member else ""] if everyone else []),
+        )
+    return table
+
+
+def _hidden(con: Console, hidden: int, ended: int) -> None:
+    """The footer of ``ps``: how many endpoints are not shown, and the flag that shows them."""
+    if ended:
+        con.print(f"[dim]{plural(ended, 'stopped endpoint')} not shown: -a[/]")
     if hidden:
-        what = "endpoint" if hidden == 1 else "endpoints"
-        con.print(f"[dim]{hidden} {what} of other users hidden (or with no owner): --everyone[/]")
+        con.print(
+            f"[dim]{plural(hidden, 'endpoint')} of other users hidden (or with no owner): "
+            "--everyone[/]"
+        )
 
 
 def _history(name: str, restarts: int, failure: dict[str, Any] | None) -> str:
@@ -163,25 +185,36 @@ def _survivors(name: str, survivors: list[dict[str, Any]]) -> str:
     )
 
 
-def _ps_groups(nodes: list[Host], probe: bool, as_json: bool) -> int:
+def _ps_groups(nodes: list[Host], probe: bool, as_json: bool, quiet: bool = False) -> int:
+    from instinct_serve.cli.tables import Column, Rows
     from instinct_serve.runtime.multinode_groups import group_rows
 
     rows = group_rows(nodes, probe=probe)
     doc = {"hosts": [h.name for h in nodes], "groups": [r.to_dict() for r in rows]}
+    if quiet and not as_json:
+        sys.stdout.write("".join(f"{row.name}\n" for row in rows))
+        return 0
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
 
         if not rows:
             con.print("No multi-node groups on these hosts.")
             return
-        table = Table(title="Multi-node groups", title_justify="left")
-        for column in ("NAME", "MODEL", "PORT", "STATUS", "HEALTH", "NODES"):
-            table.add_column(column, overflow="fold")
+        table = Rows(
+            [
+                Column("NAME", key=True),
+                Column("MODEL", key=True),
+                Column("PORT", right=True),
+                Column("STATUS"),
+                Column("HEALTH"),
+                Column("NODES", drop=1),
+            ],
+            "Multi-node groups",
+        )
         for row in rows:
             where = ", ".join(f"{n['rank']}:{n['host']}" for n in row.nodes)
-            table.add_row(
+            table.add(
                 escape(row.name),
                 escape(row.model or "-"),
                 str(row.port or "-"),
@@ -189,7 +222,7 @@ def _ps_groups(nodes: list[Host], probe: bool, as_json: bool) -> int:
                 escape(row.health or "-"),
                 escape(where),
             )
-        con.print(table)
+        table.print(con)
 
     emit(doc, as_json, human)
     return 0
@@ -357,16 +390,28 @@ def stop(
         if not stopped and not failed:
             con.print(f"Nothing of yours to stop on {escape(host.name)}.")
         for item in stopped:
-            what = "stopped and removed" if item["removed"] else "stopped"
             model = f" ({escape(str(item['model']))})" if item.get("model") else ""
-            con.print(f"[green]✓[/] {what} {escape(item['name'])}{model}")
+            con.print(_stopped_line(item).format(name=escape(item["name"]) + model))
             for member in item.get("members", []):
-                con.print(f"    {what} {escape(member['name'])} ({escape(str(member['role']))})")
+                role = escape(str(member["role"]))
+                con.print(f"    stopped and removed {escape(member['name'])} ({role})")
         for item in failed:
             con.print(f"[red]✗[/] {escape(item['name'])}: {escape(item['message'])}")
 
     emit(doc, as_json, human)
     return 1 if failed else 0
+
+
+def _stopped_line(item: dict[str, Any]) -> str:
+    """What ``stop`` did to one endpoint (``{name}`` left to fill in): stopped, removed, or
+    found already stopped (then only what it left running was ended)."""
+    if item.get("was_running") is False:
+        left = len(item.get("processes") or [])
+        ended = f"; ended {plural(left, 'process')} it left running" if left else ""
+        removed = "; removed" if item.get("removed") else ""
+        return f"[dim]·[/] {{name}} was already stopped{removed}{ended}"
+    what = "stopped and removed" if item.get("removed") else "stopped"
+    return f"[green]✓[/] {what} {{name}}"
 
 
 def _stop_groups(

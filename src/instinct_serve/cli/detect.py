@@ -76,16 +76,25 @@ def summary(inventory: GpuInventory) -> str:
 def render(con: Console, inventory: GpuInventory, host_name: str) -> None:
     """A table per host (one row per GPU), the summary, then warnings and hint on stderr."""
     from rich.markup import escape
-    from rich.table import Table
 
     from instinct_serve.cli.common import warn
+    from instinct_serve.cli.tables import Column, Rows
 
     if inventory.gpus:
-        table = Table(title=f"GPUs on {escape(host_name)}", title_justify="left")
-        for column in ("#", "name", "gfx", "VRAM total", "VRAM used", "PCI", "partition"):
-            table.add_column(column, justify="right" if column == "#" else "left")
+        table = Rows(
+            [
+                Column("#", right=True),
+                Column("NAME", key=True),
+                Column("GFX"),
+                Column("VRAM TOTAL", right=True),
+                Column("VRAM USED", right=True, drop=2),
+                Column("PCI", key=True, drop=1),
+                Column("PARTITION", drop=3),
+            ],
+            f"GPUs on {host_name}",
+        )
         for gpu in inventory.gpus:
-            table.add_row(
+            table.add(
                 str(gpu.index),
                 escape(gpu.name),
                 gpu.gfx_version,
@@ -94,7 +103,7 @@ def render(con: Console, inventory: GpuInventory, host_name: str) -> None:
                 gpu.bdf or "",
                 gpu.partition or "",
             )
-        con.print(table)
+        table.print(con)
     con.print(summary(inventory), markup=False)
     for message in inventory.warnings:
         warn(message)

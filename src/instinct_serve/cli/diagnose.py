@@ -119,7 +119,7 @@ def render(diagnosis: Diagnosis) -> Callable[[Console], None]:
             return
         what = "log" if diagnosis.source == "log" else "symptom"
         if diagnosis.healthy:
-            phase = diagnosis.facts.get("phase_reached", "starting")
+            phase = str(diagnosis.facts.get("phase_reached", "starting")).replace("_", " ")
             con.print(f"[green]No failure in this log:[/] the start-up reached {phase}.")
         else:
             con.print(f"[yellow]No known failure pattern matched this {what}.[/]")

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, json_option, progress, warn
+from instinct_serve.cli.common import (
+    choice,
+    emit,
+    get_host,
+    host_option,
+    json_option,
+    progress,
+    warn,
+)
 from instinct_serve.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -26,8 +34,8 @@ def engine() -> None:
 
     \b
     Discovery order (first hit wins):
-      INSTINCT_VLLM_COMMAND / ROCM_CLI_VLLM_COMMAND   absolute path to a vllm executable
-      INSTINCT_VLLM_PYTHON  / ROCM_CLI_VLLM_PYTHON    interpreter with a sibling vllm
+      INSTINCT_VLLM_COMMAND (or ROCM_CLI_VLLM_COMMAND): a vllm executable's path
+      INSTINCT_VLLM_PYTHON (or ROCM_CLI_VLLM_PYTHON): a python beside a vllm
       the managed environment (instinct engine install vllm)
       vllm on PATH
     """
@@ -109,7 +117,7 @@ def _confirm_install(summary: list[str], yes: bool, as_json: bool) -> bool:
 
 
 @engine.command("install")
-@click.argument("name", type=click.Choice(["vllm"]), metavar="vllm")
+@click.argument("name", type=choice(["vllm"]), metavar="vllm")
 @click.option("--rocm", "rocm", metavar="X.Y", help="ROCm SDK version (default: detected).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option(
@@ -122,7 +130,6 @@ def install_cmd(
 ) -> int:
     """Install vLLM into a managed uv venv pinned to the host's ROCm SDK.
 
-    \b
     The pin table (data/engine_pins.json; INSTINCT_ENGINE_PINS=file overrides it) gives,
     per ROCm major.minor, the vLLM wheel or series, its index, the torch series and the
     Python tag. INSTINCT_VLLM_ROCM_INDEX_URL installs from another vLLM index instead.
@@ -220,23 +227,30 @@ def capabilities_cmd(model: str | None, as_json: bool, host_spec: str | None) ->
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
+
+        from instinct_serve.cli.tables import Column, Rows
 
         con.print(
             f"vLLM {escape(version or 'not found')}"
             + ("" if found.usable else " [red](not usable)[/]")
         )
-        table = Table(title="recipes by architecture", title_justify="left")
-        for col in ("architecture", "supported", "recipes", "newest minimum"):
-            table.add_column(col)
+        table = Rows(
+            [
+                Column("ARCHITECTURE", key=True),
+                Column("SUPPORTED"),
+                Column("RECIPES", right=True),
+                Column("NEWEST MINIMUM", drop=1),
+            ],
+            "recipes by architecture",
+        )
         for arch, group in caps.by_architecture().items():
-            table.add_row(
+            table.add(
                 arch,
                 str(group["supported"]),
                 str(group["recipes"]),
                 str(group["newest_min_vllm_version"] or "-"),
             )
-        con.print(table)
+        table.print(con)
         if model:
             if verdict is None:
                 con.print(f"{escape(model)}: not in the catalog (no stated minimum)")
@@ -260,7 +274,7 @@ def capabilities_cmd(model: str | None, as_json: bool, host_spec: str | None) ->
 @click.argument("model")
 @click.option(
     "--device-policy",
-    type=click.Choice(["gpu_required", "gpu_preferred"]),
+    type=choice(["gpu_required", "gpu_preferred"]),
     default="gpu_required",
     show_default=True,
     help="gpu_required fails without a usable engine and GPU; gpu_preferred only warns.",
@@ -337,7 +351,6 @@ def acceptance_cmd(
 ) -> int:
     """Prove the managed engine serves on a real GPU host (not run in CI).
 
-    \b
     Requires the managed environment (engine install vllm) and refuses external
     overrides (INSTINCT_VLLM_* / ROCM_CLI_VLLM_*). It launches vllm serve with
     gpu_required on the freest GPU, checks /health and /v1/completions, and reads

@@ -137,8 +137,9 @@ def render_estimated(con: Console, rough: EstimatedFit) -> None:
 
 def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
     from rich.markup import escape
-    from rich.table import Table
     from rich.text import Text
+
+    from instinct_serve.cli.tables import Column, Rows
 
     d = report.to_dict()
     meta = report.meta
@@ -154,28 +155,26 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
         f"({_gib(report.hardware.vram_bytes)} = {report.hardware.vram_bytes / 1e9:.1f} GB each), "
         f"vLLM {report.vllm.version}, TP {report.tp}"
     )
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="dim")
-    table.add_column()
+    table = Rows([Column("", key=True), Column("", prose=True)], header=False)
     w = report.weights
-    table.add_row("attention", escape(report.layers.attention_kind))
-    table.add_row(
+    table.add("attention", escape(report.layers.attention_kind))
+    table.add(
         "weights",
         f"{w.loaded_bytes / 1e9:.2f} GB loaded ({_gib(w.loaded_bytes)}), "
         f"{_gib(w.per_rank_bytes)} per GPU",
     )
-    table.add_row(
+    table.add(
         "KV cache / token",
         f"{report.kv_cache_bytes_per_token:,} B whole model at bf16 "
         f"({d['kv_cache_bytes_per_token_per_gpu']:,} B per GPU as configured)",
     )
     o = report.overhead
-    table.add_row(
+    table.add(
         "overhead / GPU",
         f"{_gib(o.total_bytes)}: activations {_gib(o.activation_bytes)} ({o.method}), "
         f"non-torch {_gib(o.non_torch_bytes)}, graphs {_gib(o.graph_bytes)}",
     )
-    table.add_row(
+    table.add(
         "budget / GPU",
         f"{report.gpu_memory_utilization:g} x VRAM = {_gib(report.budget_bytes)}; "
         f"left for KV: {report.remaining_bytes / 1e9:.2f} GB ({_gib(report.remaining_bytes)})",
@@ -183,16 +182,16 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
     context = f"{report.recommended_max_model_len:,} tokens"
     if report.context_limited:
         context += f" (native {report.native_max_model_len:,}: limited by KV room)"
-    table.add_row("max context", context)
-    table.add_row("max context, fp8 KV", f"{report.max_seq_len_fp8_kv:,} tokens")
-    table.add_row(
+    table.add("max context", context)
+    table.add("max context, fp8 KV", f"{report.max_seq_len_fp8_kv:,} tokens")
+    table.add(
         "KV cache size",
         f"{report.kv_tokens:,} tokens, {report.max_concurrency:.2f}x concurrency "
         f"(as vLLM {report.vllm.version} logs it)",
     )
     mt = report.min_tp_required
-    table.add_row("min TP", str(mt) if mt else f"none on {report.hardware.gpu_count} GPU(s)")
-    con.print(table)
+    table.add("min TP", str(mt) if mt else f"none on {report.hardware.gpu_count} GPU(s)")
+    table.print(con)
     _print_budget_bar(con, report)
     style = _VERDICT_STYLE.get(report.verdict, "bold")
     con.print(
@@ -225,14 +224,23 @@ def _print_budget_bar(con: Console, report: FitReport) -> None:
 def _print_alternatives(con: Console, alts: list[Alternative]) -> None:
     """The smaller checkpoints that may fit, as a table."""
     from rich.markup import escape
-    from rich.table import Table
 
-    alt_table = Table(title="Checkpoints that may fit instead", title_justify="left")
-    for col in ("model", "precision", "verdict", "TP", "weights GB", "max context"):
-        alt_table.add_column(col)
+    from instinct_serve.cli.tables import Column, Rows
+
+    alt_table = Rows(
+        [
+            Column("MODEL", key=True),
+            Column("PRECISION"),
+            Column("VERDICT"),
+            Column("TP", right=True),
+            Column("WEIGHTS GB", right=True, drop=1),
+            Column("MAX CONTEXT", right=True),
+        ],
+        "Checkpoints that may fit instead",
+    )
     for a in alts:
         r = a.report
-        alt_table.add_row(
+        alt_table.add(
             escape(a.candidate.model_id),
             a.candidate.precision + ("" if a.native_precision else " (emulated)"),
             r.verdict,
@@ -240,4 +248,4 @@ def _print_alternatives(con: Console, alts: list[Alternative]) -> None:
             f"{r.weights.loaded_bytes / 1e9:.1f}",
             f"{r.recommended_max_model_len:,}",
         )
-    con.print(alt_table)
+    alt_table.print(con)

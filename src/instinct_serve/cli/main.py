@@ -137,7 +137,11 @@ def _build_group() -> Any:
 
 
 def _wants_json(argv: list[str]) -> bool:
-    return "--json" in argv or "--format=json" in argv
+    from itertools import pairwise
+
+    lowered = [a.lower() for a in argv]
+    pairs = pairwise(lowered)
+    return "--json" in argv or "--format=json" in lowered or ("--format", "json") in pairs
 
 
 def _fail(exc: Any, argv: list[str]) -> NoReturn:
@@ -157,14 +161,16 @@ def _fail(exc: Any, argv: list[str]) -> NoReturn:
 
 
 def _usage_error(exc: Any) -> Any:
-    """A click usage error (unknown option, missing argument) as an ``InstinctError``, so
-    ``--json`` gets ``{"error": ...}`` on stdout for it too."""
+    """A click usage error (unknown option, missing argument, bad choice) as an
+    ``InstinctError``: ``Error: ...`` and ``Fix: ...`` on stderr as every other error, and
+    ``{"error": ...}`` on stdout with ``--json``."""
     from instinct_serve.errors import UsageError
 
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "instinct"
+    message = exc.format_message()
     return UsageError(
-        exc.format_message(),
+        message[:1].lower() + message[1:],
         fix=f"see `{command} --help`",
         id="bad_usage",
     )
@@ -179,8 +185,10 @@ def main(argv: list[str] | None = None) -> None:
 
     import click
 
+    from instinct_serve.cli.common import new_command
     from instinct_serve.errors import InstinctError
 
+    new_command()  # warnings are said once per command, and this is a new one
     cli = _build_group()
     try:
         rv = cli.main(args=args, prog_name="instinct", standalone_mode=False)
@@ -189,6 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         sys.stderr.write("Aborted.\n")
         sys.exit(130)
+    except click.UsageError as exc:  # click's own (no such option, bad choice): ours too
+        _fail(_usage_error(exc), args)
     except click.ClickException as exc:
         if _wants_json(args):
             _fail(_usage_error(exc), args)

@@ -49,7 +49,10 @@ def serve_hosts(view: ServeView, opts: ServeOptions, hosts: list[Host]) -> int |
         if kind == "log":
             return  # every rank's log is followed; `instinct logs NAME --hosts` shows them
         if kind == "phase":
-            view.print(f"· {redacted.get('phase')} {redacted.get('message', '')}")
+            from instinct_serve.cli.common import phase_text
+
+            phase, message = str(redacted.get("phase")), str(redacted.get("message", ""))
+            view.print("[cyan]·[/] " + phase_text(phase, message))
         elif kind == "launched":
             view.print(f"→ launched rank {redacted['rank']} on {redacted['host']}")
         elif kind == "node_checked":

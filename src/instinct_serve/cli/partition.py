@@ -66,7 +66,6 @@ def set_mode(
 ) -> int:
     """Change the GPUs to MODE (SPX, DPX, TPX, QPX, CPX; or CPX/NPS4).
 
-    \b
     Prints the amd-smi commands, in an order where every mode on the way is valid; with
     --yes runs them on the host (as root, or sudo -n). A memory (NPS) change applies to
     every GPU and reloads the amdgpu driver: every GPU process, containers included, must
@@ -89,7 +88,6 @@ def set_mode(
 
 def _render_survey(con: Console, found: Survey) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
     where = found.layout
     name = where.product.market_name if where.product is not None else "GPU"
@@ -104,18 +102,25 @@ def _render_survey(con: Console, found: Survey) -> None:
     if not modes:
         con.print("these GPUs have no partition modes")
         return
-    table = Table(show_header=True)
-    for col in ("", "mode", "logical GPUs", "memory each"):
-        table.add_column(col)
+    from instinct_serve.cli.tables import Column, Rows
+
+    table = Rows(
+        [
+            Column(""),
+            Column("MODE", key=True),
+            Column("LOGICAL GPUS", right=True),
+            Column("MEMORY EACH", right=True),
+        ]
+    )
     for row in modes:
         mem = row["memory_per_device_gib"]
-        table.add_row(
+        table.add(
             "[green]now[/]" if row["current"] else "",
             row["mode"],
             str(row["logical_gpus"]),
             f"{mem:g} GiB" if mem else "?",
         )
-    con.print(table)
+    table.print(con)
     for row in modes:
         if row["commands"]:
             con.print(f"to switch to {row['mode']}:  instinct partition set {row['mode']} --yes")

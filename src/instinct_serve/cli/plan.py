@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from instinct_serve.cli.common import emit, get_host, host_option, warn
+from instinct_serve.cli.common import choice, emit, get_host, host_option, warn
+from instinct_serve.cli.help import GroupedCommand, help_all_option
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.errors import UsageError
 from instinct_serve.options import KubernetesOptions, PlanOptions
@@ -21,6 +22,7 @@ from instinct_serve.options import KubernetesOptions, PlanOptions
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from instinct_serve.cli.tables import Rows
     from instinct_serve.plan.model import PlanResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,30 +31,28 @@ FORMATS = ("summary", "json", "docker", "shell", "native", "compose", "k8s")
 
 
 def print_summary(con: Console, result: PlanResult, title: str = "Launch plan") -> None:
-    from rich.table import Table
-
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
     from rich.markup import escape
 
+    from instinct_serve.cli.tables import Column, Rows
     from instinct_serve.plan.summary import summary_rows
 
+    table = Rows([Column("", key=True), Column("", prose=True)], title, header=False)
     for key, value in summary_rows(result):
-        table.add_row(key, escape(value))
-    con.print(table)
+        table.add(f"[bold]{escape(key)}[/]", escape(value))
+    table.print(con)
     for message in result.plan.warnings:  # warnings on stderr, whatever ``con`` prints to
         warn(message)
 
 
-@click.command("plan")
+@click.command("plan", cls=GroupedCommand)
+@help_all_option
 @options_for(PlanOptions)
 @options_for(KubernetesOptions)
 @host_option
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(FORMATS),
+    type=choice(FORMATS),
     default="summary",
     show_default=True,
     help="What to print.",
@@ -85,7 +85,7 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     opts = parse_cli(PlanOptions, kwargs, engine="native" if fmt == "native" else "docker")
     k8s = parse_cli(KubernetesOptions, kwargs, replicas=opts.replicas or 1)
     if fmt == "k8s":  # the cluster makes the copies: one endpoint per pod
-        opts.replicas, opts.local_group = None, False
+        opts.replicas, opts.local_group, opts.nodes = None, False, k8s.nodes
     if fmt != "k8s" and replace(k8s, replicas=1) != KubernetesOptions():
         raise UsageError(
             "--namespace, --autoscale, --max-replicas, --nodes, --storage-class, "
@@ -161,39 +161,8 @@ def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
 
-        table = Table(
-            title=f"{escape(listing.model)} on {listing.target} ({listing.objective})",
-            title_justify="left",
-        )
-        for col in (
-            "",
-            "checkpoint",
-            "precision",
-            "TP",
-            "GiB/GPU",
-            "size",
-            "KV tokens",
-            "context",
-            "full-ctx x",
-            "verdict",
-        ):
-            table.add_column(col, no_wrap=col in ("checkpoint", "TP"))
-        for c in listing.choices:
-            table.add_row(
-                "[green]→[/]" if c.chosen else ("" if c.feasible else "[dim]✗[/]"),
-                escape(c.model_id.rsplit("/", 1)[-1]),
-                f"{c.precision or '?'} ({c.status})",
-                str(c.tp),
-                f"{c.weights_per_gpu_gib:g}" if c.weights_per_gpu_gib is not None else "?",
-                c.size_basis or "?",
-                f"{c.kv_cache_tokens:,}" if c.kv_cache_tokens else "?",
-                f"{c.max_model_len:,}" if c.max_model_len else "?",
-                f"{c.full_context_concurrency:g}" if c.full_context_concurrency else "?",
-                escape(c.why_not or c.verdict or _UNSIZED.get(c.size_basis or "", "unsized")),
-            )
-        con.print(table)
+        _choices_table(listing).print(con)
         if listing.chosen_why:
             con.print(f"[green]→[/] chosen: {escape(listing.chosen_why)}")
         elif listing.plan_error:
@@ -209,18 +178,65 @@ def _list(opts: PlanOptions, host_spec: str | None, as_json: bool) -> int:
     return 0 if listing.plan_error is None else 1
 
 
+def _choices_table(listing: Any) -> Rows:
+    """``plan --list``: one row per checkpoint and TP; on a narrow terminal the size basis,
+    full-context concurrency, KV tokens, weights per GPU and context go first."""
+    from rich.markup import escape
+
+    from instinct_serve.cli.tables import Column, Rows
+
+    table = Rows(
+        [
+            Column(""),
+            Column("CHECKPOINT", key=True),
+            Column("PRECISION"),
+            Column("TP", right=True),
+            Column("GIB/GPU", drop=3, right=True),
+            Column("SIZE", drop=6),
+            Column("KV TOKENS", drop=4, right=True),
+            Column("CONTEXT", drop=2, right=True),
+            Column("FULL-CTX X", drop=5, right=True),
+            Column("VERDICT", prose=True),
+        ],
+        f"{listing.model} on {listing.target} ({listing.objective})",
+    )
+    for c in listing.choices:
+        table.add(
+            "[green]→[/]" if c.chosen else ("" if c.feasible else "[dim]✗[/]"),
+            escape(c.model_id.rsplit("/", 1)[-1]),
+            f"{c.precision or '?'} ({c.status})",
+            str(c.tp),
+            f"{c.weights_per_gpu_gib:g}" if c.weights_per_gpu_gib is not None else "?",
+            c.size_basis or "?",
+            f"{c.kv_cache_tokens:,}" if c.kv_cache_tokens else "?",
+            f"{c.max_model_len:,}" if c.max_model_len else "?",
+            f"{c.full_context_concurrency:g}" if c.full_context_concurrency else "?",
+            escape(c.why_not or c.verdict or _UNSIZED.get(c.size_basis or "", "unsized")),
+        )
+    return table
+
+
 def _print_references(con: Console, rows: list[dict[str, Any]]) -> None:
     """AMD's reference configs for this model and GPU (InferenceX), one row each."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from instinct_serve.cli.tables import Column, Rows
 
     if not rows:
         return
-    table = Table(title="AMD reference configs (InferenceX)", title_justify="left")
-    for col in ("config", "server", "parallel", "spec", "ISL/OSL", "image"):
-        table.add_column(col, no_wrap=col in ("config", "parallel"))
+    table = Rows(
+        [
+            Column("CONFIG", key=True),
+            Column("SERVER"),
+            Column("PARALLEL"),
+            Column("SPEC", drop=2),
+            Column("ISL/OSL", drop=1),
+            Column("IMAGE", drop=3),
+        ],
+        "AMD reference configs (InferenceX)",
+    )
     for r in rows:
-        table.add_row(
+        table.add(
             escape(r["config"]),
             r["server"],
             r["parallel"],
@@ -228,23 +244,30 @@ def _print_references(con: Console, rows: list[dict[str, Any]]) -> None:
             f"{r['isl']}/{r['osl']}" if r["isl"] else "agentic",
             escape(r["image"]),
         )
-    con.print(table)
+    table.print(con)
 
 
 def _print_modes(con: Console, listing: Any) -> None:
     """The partition modes side by side, and the commands that switch (printed only)."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from instinct_serve.cli.tables import Column, Rows
 
     first = listing.partition_modes[0]
-    table = Table(
-        title=f"Partition modes for {escape(first.model_id.rsplit('/', 1)[-1])}",
-        title_justify="left",
+    table = Rows(
+        [
+            Column(""),
+            Column("MODE", key=True),
+            Column("LOGICAL GPUS", right=True),
+            Column("MEMORY EACH", right=True),
+            Column("TP", right=True),
+            Column("ENDPOINTS", drop=1, right=True),
+            Column("FIT", prose=True),
+        ],
+        f"Partition modes for {first.model_id.rsplit('/', 1)[-1]}",
     )
-    for col in ("", "mode", "logical GPUs", "memory each", "TP", "endpoints", "fit"):
-        table.add_column(col, no_wrap=col in ("mode", "TP"))
     for m in listing.partition_modes:
-        table.add_row(
+        table.add(
             "[green]now[/]" if m.current else "",
             m.mode,
             str(m.logical_gpus),
@@ -253,7 +276,7 @@ def _print_modes(con: Console, listing: Any) -> None:
             str(m.replicas),
             escape(m.why_not or (m.verdict or "unsized")),
         )
-    con.print(table)
+    table.print(con)
     for m in listing.partition_modes:
         if m.commands:
             con.print(f"to switch to {m.mode} (stop all GPU work first; not run by instinct):")

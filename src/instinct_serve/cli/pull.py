@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from instinct_serve.cli.common import console, get_host, host_option
+from instinct_serve.cli.help import GroupedCommand, help_all_option
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.options import PlanOptions
 
@@ -23,7 +24,8 @@ def _gb(n: int | None) -> str:
     return "?" if n is None else f"{n / 1e9:.2f} GB"
 
 
-@click.command("pull")
+@click.command("pull", cls=GroupedCommand)
+@help_all_option
 @options_for(PlanOptions)
 @host_option
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: progress, then the result.")

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from instinct_serve.cli.common import (
+    choice,
     emit,
     host_option,
     json_option,
-    print_wrapped,
     progress,
     warn,
 )
@@ -125,32 +125,44 @@ def list_cmd(task: str | None, as_json: bool) -> int:
 
     def human(con: Console) -> None:
         from rich.markup import escape
-        from rich.table import Table
 
-        title = f"{len(rows)} recipes ({catalog.source}, {catalog.fetched_at[:10]})"
-        if con.width < 120:  # one entry per model: ids and words are never cut
-            con.print(f"[bold]{title}[/]")
-            for row in rows:
-                model, params, context, detail, note = entry(row)
-                print_wrapped(con, f"{model}  {params}, {context} tokens")
-                print_wrapped(con, detail + (f"; {note}" if note else ""), indent="    ")
-        else:
-            table = Table(title=title)
-            table.add_column("model", no_wrap=True)
-            for col in ("params", "context", "tasks; precisions; AMD", "note"):
-                table.add_column(col)
-            for row in rows:
-                table.add_row(*(escape(cell) for cell in entry(row)))
-            con.print(table)
+        from instinct_serve.cli.tables import Column, Rows
+        from instinct_serve.units import plural
+
+        title = f"{plural(len(rows), 'recipe')} ({catalog.source}, {catalog.fetched_at[:10]})"
+        table = Rows(
+            [
+                Column("MODEL", key=True),
+                Column("PARAMS"),
+                Column("CONTEXT", right=True, drop=1),
+                Column("TASKS; PRECISIONS; AMD", prose=True),
+                Column("NOTE", drop=2),
+            ],
+            title,
+        )
+        for row in rows:
+            table.add(*(escape(cell) for cell in entry(row)))
+        table.print(con)
         if legacy_rows:
-            con.print(f"[bold]{len(legacy_rows)} legacy models[/] (instinct-serve's own entries)")
+            old = Rows(
+                [
+                    Column("MODEL", key=True),
+                    Column("PARAMS"),
+                    Column("CONTEXT", right=True),
+                    Column("TOOL PARSER", drop=1),
+                    Column("REASONING PARSER", drop=2),
+                ],
+                f"{plural(len(legacy_rows), 'legacy model')} (instinct-serve's own entries)",
+            )
             for m in legacy_rows:
-                print_wrapped(
-                    con,
-                    f"{m['model_id']}  {m['parameter_count']}, {m['context_length']:,} tokens; "
-                    f"tool parser {m['tool_call_parser'] or '-'}, "
-                    f"reasoning {m['reasoning_parser'] or '-'}",
+                old.add(
+                    escape(m["model_id"]),
+                    escape(str(m["parameter_count"])),
+                    f"{m['context_length']:,}",
+                    escape(m["tool_call_parser"] or "-"),
+                    escape(m["reasoning_parser"] or "-"),
                 )
+            old.print(con)
         con.print(f"default image: {catalog.docker_image or '(none)'}")
 
     emit(doc, as_json, human)
@@ -192,14 +204,22 @@ def search_cmd(
     }
 
     def human(con: Console) -> None:
+        from rich.markup import escape
+
+        from instinct_serve.cli.tables import Column, Rows
+        from instinct_serve.units import plural
+
         if not hits:
             con.print(f"no recipe matches {' '.join(query)!r}: `instinct recipes list`")
             return
         where = f" for {target.label}" if target else ""
-        con.print(f"[bold]{len(hits)} recipes for {' '.join(query)!r}{where}[/]")
+        table = Rows(
+            [Column("MODEL", key=True), Column("PARAMS"), Column("WHY", prose=True)],
+            f"{plural(len(hits), 'recipe')} for {' '.join(query)!r}{where}",
+        )
         for hit in hits:
-            print_wrapped(con, f"{hit.model_id}  {hit.parameter_count or '?'}")
-            print_wrapped(con, hit.why, indent="    ")
+            table.add(escape(hit.model_id), escape(hit.parameter_count or "?"), escape(hit.why))
+        table.print(con)
 
     emit(doc, as_json, human)
     return 0 if hits else 1
@@ -278,7 +298,9 @@ def _show_recipe(con: Console, recipe: dict[str, Any]) -> None:
     """The upstream recipe: the model, its args and env, features and variants."""
     import shlex
 
-    from rich.table import Table
+    from rich.markup import escape
+
+    from instinct_serve.cli.tables import Column, Rows
 
     con.print()
     _kv(con, "title", f"{recipe['title']} ({recipe['provider']})")
@@ -303,30 +325,41 @@ def _show_recipe(con: Console, recipe: dict[str, Any]) -> None:
         _kv(con, "AMD extra args", shlex.join(amd["extra_args"]))
         _kv(con, "AMD extra env", " ".join(f"{k}={v}" for k, v in amd["extra_env"].items()))
     _kv(con, "recipe", recipe["url"] or recipe["source_path"])
-    feats = Table(title="features", title_justify="left")
-    for col in ("feature", "args", "default"):
-        feats.add_column(col, overflow="fold")
+    feats = Rows(
+        [Column("FEATURE", key=True), Column("ARGS", prose=True), Column("DEFAULT")], "features"
+    )
     for name, feat in recipe["features"].items():
         args = shlex.join(feat["args"]) if feat["args"] else ", ".join(feat.get("modes", {}))
-        feats.add_row(name, args, "opt-in" if feat["opt_in"] else "on")
+        feats.add(escape(name), escape(args), "opt-in" if feat["opt_in"] else "on")
     if recipe["features"]:
-        con.print(feats)
-    variants = Table(title="variants", title_justify="left")
-    for col in ("variant", "precision", "checkpoint", "min VRAM GB"):
-        variants.add_column(col, overflow="fold")
+        feats.print(con)
+    variants = Rows(
+        [
+            Column("VARIANT", key=True),
+            Column("PRECISION"),
+            Column("CHECKPOINT", key=True),
+            Column("MIN VRAM GB", right=True, drop=1),
+        ],
+        "variants",
+    )
     for key, var in recipe["variants"].items():
         vram = var["vram_minimum_gb"]
-        variants.add_row(
-            key, var["precision"] or "?", var["model_id"], f"{vram:g}" if vram else "?"
+        variants.add(
+            escape(key),
+            var["precision"] or "?",
+            escape(var["model_id"]),
+            f"{vram:g}" if vram else "?",
         )
-    con.print(variants)
+    variants.print(con)
 
 
 def _show_amd(con: Console, amd: dict[str, Any], default_image: str) -> None:
     """The merged AMD view for one GPU: variant, args, environment and image."""
     import shlex
 
-    from rich.table import Table
+    from rich.markup import escape
+
+    from instinct_serve.cli.tables import Column, Rows
 
     con.print()
     hw_id = amd["hardware_id"] or "none"
@@ -336,13 +369,13 @@ def _show_amd(con: Console, amd: dict[str, Any], default_image: str) -> None:
         _kv(con, "precision", f"{amd['precision']} ({amd['precision_status']} on {amd['gfx']})")
     _kv(con, "features", ", ".join(amd["features"]))
     _kv(con, "vllm args", shlex.join(amd["args"]))
-    env = Table(title="environment (highest precedence wins)", title_justify="left")
-    env.add_column("variable")
-    env.add_column("value")
-    env.add_column("from", overflow="fold")
+    env = Rows(
+        [Column("VARIABLE", key=True), Column("VALUE", key=True), Column("FROM", prose=True)],
+        "environment (highest precedence wins)",
+    )
     for key, value in amd["env"].items():
-        env.add_row(key, value, amd["env_sources"][key])
-    con.print(env)
+        env.add(escape(key), escape(value), escape(amd["env_sources"][key]))
+    env.print(con)
     _kv(con, "image", amd["image"] or f"{default_image} (catalog default)")
     for warning in amd["warnings"]:
         con.print(f"[yellow]warning:[/] {warning}")
@@ -383,7 +416,7 @@ def _report_human(con: Console, report: dict[str, Any]) -> None:
 
 
 @recipes.command("sync")
-@click.option("--source", type=click.Choice(["git", "api"]), default="git", show_default=True)
+@click.option("--source", type=choice(["git", "api"]), default="git", show_default=True)
 @click.option("--repo-url", metavar="URL", default=None, help="Recipes git repository.")
 @click.option("--api-url", metavar="URL", default=None, help="Recipes JSON API base URL.")
 @click.option("--hub-url", metavar="URL", default=None, help="Docker Hub base URL.")

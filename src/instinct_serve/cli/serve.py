@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -21,7 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from instinct_serve.cli.common import console, get_host, host_option, require_terminal
+from instinct_serve.cli.common import (
+    console,
+    first_time,
+    get_host,
+    host_option,
+    phase_text,
+    reminder_due,
+    require_terminal,
+)
+from instinct_serve.cli.help import GroupedCommand, help_all_option
 from instinct_serve.cli.options import options_for, parse_cli
 from instinct_serve.cli.plan import print_summary
 from instinct_serve.errors import ExitCode, InstinctError
@@ -48,20 +56,6 @@ class _Terminated(KeyboardInterrupt):
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-def phase_text(phase: str, message: str) -> str:
-    """``phase message`` as rich markup, the phase in bold; where the message starts with
-    the phase's own word (``runtime.events.phase_label``), that word is the bold one."""
-    from rich.markup import escape
-
-    from instinct_serve.runtime.events import phase_label
-
-    if phase_label(phase, message) is not None:
-        return f"[bold]{escape(phase)}[/]" + (f" {escape(message)}" if message else "")
-    head = re.match(r"\W*\w+", message)
-    cut = head.end() if head else 0
-    return f"[bold]{escape(message[:cut])}[/]{escape(message[cut:])}"
 
 
 class ServeView:
@@ -113,6 +107,10 @@ class ServeView:
         if isinstance(event, ev.PhaseUpdate):
             self._phase(event)
             return
+        if isinstance(event, ev.WarningEvent) and not (
+            first_time(event.message) and reminder_due(event.message)
+        ):
+            return  # said already (the plan shown for approval), or not due (recipes' age)
         if isinstance(event, ev.Launched):
             line = f"[green]→[/] launched {escape(event.container)}"
         elif isinstance(event, ev.Healthy):
@@ -221,15 +219,14 @@ class ServeView:
 
     def _ready(self, outcome: ServeOutcome) -> None:
         from rich.markup import escape
-        from rich.table import Table
+
+        from instinct_serve.cli.tables import Column, Rows
 
         endpoint = outcome.endpoint
         assert endpoint is not None
         con = console()
         title = "Endpoint ready" if outcome.status == "ready" else "Endpoint already running"
-        table = Table(title=title, show_header=False, title_justify="left")
-        table.add_column(style="bold")
-        table.add_column(overflow="fold")
+        table = Rows([Column("", key=True), Column("", prose=True)], title, header=False)
         context = f"{endpoint.max_model_len:,} tokens" if endpoint.max_model_len else "default"
         if outcome.plan.context_limited and outcome.plan.native_max_model_len:
             context += f" (limited; the model allows {outcome.plan.native_max_model_len:,})"
@@ -268,8 +265,8 @@ class ServeView:
         elif endpoint.api_key_env:
             rows.append(("API key", f"yours, from ${endpoint.api_key_env}"))
         for key, value in rows:
-            table.add_row(key, escape(self.redact.text(value)))
-        con.print(table)
+            table.add(f"[bold]{key}[/]", escape(self.redact.text(value)))
+        table.print(con)
         self._notes(con, outcome)
         con.print("\n[bold]Try it:[/]")
         con.print(self.redact.text(endpoint.curl), markup=False, highlight=False, soft_wrap=True)
@@ -280,7 +277,8 @@ class ServeView:
         con = console()
         endpoint = outcome.endpoint
         name = endpoint.container if endpoint else outcome.plan.container_name
-        con.print(f"[cyan]·[/] {escape(name)} is loading (phase {escape(str(outcome.phase))})")
+        phase = str(outcome.phase).replace("_", " ")
+        con.print(f"[cyan]·[/] {escape(name)} is loading (phase: {escape(phase)})")
         for note in outcome.notes[-1:]:
             con.print(f"  {escape(note)}")
         if endpoint is not None:
@@ -390,7 +388,8 @@ def _run(
 # --------------------------------------------------------------------------- command
 
 
-@click.command("serve")
+@click.command("serve", cls=GroupedCommand)
+@help_all_option
 @options_for(ServeOptions)
 @host_option
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: events, then the result.")

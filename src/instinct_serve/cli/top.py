@@ -19,7 +19,7 @@ import click
 from instinct_serve.cli.common import emit, get_host, host_option, json_option
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
+    from rich.console import Console, RenderableType
 
     from instinct_serve.hosts import Host
     from instinct_serve.runtime.observe import Observer
@@ -39,40 +39,39 @@ def _num(value: Any, fmt: str = "{:.1f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def render(doc: dict[str, Any]) -> RenderableType:
-    """The rich view of one ``top`` document."""
-    from rich import box
+def render(doc: dict[str, Any], con: Console) -> RenderableType:
+    """The rich view of one ``top`` document (whole lines when ``con`` is not a terminal)."""
     from rich.console import Group
     from rich.markup import escape
-    from rich.table import Table
     from rich.text import Text
+
+    from instinct_serve.cli.tables import Column, Rows
 
     parts: list[RenderableType] = []
     windows = [(e.get("metrics") or {}).get("window_s") for e in doc["endpoints"]]
     scope = "over the last refresh" if any(windows) else "since start"
     power = any(e.get("power_w") is not None for e in doc["endpoints"])
-    table = Table(
-        title=f"Endpoints on {escape(doc['host'])}  {doc.get('at') or ''}",
-        title_justify="left",
-        caption=f"latencies in ms, {scope}; tok/s prompt/generated",
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    table.add_column("NAME", no_wrap=True, overflow="ellipsis", min_width=8, max_width=28)
-    columns = ["RUN/WAIT", "KV%", "HIT%", "REQ/S", "TOK/S", "TTFT p50/99", "ITL p50/99"]
+    columns = [
+        Column("NAME", key=True),
+        Column("RUN/WAIT", right=True, drop=2),
+        Column("KV%", right=True),
+        Column("HIT%", right=True, drop=3),
+        Column("REQ/S", right=True, drop=1),
+        Column("TOK/S", right=True),
+        Column("TTFT p50/99", right=True),
+        Column("ITL p50/99", right=True),
+    ]
     if power:
-        columns += ["W", "TOK/S/W"]
-    for column in columns:
-        table.add_column(column, justify="right", no_wrap=True, min_width=len(column))
+        columns += [Column("W", right=True, drop=4), Column("TOK/S/W", right=True)]
+    table = Rows(columns, f"Endpoints on {doc['host']}  {doc.get('at') or ''}".rstrip())
     for ep in doc["endpoints"]:
         m = ep.get("metrics")
         if m is None or ep["status"] != "ok":
             why = escape(ep.get("error") or ep["status"])
-            table.add_row(escape(ep["name"]), f"[red]{why}[/]", *[""] * (len(columns) - 1))
+            table.add(escape(ep["name"]), f"[red]{why}[/]", *[""] * (len(columns) - 2))
             continue
         ttft, itl = m.get("ttft_ms"), m.get("itl_ms")
-        table.add_row(
+        table.add(
             escape(ep["name"]),
             f"{_num(m.get('requests_running'), '{}')}/{_num(m.get('requests_waiting'), '{}')}",
             _num(m.get("kv_cache_usage_pct")),
@@ -88,21 +87,23 @@ def render(doc: dict[str, Any]) -> RenderableType:
                 else []
             ),
         )
-    parts.append(table)
+    parts.append(table.renderable(con))
+    parts.append(Text(f"latencies in ms, {scope}; tok/s prompt/generated", style="dim"))
     if doc["gpus"]:
-        gpus = Table(title="GPUs (amd-smi)", title_justify="left", box=box.SIMPLE_HEAD)
-        for column in ("GPU", "POWER W", "GFX %", "VRAM GiB"):
-            gpus.add_column(column, justify="right")
+        gpus = Rows(
+            [Column(c, right=True) for c in ("GPU", "POWER W", "GFX %", "VRAM GiB")],
+            "GPUs (amd-smi)",
+        )
         for gpu in doc["gpus"]:
             used, total = gpu.get("vram_used_gib"), gpu.get("vram_total_gib")
-            vram = f"{_num(used)} / {_num(total)}" if total is not None else _num(used)
-            gpus.add_row(
+            vram = f"{_num(used)}/{_num(total)}" if total is not None else _num(used)
+            gpus.add(
                 str(gpu["index"]),
                 _num(gpu.get("power_w"), "{:.0f}"),
                 _num(gpu.get("gfx_activity_pct"), "{:.0f}"),
                 vram,
             )
-        parts.append(gpus)
+        parts.append(gpus.renderable(con))
     totals = doc["totals"]
     line = Text()
     line.append(f"total: {_num(totals['generation_tokens_per_s'])} generated tok/s")
@@ -158,7 +159,7 @@ def top(
     if once:
         doc = observe_once(host, names, interval, gpus=not no_gpu)
         data = doc.to_dict()
-        emit(data, as_json, lambda con: con.print(render(data)))
+        emit(data, as_json, lambda con: con.print(render(data, con), soft_wrap=not con.is_terminal))
         return 0 if doc.ok else 1
     if not as_json and interval <= 0:
         interval = DEFAULT_INTERVAL_S
@@ -174,6 +175,9 @@ def _loop(
     as_json: bool,
     observer: type[Observer],
 ) -> int:
+    from instinct_serve.cli.common import console
+
+    con = console()
     live = None
     ok = True
     try:
@@ -181,9 +185,7 @@ def _loop(
             if not as_json:
                 from rich.live import Live
 
-                from instinct_serve.cli.common import console
-
-                live = Live(console=console(), auto_refresh=False, transient=False)
+                live = Live(console=con, auto_refresh=False, transient=False)
                 live.start()
             deadline = time.monotonic()
             for i in range(count):
@@ -195,7 +197,7 @@ def _loop(
                     sys.stdout.flush()
                 else:
                     assert live is not None
-                    live.update(render(data), refresh=True)
+                    live.update(render(data, con), refresh=True)
                 if i + 1 < count:
                     deadline += max(interval, 0.05)
                     time.sleep(max(0.0, deadline - time.monotonic()))

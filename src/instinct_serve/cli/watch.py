@@ -88,15 +88,15 @@ def watch(
     hangs (once with the known fix of its diagnosis), warm it up and probe it again after
     any restart, and record each event (`instinct ps` shows restarts and the last failure).
 
-    \b
     Docker's restart policy restarts a crash by itself (on-failure, 3 times); watch
     covers the rest: a clean exit, a crash the policy gave up on, a hang, a native
     endpoint (no daemon), and the proof after a restart. It ends when the endpoint is
     removed (`instinct stop`), or gives up (exit 1) after --max-restarts in a row.
+
     \b
     Examples:
       instinct watch vllm-qwen3-5-9b
-      instinct watch vllm-qwen3-5-9b --systemd --write   # then: systemctl --user enable --now ...
+      instinct watch vllm-qwen3-5-9b --systemd --write  # a systemd --user unit
     """
     from instinct_serve.runtime.settings import ServeSettings
     from instinct_serve.runtime.watch import Watcher, WatchSettings, backend_for, only_endpoint

@@ -159,7 +159,7 @@ class Diagnosis:
         if self.healthy:
             doc["message"] = (
                 "no failure in this log: the start-up reached "
-                f"{self.facts.get('phase_reached', 'starting')}"
+                f"{str(self.facts.get('phase_reached', 'starting')).replace('_', ' ')}"
             )
         elif not self.matched:
             doc["message"] = (

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from instinct_serve.errors import InstinctError
+from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.gather.reference import reference_for
 from instinct_serve.gather.sizing import decide_tp as _decide_tp
 from instinct_serve.gather.sizing import recipe_tp as _recipe_tp
@@ -316,6 +316,7 @@ def setting(
     if not os.path.isdir(model):
         check_model_id(model, catalog)
     hardware = target or resolve_hardware(opts, host, inventory)
+    one_node(opts, hardware)
     inv, warnings = hardware.inventory, list(hardware.notes)
     warnings.extend(catalog.warnings)
     stale = staleness_warning(catalog)
@@ -327,6 +328,34 @@ def setting(
     gpu_key = CPU_CATALOG_GPU if hardware.cpu else catalog_key(inv)
     gfx_cfg = overrides.config(_gfx_of(gpu_key, inv))
     return Setting(catalog, inv, hardware.source, warnings, match, overrides, gpu_key, gfx_cfg)
+
+
+def one_node(opts: PlanOptions, hardware: Target) -> None:
+    """Refuse a named GPU's count beyond what one node of it holds (16 MI300X are two
+    nodes) unless the plan spans nodes (``opts.nodes``): one container cannot use them."""
+    from instinct_serve.hardware.profiles import get_profile
+
+    spec = opts.gpu_spec or opts.default_gpu
+    if opts.nodes > 1 or not hardware.source.startswith("profile") or not spec:
+        return
+    profile = get_profile(spec)
+    count, most = hardware.inventory.gpu_count, profile.per_node
+    if most is None or count <= most:
+        return
+    span = (
+        f"with --hosts, --gpu-count is one node's GPUs: use {most} or less"
+        if opts.hosts
+        else f"span nodes with --hosts H1,H2,... (rank 0 first; {most} GPUs each), or use "
+        f"--gpu-count {most} or less"
+    )
+    raise UsageError(
+        f"{count} GPUs: one {profile.product} node holds {most}, and an endpoint runs on one node",
+        fix=span,
+        agent_fix=f"set `gpu_count` to {most} or less (one node); more GPUs are several "
+        f"nodes: name them in `hosts` (rank 0 first; {most} GPUs each)",
+        id="bad_gpu_count",
+        details={"option": "gpu_count", "gpus_per_node": most, "gpu_count": count},
+    )
 
 
 def make_plan(

@@ -95,10 +95,20 @@ class GpuProfile(NamedTuple):
     source: str  # where the VRAM figure comes from
     upstream: bool = False  # a hardware id of the vllm-project/recipes taxonomy
     partitioning: Partitioning | None = None  # None: the GPU has no partition modes
+    # ``default_count`` is a whole node (an OAM baseboard, an APU board): the most one host
+    # holds. False for a PCIe card, which hosts hold in any number.
+    whole_node: bool = True
 
     @property
     def vram_bytes(self) -> int | None:
         return self.vram_mib * MIB if self.vram_mib is not None else None
+
+    @property
+    def per_node(self) -> int | None:
+        """The GPUs one node of this model holds (an OAM platform: 8; MI300A: 4): the most
+        one endpoint on one host can use (more: several nodes, ``--hosts``). None for a
+        PCIe card (no fixed number per host)."""
+        return self.default_count if self.whole_node else None
 
     @property
     def product(self) -> str:
@@ -236,6 +246,7 @@ PROFILES: dict[str, GpuProfile] = {
             1,
             "rocm-smi on an MI210 (Card Model 0x740f): VRAM Total Memory (B) 68702699520 "
             "= 65520 MiB; PCIe card",
+            whole_node=False,
         ),
     ]
 }

@@ -255,7 +255,7 @@ class FitRequest(SizingOptions):
         kind="int", metavar="N", help="Sampler rows profiled.", low=1, high=1 << 20
     )
     max_num_batched_tokens: int | None = opt(
-        kind="int", metavar="N", help="Tokens of the profile pass.", low=1, high=1 << 26
+        kind="tokens", metavar="N", help="Tokens of the profile pass.", low=1, high=1 << 26
     )
     block_size: int | None = opt(
         kind="int", metavar="N", help="KV block size in tokens.", low=1, high=1 << 16
@@ -445,7 +445,7 @@ class PlanOptions(SizingOptions):
         help="Copies of the endpoint behind one address: on this host, N copies on disjoint "
         "GPUs behind a router (HAProxy), or vLLM's own data parallelism for a "
         "mixture-of-experts model (default: 1, or as many as fit with --objective "
-        "throughput); with --format k8s, the Deployment's pods.",
+        "throughput); in Kubernetes manifests, the Deployment's pods.",
         low=1,
         high=1024,
     )
@@ -533,6 +533,9 @@ class PlanOptions(SizingOptions):
     # copies planned on this host (``plan.replicas``); False where the cluster makes them
     # (``plan --format k8s``: --replicas is the Deployment's)
     local_group: bool = True
+    # nodes the plan spans (``plan --format k8s --nodes``, ``--hosts``): with 1, a named
+    # GPU's count may not pass what one node of it holds (``gather.plan.one_node``)
+    nodes: int = 1
 
     def check(self) -> None:
         super().check()
@@ -562,7 +565,7 @@ class PlanOptions(SizingOptions):
         values = {name: getattr(self, name) for name, _spec, _default in declared(type(self))}
         checked = type(self).parse(values)
         checked.engine, checked.default_gpu = self.engine, self.default_gpu
-        checked.local_group = self.local_group
+        checked.local_group, checked.nodes = self.local_group, self.nodes
         checked.check()
 
 

@@ -119,6 +119,15 @@ def _ifname(value: str) -> str | None:
 
 # ----------------------------------------------------------------------------- conversion
 
+
+def choice_of(text: str, choices: tuple[str, ...] | list[str]) -> str | None:
+    """The choice ``text`` names, whatever its case (``FP8``, ``Throughput``, ``V1``,
+    ``ROCM`` are ``fp8``, ``throughput``, ``v1``, ``rocm``); None for none of them. The one
+    rule for choices: the options of every job, and the CLI's own (``cli.common.choice``)."""
+    folded = text.strip().casefold()
+    return next((c for c in choices if c.casefold() == folded), None)
+
+
 T = TypeVar("T")
 
 
@@ -272,9 +281,10 @@ def _convert(name: str, spec: Opt, value: Any) -> Any:
         return count
     if kind == "choice":
         text = _text(name, spec, value)
-        if text not in spec.choices:
+        found = choice_of(text, spec.choices)
+        if found is None:
             raise _fail(name, spec, value, "is not one of " + ", ".join(spec.choices))
-        return text
+        return found
     if kind in _LIST_KINDS:
         return _convert_items(name, spec, value)
     text = _text(name, spec, value)

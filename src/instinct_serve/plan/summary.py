@@ -76,6 +76,9 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
         rows.append(("Fit", f"{plan.verdict}: {fit.verdict_reason if fit else ''}"))
     access = "every interface, API key required" if plan.public else "this host only"
     rows.append(("Port", f"{plan.port}  (http://{LOOPBACK}:{plan.port}/v1 on the host; {access})"))
-    rows.append(("Image", plan.image))
-    rows.append(("Container", plan.container_name))
+    if plan.launcher == "docker":
+        rows.append(("Image", plan.image))
+        rows.append(("Container", plan.container_name))
+    else:  # a process on the host: no image, no container
+        rows.append(("Name", plan.container_name))
     return rows

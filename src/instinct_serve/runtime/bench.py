@@ -178,6 +178,7 @@ def _now() -> str:
 
 
 StepCallback = Callable[[int, Point | None, dict[str, Any] | None], None]
+StartCallback = Callable[[int, int, int], None]  # concurrency, step (from 1), steps
 
 
 def run(
@@ -189,8 +190,10 @@ def run(
     api_key: str | None = None,
     tokenizer: str | None = None,
     on_step: StepCallback | None = None,
+    on_start: StartCallback | None = None,
 ) -> BenchRun:
-    """Every concurrency step against ``endpoint``; failures are recorded, not raised."""
+    """Every concurrency step against ``endpoint``; failures are recorded, not raised.
+    ``on_start`` hears of each step as it begins, ``on_step`` as it ends."""
     assert endpoint.port is not None
     bench = BenchRun(
         plan_hash=endpoint.plan_hash,
@@ -206,7 +209,9 @@ def run(
     bench.command = how.describe()
     model = endpoint.model or endpoint.served_model_name or ""
     try:
-        for level in settings.concurrency:
+        for index, level in enumerate(settings.concurrency, 1):
+            if on_start is not None:
+                on_start(level, index, len(settings.concurrency))
             point, error = _step(host, how, endpoint, model, tokenizer, level, settings)
             if point is not None:
                 bench.points.append(point)

@@ -100,6 +100,8 @@ def refuse_foreign(host: Host, plan: LaunchPlan, occupants: list[Occupant]) -> N
             f"port {plan.port} on {host.name} is held by {on_port[0].description}",
             fix=f"choose another port, e.g. --port {suggest_port(plan.port)}, or stop "
             "what holds it; instinct-serve never touches what it did not start",
+            agent_fix=f"choose another `port` (e.g. {suggest_port(plan.port)}), or stop what "
+            "holds it; instinct-serve never touches what it did not start",
             id="port_in_use",
             details={"port": plan.port, "holder": on_port[0].to_dict()},
         )
@@ -108,6 +110,7 @@ def refuse_foreign(host: Host, plan: LaunchPlan, occupants: list[Occupant]) -> N
             f"the name {plan.container_name} is taken on {host.name} by {by_name[0].description}",
             fix="choose another name with --name; instinct-serve never touches what it did "
             "not start",
+            agent_fix="choose another `name`; instinct-serve never touches what it did not start",
             id="container_name_conflict",
             details={"name": plan.container_name, "holder": by_name[0].to_dict()},
         )

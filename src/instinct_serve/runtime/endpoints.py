@@ -60,6 +60,12 @@ class Row:
     survivors: list[dict[str, Any]] = field(default_factory=list)
     owner: str | None = None  # ``user@host`` who started it (``runtime.owner``); None: nobody
 
+    @property
+    def alive(self) -> bool:
+        """Running, or a replica of it, or processes it left behind (``ps`` without -a
+        lists these, as ``docker ps`` lists running containers)."""
+        return any(r.running or r.survivors for r in (self, *self.members))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -449,10 +455,17 @@ def stop_one(host: Host, name: str) -> dict[str, Any]:
                 "removed": True,
                 "members": members,
             }
+        running = bool(found.state.running)
         info = Docker(host).stop(found.name)  # refuses (not_managed) what is not ours
         _forget_key(host, info.name)
         _forget_record(host, info.name)
-        return {"name": info.name, "engine": "docker", "model": info.model, "removed": True}
+        return {
+            "name": info.name,
+            "engine": "docker",
+            "model": info.model,
+            "removed": True,
+            "was_running": running,
+        }
     doc, result = _stop_native(host, found.name, found.meta.get("model"))
     _require_gone(host, [result], [doc])
     return doc

@@ -168,12 +168,13 @@ def _first_word(text: str) -> str:
 
 
 def phase_label(phase: str, message: str) -> str | None:
-    """The phase's name to show before ``message``, or None where the message starts with
+    """The phase's name in words to show before ``message`` (``starting_server`` is
+    "starting server": ids stay in the JSON events), or None where the message starts with
     a word of the name ("loading weights: shard 2/4" or "weights read in 3 s" in
     ``loading_weights``): status lines never say a word twice."""
     if message and _first_word(message) in phase.lower().split("_"):
         return None
-    return phase
+    return phase.replace("_", " ")
 
 
 def phase_words(phase: str, message: str) -> str:

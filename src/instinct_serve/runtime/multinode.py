@@ -536,6 +536,7 @@ def plan_across(
     total = _plan_part(opts)
     gpus = node_inventory.gpu_count
     total.gpu_count = gpus * len(hosts)  # a named GPU's profile, or the nodes' inventory
+    total.nodes = len(hosts)
     together = GpuInventory(
         gpus=[g for _ in hosts for g in node_inventory.gpus],
         rocm_version=node_inventory.rocm_version,
