@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.profiles import GFX_TARGETS, gpu_choices
+from instinct_serve.names import PLATFORMS
 from instinct_serve.options.spec import (
     MAX_TEXT,
     JobOptions,
@@ -50,13 +51,6 @@ def _server_name(value: str) -> str | None:
     if not SERVER_NAME.fullmatch(value):
         return "is not a server name (letters, digits, '_', '.', '-')"
     return None
-
-
-def _platform(value: str) -> str | None:
-    """``fit --platform``: one of ``overhead_table.PLATFORMS``, in any case."""
-    from instinct_serve.names import PLATFORMS, normalise_platform
-
-    return None if normalise_platform(value) else "is not one of " + ", ".join(PLATFORMS)
 
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
@@ -244,12 +238,11 @@ class FitRequest(SizingOptions):
         max_length=128,
     )
     platform: str | None = opt(
-        kind="text",
+        kind="choice",
+        choices=PLATFORMS,
         metavar="PLATFORM",
-        help="rocm, cuda or cpu (any case): the overhead table's row (sampler, graphs, "
-        "buffers, load accounting); default: the GPU's.",
-        check=_platform,
-        max_length=16,
+        help="The overhead table's row (sampler, graphs, buffers, load accounting); "
+        "default: the GPU's.",
     )
     max_num_seqs: int | None = opt(
         kind="int", metavar="N", help="Sampler rows profiled.", low=1, high=1 << 20

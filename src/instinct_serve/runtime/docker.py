@@ -36,7 +36,8 @@ from instinct_serve.runtime.docker_data import (
 )
 from instinct_serve.runtime.docker_errors import daemon_error, last_line, run_error
 
-UNSEEN_HOLDER_WAIT_S = 1.0  # a listener with no visible process: looked at once more
+UNSEEN_HOLDER_WAIT_S = 1.0  # a listener with no visible process: looked at again
+UNSEEN_HOLDER_LOOKS = 3
 
 # --------------------------------------------------------------------------- adapter
 
@@ -410,11 +411,15 @@ class Docker:
 
     def port_holders(self, port: int) -> list[PortHolder]:
         """Who holds ``port``: our containers, foreign containers, or other processes. A
-        listener with no visible process and no container is looked at once more after
-        ``UNSEEN_HOLDER_WAIT_S``: a container being started (another serve's) publishes its
-        port a moment before ``docker ps`` lists it running."""
+        listener with no visible process, or docker's proxy for a container ``docker ps``
+        does not list, is looked at again (``UNSEEN_HOLDER_LOOKS`` times,
+        ``UNSEEN_HOLDER_WAIT_S`` apart): a container being started (another serve's)
+        publishes its port a moment before ``docker ps`` lists it running, longer on a
+        loaded host."""
         holders = self._port_holders(port)
-        if any(h.kind == "process" and h.pid is None for h in holders):
+        for _ in range(UNSEEN_HOLDER_LOOKS):
+            if not any(_unseen(h) for h in holders):
+                break
             time.sleep(UNSEEN_HOLDER_WAIT_S)
             holders = self._port_holders(port)
         return holders
@@ -425,6 +430,14 @@ class Docker:
         except NotReadyError:
             running = []
         return docker_ports.port_holders(self.host, port, running)
+
+
+def _unseen(holder: PortHolder) -> bool:
+    """A holder not identified yet: a listener without a process, or a container's proxy
+    with no container listed."""
+    if holder.kind == "process":
+        return holder.pid is None
+    return holder.kind == "container" and holder.container_id is None
 
 
 def _since(value: str | float) -> str:
