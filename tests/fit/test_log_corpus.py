@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.diagnose.logs import blocks
+
 REPO = Path(__file__).resolve().parents[2]
 CASES_FILE = REPO / "tests" / "fixtures" / "logs" / "fit_cases.json"
 
@@ -51,6 +53,44 @@ def test_every_case_names_its_log_and_split() -> None:
         name = raw["log"].split("#")[0]
         if not name.startswith("notes/"):
             assert (logs / name).is_file(), name
+
+
+QUOTED = sorted(raw["id"] for raw in DOC["cases"] if raw.get("logged_quotes"))
+
+
+def _as_written(value: float) -> str:
+    """A logged figure as a log or table prints it: token counts with thousands commas."""
+    return f"{int(value):,}" if float(value).is_integer() and value >= 1000 else str(value)
+
+
+@pytest.mark.parametrize("case_id", QUOTED)
+def test_each_logged_figure_is_quoted_from_its_log(case_id: str) -> None:
+    """Cases added with ``logged_quotes`` (issue 28): every figure they compare is held to
+    the text of their excerpt: the quote is in the excerpt and carries the figure."""
+    raw = next(c for c in DOC["cases"] if c["id"] == case_id)
+    name, _, block = raw["log"].partition("#")
+    text = blocks(name)[block]
+    quotes = raw["logged_quotes"]
+    assert set(quotes) == set(raw["logged"]), "a logged figure has no quote"
+    for key, quote in quotes.items():
+        assert quote in text, (key, quote)
+        assert _as_written(raw["logged"][key]) in quote, (key, raw["logged"][key], quote)
+    assert raw["source"].startswith("https://") or "/" in raw["source"]
+
+
+def test_the_quoted_cases_are_parsed_as_the_bench_sizes_them() -> None:
+    """The issue 28 additions: held out, vLLM >= 0.20, GPU, and at least 8 of them with the
+    earlier GPU case (the CPU cases are counted apart)."""
+    recent = [CASES[i] for i in QUOTED]
+    assert recent and all(c.split == "held_out" for c in recent)
+    assert all(BENCH.version_band(c.version) == ">=0.20" for c in recent)
+    assert all(c.hw.platform in ("cuda", "rocm") for c in recent)
+    tp4 = CASES["4xrtxpro6000-qwen3-235b-fp8-tp4-v0.27.1"]
+    assert (tp4.hw.gpu_count, tp4.logged["kv_cache_tokens"]) == (4, 621392)
+    assert tp4.parts == {"activation_peak_gib": 0.76}
+    result = BENCH.evaluate()
+    gpu = [r for r in result["cases"] if r["split"] == "held_out" and r["band"] == ">=0.20"]
+    assert len([r for r in gpu if r["platform"] != "cpu"]) >= 8
 
 
 def test_all_cases_meet_the_targets() -> None:
