@@ -9,6 +9,7 @@ output for the same arguments: the MCP tools must not drift from the commands.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,9 @@ def destructive_calls(fakebin: FakeBin) -> list[list[str]]:
 # --------------------------------------------------------------------------- listing
 
 
+MAX_TOOL_LIST = 20_000  # characters of the tool list an agent loads (issue 30)
+
+
 def test_lists_the_tools_with_flat_validated_schemas() -> None:
     async def scenario(client: Client) -> Any:
         return await client.session.list_tools()
@@ -110,13 +114,31 @@ def test_lists_the_tools_with_flat_validated_schemas() -> None:
     listed = run_session(scenario)
     tools = {tool.name: tool for tool in listed.tools}
     assert set(tools) == TOOLS
+    # what an agent loads: name, description and input schema of every tool, as JSON
+    loaded = [
+        {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+        for t in listed.tools
+    ]
+    size = len(json.dumps(loaded))
+    assert size < MAX_TOOL_LIST, f"the tool list is {size:,} characters"
+    said = [t.description or "" for t in listed.tools] + [
+        prop.get("description", "")
+        for t in listed.tools
+        for prop in t.input_schema["properties"].values()
+    ]
+    in_cli_words = [text for text in said if re.search(r"--[a-z]|`instinct ", text)]
+    assert not in_cli_words, in_cli_words  # tools and arguments, not flags and commands
+    assert not any(
+        "title" in prop for t in listed.tools for prop in t.input_schema["properties"].values()
+    )
     for tool in tools.values():
         schema = tool.input_schema
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert "host" in schema["properties"], tool.name  # every tool takes a host
         assert tool.description
     serve = tools["serve"].input_schema["properties"]
-    assert serve["confirm"]["default"] is False
+    assert serve["confirm"]["type"] == "boolean" and "default" not in serve["confirm"]
+    assert serve["model"]["type"] == "string" and "anyOf" not in serve["model"]
     assert serve["port"]["maximum"] == 65535
     plan_props = set(tools["plan"].input_schema["properties"])
     assert plan_props <= set(serve)  # serve takes every plan option
@@ -124,7 +146,7 @@ def test_lists_the_tools_with_flat_validated_schemas() -> None:
     for acting in ("stop", "rollback"):
         annotations = tools[acting].annotations
         assert annotations is not None and annotations.destructive_hint is True
-    assert serve["upgrade"]["default"] is False
+    assert serve["upgrade"]["type"] == "boolean"
     rollback = tools["rollback"].input_schema
     assert rollback["required"] == ["name"]
     assert rollback["properties"]["timeout_s"]["minimum"] >= 1

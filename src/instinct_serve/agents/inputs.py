@@ -242,7 +242,7 @@ def job_input(
             annotation,
             Field(
                 default=None if empty else default,
-                description=spec.help,
+                description=spec.described(agent=True),
                 json_schema_extra=_schema(spec) or None,
             ),
         )

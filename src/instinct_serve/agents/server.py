@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from instinct_serve import __version__
 from instinct_serve.agents import core, inputs
 from instinct_serve.agents.safety import MAX_DOCUMENT, Redactor, bound, secret_values
+from instinct_serve.agents.schema import described_once
 from instinct_serve.errors import ExitCode, InstinctError
 
 log = logging.getLogger("instinct_serve.mcp")
@@ -48,7 +49,8 @@ INSTRUCTIONS = (
     "call again with confirm=true) -> use the endpoint's base_url. On a failure, diagnose. "
     "status/logs/stop act only on endpoints instinct-serve started. stop, rollback and serve "
     "with replace first return what they would stop and remove (change, change_hash): show it, "
-    "then call again with confirm=true and that change_hash. Errors come back as "
+    "then call again with confirm=true and that change_hash. An input without a description "
+    "means what it means in an earlier tool. Errors come back as "
     '{"error": {"id", "message", "fix"}}: act on the id, tell the user the fix. The full '
     "guide is the output of `instinct skill`."
 )
@@ -66,15 +68,15 @@ class Tool:
     read_only: bool = True
     destructive: bool = False
     streams_events: bool = False  # run(inp, sink, cancelled) instead of run(inp)
+    cli: tuple[str, ...] = ()  # the CLI commands this tool covers
 
-    def describe(self) -> types.Tool:
+    def describe(self, input_schema: dict[str, Any]) -> types.Tool:
         return types.Tool(
             name=self.name,
             title=self.title,
             description=self.description,
-            input_schema=self.input_model.model_json_schema(),
+            input_schema=input_schema,
             annotations=types.ToolAnnotations(
-                title=self.title,
                 read_only_hint=self.read_only,
                 destructive_hint=self.destructive,
                 idempotent_hint=self.read_only,
@@ -83,136 +85,135 @@ class Tool:
         )
 
 
+# One row per tool: name, title, what an agent reads, the input, the body, and the CLI
+# commands it covers (docs/mcp.md lists the commands no tool covers, and why).
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
         Tool(
             "detect",
             "Detect AMD GPUs",
-            "The host's AMD GPUs: gfx target, VRAM, count, ROCm version (`instinct detect "
-            "--json`). exit_code 3 in _meta when no GPU is found.",
+            "The host's AMD GPUs: gfx target, VRAM, count, ROCm. exit_code 3: no GPU.",
             inputs.DetectInput,
             core.detect,
+            cli=("detect",),
         ),
         Tool(
             "check",
             "Check the host",
-            "Can the host serve? Docker, GPU devices, groups, HF token, disk, port "
-            "(`instinct check --json`): ready, errors, warnings, fixes. auto_fix applies "
-            "safe fixes; yes (root fixes) only after the user agreed.",
+            "Can the host serve (docker, devices, groups, HF token, disk, port)? auto_fix "
+            "applies safe fixes; yes (root fixes) only after the user agreed.",
             inputs.CheckInput,
             core.check,
             read_only=False,
+            cli=("check",),
         ),
         Tool(
             "recipes_search",
             "Find recipes by name",
-            'Which catalog models a few words mean ("qwen3", "deepseek"), ranked for the GPUs '
-            "(default: detected): the words, fits, verified on this GPU, references "
-            "(`instinct recipes search --json`). Use it before plan/serve when the user names "
-            "a family rather than an org/name id.",
+            "Catalog models a few words mean, ranked for the GPUs. Use it when the user names "
+            "a family, not an org/name id.",
             inputs.RecipesSearchInput,
             core.recipes_search,
+            cli=("recipes search",),
         ),
         Tool(
             "recipes_show",
             "Show a model's recipe",
-            "How a model resolves in the vLLM recipes catalog, and with gpu the merged AMD "
-            "view: args, env, image (`instinct recipes show --json`).",
+            "A model's vLLM recipe; with gpu, the merged AMD view (args, env, image).",
             inputs.RecipesShowInput,
             core.recipes_show,
+            cli=("recipes show",),
         ),
         Tool(
             "fit",
             "Will the model fit?",
-            "Weights, KV cache per token, max context, minimum TP and a verdict: safe, "
-            "tight, too_tight, needs_tp, does_not_fit (`instinct fit --json`).",
+            "Weights, KV per token, max context, minimum TP and a verdict (safe, tight, "
+            "too_tight, needs_tp, does_not_fit).",
             inputs.FitInput,
             core.fit,
+            cli=("fit",),
         ),
         Tool(
             "plan",
             "Plan a launch",
-            "The exact launch (image, docker flags, env, vLLM args, port, container name) "
-            "and why (`instinct plan --json`). Launches nothing.",
+            "The exact launch (image, flags, env, vLLM args, port, name) and why. Launches "
+            "nothing. Inputs without a description mean what they mean in fit.",
             inputs.PlanInput,
             core.plan,
+            cli=("plan",),
         ),
         Tool(
             "serve",
             "Serve a model",
-            "Without confirm: the confirmation summary only (nothing is run on the host). "
-            "With confirm=true and its plan_hash (after the user approved the summary; with "
-            "replace=true also the change_hash of what it removes): check, launch, follow "
-            "startup (progress notifications), health, warm-up, coherence; the result has "
-            "the endpoint's base_url or the diagnosed failure (`instinct serve --json`). "
-            "upgrade=true replaces the running endpoint of that name only once the new plan "
-            "is proven beside it (a bad one leaves it untouched); rollback returns to it.",
+            "Without confirm: the summary to show the user (nothing runs). With confirm=true "
+            "and its plan_hash: check, launch, follow startup (progress), health, warm-up, "
+            "coherence; returns base_url or the diagnosed failure. upgrade=true swaps the "
+            "running endpoint only once the new plan is proven. Other inputs: as in plan.",
             inputs.ServeInput,
             core.serve,
             read_only=False,
             streams_events=True,
+            cli=("serve",),
         ),
         Tool(
             "rollback",
             "Roll back an upgrade",
-            "Serve an endpoint's last good plan (the one serve with upgrade=true replaced): "
-            "proven beside the running endpoint before it takes the port (a failed rollback "
-            "leaves the current one serving). A second rollback undoes the first "
-            "(`instinct rollback NAME --json`). Without confirm: what it would replace and "
-            "keep (change) and its change_hash, nothing done; show it, then call with "
-            "confirm=true and change_hash.",
+            "Serve an endpoint's last good plan again, proven before it takes the port. "
+            "Without confirm: what it would replace and its change_hash; then confirm=true "
+            "with that change_hash.",
             inputs.RollbackInput,
             core.rollback,
             read_only=False,
             destructive=True,
             streams_events=True,
+            cli=("rollback",),
         ),
         Tool(
             "status",
             "List endpoints",
-            "The caller's endpoints (containers, native processes) instinct-serve started on "
-            "the host (`instinct ps --json`), at most 100; everyone=true: every user's.",
+            "The endpoints instinct-serve started on the host (at most 100), with health.",
             inputs.StatusInput,
             core.status,
+            cli=("ps",),
         ),
         Tool(
             "logs",
             "Endpoint log tail",
-            f"The last lines (at most {inputs.MAX_LOG_LINES}, 64 KB) of an endpoint "
-            "instinct-serve started.",
+            f"The last lines (at most {inputs.MAX_LOG_LINES}, 64 KB) of an endpoint's log.",
             inputs.LogsInput,
             core.logs,
+            cli=("logs",),
         ),
         Tool(
             "metrics",
             "Endpoint metrics",
-            "Requests running and waiting, KV cache use, prefix-cache hits, TTFT and "
-            "inter-token latency p50/p90/p99, tokens/s, GPU power and memory, tokens per "
-            "watt, from vLLM's /metrics and amd-smi (`instinct top --once --json`).",
+            "One reading: requests running/waiting, KV use, TTFT and inter-token latency, "
+            "tokens/s, GPU power, tokens per watt.",
             inputs.MetricsInput,
             core.metrics,
+            cli=("top",),
         ),
         Tool(
             "stop",
             "Stop endpoints",
-            "Stop (and remove) endpoints instinct-serve started, by name or all=true (the "
-            "caller's own; everyone=true: every user's); any other container is refused "
-            "(not_managed). Without confirm: what it would stop and remove (change) and its "
-            "change_hash, nothing done; show it, then call with confirm=true and change_hash.",
+            "Stop and remove endpoints instinct-serve started (by name, or all=true). "
+            "Without confirm: what it would stop and its change_hash; then confirm=true with "
+            "that change_hash.",
             inputs.StopInput,
             core.stop,
             read_only=False,
             destructive=True,
+            cli=("stop",),
         ),
         Tool(
             "diagnose",
             "Diagnose a failure",
-            "Why a vLLM launch failed and the fix, from log text, an instinct-serve "
-            "container's log, or a one-line symptom (`instinct diagnose --json`): findings "
-            "with stable ids, most specific first.",
+            "Why a vLLM launch failed and the fix, from log text, an endpoint's log or a "
+            "symptom: findings with stable ids, most specific first.",
             inputs.DiagnoseInput,
             core.diagnose,
+            cli=("diagnose",),
         ),
     )
 }
@@ -319,7 +320,13 @@ class Progress:
 async def list_tools(
     ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=[tool.describe() for tool in TOOLS.values()])
+    return types.ListToolsResult(tools=tool_list())
+
+
+def tool_list() -> list[types.Tool]:
+    """What ``tools/list`` returns: every tool, its lean schema (``agents.schema``)."""
+    schemas = described_once([tool.input_model.model_json_schema() for tool in TOOLS.values()])
+    return [tool.describe(schema) for tool, schema in zip(TOOLS.values(), schemas, strict=True)]
 
 
 async def call_tool(
