@@ -25,6 +25,7 @@ TOOLS = {
     "check",
     "recipes_search",
     "recipes_show",
+    "recipes_sync",
     "fit",
     "plan",
     "serve",
@@ -32,6 +33,9 @@ TOOLS = {
     "status",
     "logs",
     "metrics",
+    "bench",
+    "cache",
+    "partition",
     "stop",
     "diagnose",
 }
@@ -141,7 +145,7 @@ def test_lists_the_tools_with_flat_validated_schemas() -> None:
     assert serve["model"]["type"] == "string" and "anyOf" not in serve["model"]
     assert serve["port"]["maximum"] == 65535
     plan_props = set(tools["plan"].input_schema["properties"])
-    assert plan_props <= set(serve)  # serve takes every plan option
+    assert plan_props - {"list", "format"} <= set(serve)  # serve takes every plan option
     assert tools["logs"].input_schema["properties"]["tail"]["maximum"] == 500
     for acting in ("stop", "rollback"):
         annotations = tools[acting].annotations
@@ -304,7 +308,7 @@ def test_bad_arguments_are_structured_errors() -> None:
         assert "Traceback" not in call.text
         assert "abcdefgh" not in call.everything()  # rejected values are not echoed
         if error["id"] == "bad_gpu_count":  # in the caller's words: arguments, not flags
-            assert "`hosts`" in error["fix"] and "`gpu_count` to 8" in error["fix"], error
+            assert "several nodes" in error["fix"] and "`gpu_count` to 8" in error["fix"], error
             assert "--" not in error["fix"], error
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from instinct_serve.names import CONTAINER_NAME
 from instinct_serve.options.spec import first_sentence
 
 DROPPED = ("title", "examples")
@@ -69,10 +70,13 @@ def _lean(prop: dict[str, Any]) -> dict[str, Any]:
 
 
 def _guard(key: str, value: Any) -> bool:
-    """A bound only a runaway value meets (it guards the server, which enforces it), not
-    one an agent has to know: a length of 255 or more, a maximum of 100,000 or more."""
+    """A bound only a runaway or hostile value meets (it guards the server, which enforces
+    it), not one an agent has to know: a length of 255 or more, a maximum of 100,000 or
+    more, the container-name pattern (no leading '-': no option smuggling)."""
     if key == "maxLength":
         return bool(value >= GUARD_LENGTH)
+    if key == "pattern":
+        return bool(value == f"^{CONTAINER_NAME.pattern}$")
     return key == "maximum" and value >= GUARD_MAXIMUM
 
 
@@ -90,5 +94,5 @@ def brief(text: str) -> str:
     return text
 
 
-LONG = 80
+LONG = 60
 ASIDE = re.compile(r" \((?:[^()]|\([^()]*\))*\)")

@@ -43,6 +43,7 @@ log = logging.getLogger("instinct_serve.mcp")
 
 SERVER_NAME = "instinct-serve"
 EXIT_CODE_META = "instinct-serve/exit_code"
+SKILL_URI = "instinct-serve://skill"  # the skill guide, as a resource
 INSTRUCTIONS = (
     "Serve Hugging Face models as OpenAI-compatible vLLM endpoints on AMD Instinct GPUs. "
     "Sequence: detect -> check -> fit -> plan -> serve (show the summary to the user, then "
@@ -52,7 +53,7 @@ INSTRUCTIONS = (
     "then call again with confirm=true and that change_hash. An input without a description "
     "means what it means in an earlier tool. Errors come back as "
     '{"error": {"id", "message", "fix"}}: act on the id, tell the user the fix. The full '
-    "guide is the output of `instinct skill`."
+    f"guide is the resource {SKILL_URI}."
 )
 
 
@@ -101,8 +102,7 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "check",
             "Check the host",
-            "Can the host serve (docker, devices, groups, HF token, disk, port)? auto_fix "
-            "applies safe fixes; yes (root fixes) only after the user agreed.",
+            "Can the host serve (docker, devices, groups, HF token, disk, port)?",
             inputs.CheckInput,
             core.check,
             read_only=False,
@@ -111,8 +111,7 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "recipes_search",
             "Find recipes by name",
-            "Catalog models a few words mean, ranked for the GPUs. Use it when the user names "
-            "a family, not an org/name id.",
+            "Catalog models a few words mean (a family, not an org/name id), ranked.",
             inputs.RecipesSearchInput,
             core.recipes_search,
             cli=("recipes search",),
@@ -126,6 +125,15 @@ TOOLS: dict[str, Tool] = {
             cli=("recipes show",),
         ),
         Tool(
+            "recipes_sync",
+            "Refresh the recipes",
+            "Fetch the newest vLLM recipes, ROCm image and AMD reference configs (network).",
+            inputs.RecipesSyncInput,
+            core.recipes_sync,
+            read_only=False,
+            cli=("recipes sync",),
+        ),
+        Tool(
             "fit",
             "Will the model fit?",
             "Weights, KV per token, max context, minimum TP and a verdict (safe, tight, "
@@ -137,8 +145,8 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "plan",
             "Plan a launch",
-            "The exact launch (image, flags, env, vLLM args, port, name) and why. Launches "
-            "nothing. Inputs without a description mean what they mean in fit.",
+            "The exact launch and why (launches nothing); list: the ranked alternatives; "
+            "format: the launch as text.",
             inputs.PlanInput,
             core.plan,
             cli=("plan",),
@@ -146,10 +154,9 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "serve",
             "Serve a model",
-            "Without confirm: the summary to show the user (nothing runs). With confirm=true "
-            "and its plan_hash: check, launch, follow startup (progress), health, warm-up, "
-            "coherence; returns base_url or the diagnosed failure. upgrade=true swaps the "
-            "running endpoint only once the new plan is proven. Other inputs: as in plan.",
+            "Without confirm: the summary to show the user. With confirm=true and its "
+            "plan_hash: check, launch (progress), health, warm-up, coherence; returns base_url "
+            "or the diagnosed failure. Other inputs: as in plan.",
             inputs.ServeInput,
             core.serve,
             read_only=False,
@@ -159,9 +166,8 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "rollback",
             "Roll back an upgrade",
-            "Serve an endpoint's last good plan again, proven before it takes the port. "
-            "Without confirm: what it would replace and its change_hash; then confirm=true "
-            "with that change_hash.",
+            "Serve an endpoint's last good plan again (after an upgrade). Without confirm: "
+            "what it would replace; then confirm=true with its change_hash.",
             inputs.RollbackInput,
             core.rollback,
             read_only=False,
@@ -188,18 +194,43 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "metrics",
             "Endpoint metrics",
-            "One reading: requests running/waiting, KV use, TTFT and inter-token latency, "
-            "tokens/s, GPU power, tokens per watt.",
+            "One reading of load, KV use, latencies, tokens/s and tokens per watt.",
             inputs.MetricsInput,
             core.metrics,
             cli=("top",),
         ),
         Tool(
+            "bench",
+            "Benchmark an endpoint",
+            "vllm bench serve per concurrency level (progress per step) next to AMD's "
+            "published points; minutes of load on the endpoint.",
+            inputs.BenchInput,
+            core.bench,
+            read_only=False,
+            streams_events=True,
+            cli=("bench run",),
+        ),
+        Tool(
+            "cache",
+            "List compile caches",
+            "The compile caches serve keeps per image and gfx: size, image, last use, users.",
+            inputs.CacheInput,
+            core.cache,
+            cli=("cache ls",),
+        ),
+        Tool(
+            "partition",
+            "GPU partition modes",
+            "The GPUs' compute and memory partition modes (SPX, CPX, NPS1, ...) and the others.",
+            inputs.PartitionInput,
+            core.partition,
+            cli=("partition show",),
+        ),
+        Tool(
             "stop",
             "Stop endpoints",
-            "Stop and remove endpoints instinct-serve started (by name, or all=true). "
-            "Without confirm: what it would stop and its change_hash; then confirm=true with "
-            "that change_hash.",
+            "Stop and remove endpoints instinct-serve started. Without confirm: what it would "
+            "stop; then confirm=true with its change_hash.",
             inputs.StopInput,
             core.stop,
             read_only=False,
@@ -209,8 +240,7 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "diagnose",
             "Diagnose a failure",
-            "Why a vLLM launch failed and the fix, from log text, an endpoint's log or a "
-            "symptom: findings with stable ids, most specific first.",
+            "Why a vLLM launch failed and the fix, from log text, an endpoint or a symptom.",
             inputs.DiagnoseInput,
             core.diagnose,
             cli=("diagnose",),
@@ -367,6 +397,37 @@ async def call_tool(
     return _result(outcome.doc, outcome.exit_code, is_error=outcome.failed)
 
 
+# The resources: what an agent reads, not calls (the skill guide, ``instinct skill``).
+RESOURCES = {SKILL_URI: ("skill", "How an agent drives instinct-serve (SKILL.md)", "text/markdown")}
+
+
+async def list_resources(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+) -> types.ListResourcesResult:
+    return types.ListResourcesResult(
+        resources=[
+            types.Resource(uri=uri, name=name, description=about, mime_type=mime)
+            for uri, (name, about, mime) in RESOURCES.items()
+        ]
+    )
+
+
+async def read_resource(
+    ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+) -> types.ReadResourceResult:
+    from instinct_serve.agents import skill_text
+
+    if str(params.uri) not in RESOURCES:
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f"unknown resource {params.uri!s}; the resources are: {', '.join(RESOURCES)}",
+        )
+    text = skill_text()
+    return types.ReadResourceResult(
+        contents=[types.TextResourceContents(uri=SKILL_URI, text=text, mime_type="text/markdown")]
+    )
+
+
 def build_server() -> Server[Any]:
     """The low-level server with the tools registered."""
     return Server(
@@ -376,6 +437,8 @@ def build_server() -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
     )
 
 

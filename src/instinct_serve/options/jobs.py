@@ -232,6 +232,7 @@ class FitRequest(SizingOptions):
     )
     device_name: str | None = opt(
         kind="text",
+        agent_help="Device name as vLLM reads it (its batch defaults).",
         metavar="NAME",
         help="Device name as vLLM reads it, with --vram-gb: batch defaults ('A100' is small) "
         "and, before vLLM 0.11, NCCL buffers at TP > 1 (an SXM name: NVSwitch).",
@@ -424,6 +425,7 @@ class PlanOptions(SizingOptions):
     )
     workload: str = opt(
         "general",
+        agent_help="general, or agentic: AMD's reference config of that scenario.",
         kind="choice",
         choices=("general", "agentic"),
         help="What the endpoint serves: general, or agentic (coding agents: long multi-turn "
@@ -432,6 +434,7 @@ class PlanOptions(SizingOptions):
     )
     speculative_eagle3: int = opt(
         0,
+        agent_help="EAGLE3 speculative decoding with N draft tokens (AMD's draft model).",
         kind="int",
         metavar="N",
         help="EAGLE3 speculative decoding with N draft tokens, with the draft model of AMD's "
