@@ -17,6 +17,8 @@ from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
+from instinct_serve.agents.server import VOCABULARY
+from instinct_serve.agents.wording import for_agent
 from tests.agents.conftest import FIXTURE_LOGS, Call, Client, run_session, server_env
 from tests.infra.fakebin import FakeBin
 
@@ -45,7 +47,7 @@ OOM_LOG = FIXTURE_LOGS / "02_oom_during_cuda_graph_capture.log"
 
 
 def cli_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
-    """``instinct ARGS`` (the same interpreter) and its JSON stdout."""
+    """``instinct ARGS`` (the same interpreter) and its JSON stdout, in an agent's words."""
     out = subprocess.run(
         [sys.executable, "-m", "instinct_serve", *args],
         capture_output=True,
@@ -54,7 +56,8 @@ def cli_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
         env=env or server_env(),
     )
     assert out.stdout.strip(), f"no stdout; stderr:\n{out.stderr[-3000:]}"
-    return out.returncode, json.loads(out.stdout)
+    # the same document, its prose in an MCP caller's words (tools, not commands)
+    return out.returncode, for_agent(json.loads(out.stdout), VOCABULARY)
 
 
 def container_doc(name: str, *, managed: bool, port: int = 8000) -> dict[str, Any]:
@@ -200,7 +203,7 @@ def test_detect_plan_fit_and_recipes_are_the_cli_json_documents(
 
     assert recipe.doc["match"]["match"] == "exact" and recipe.doc["amd"]["gpu"] == "mi300x"
     # the shipped snapshot is old: an agent is told so in the document, not only on stderr
-    assert any("`instinct recipes sync`" in w for w in recipe.doc["warnings"])
+    assert any("the `recipes_sync` tool" in w for w in recipe.doc["warnings"])
     code, doc = cli_json("recipes", "show", DEFAULT_MODEL, "--gpu", "mi300x", "--json")
     assert (code, doc) == (0, recipe.doc)
 

@@ -37,6 +37,7 @@ from instinct_serve import __version__
 from instinct_serve.agents import core, inputs
 from instinct_serve.agents.safety import MAX_DOCUMENT, Redactor, bound, secret_values
 from instinct_serve.agents.schema import described_once
+from instinct_serve.agents.wording import Vocabulary, for_agent
 from instinct_serve.errors import ExitCode, InstinctError
 
 log = logging.getLogger("instinct_serve.mcp")
@@ -249,6 +250,18 @@ TOOLS: dict[str, Tool] = {
 }
 
 
+# What ``agents.wording`` rewrites the CLI's words into: the tools and their arguments
+# (fit's own inputs reproduce a vLLM profile: there a flag is vLLM's, not an argument).
+VOCABULARY = Vocabulary(
+    tools={tool.name: tool.cli for tool in TOOLS.values()},
+    arguments=frozenset(
+        name
+        for tool in TOOLS.values()
+        if tool.name != "fit"
+        for name in tool.input_model.model_fields
+    ),
+)
+
 # --------------------------------------------------------------------------- results
 
 
@@ -279,7 +292,7 @@ def _error_doc(exc: BaseException) -> tuple[dict[str, Any], int]:
 
 def _result(doc: dict[str, Any], exit_code: int, *, is_error: bool) -> types.CallToolResult:
     """The same document as text and as structured content, redacted and bounded."""
-    safe = bound(Redactor(secret_values())(doc))
+    safe = bound(Redactor(secret_values())(for_agent(doc, VOCABULARY)))
     text = json.dumps(safe, indent=2, ensure_ascii=False)
     if len(text) > MAX_DOCUMENT:
         return _result(
