@@ -357,7 +357,7 @@ class PlanExtras(JobInput):
     mcp_only: ClassVar[frozenset[str]] = frozenset({"host", "format", "list"})
 
     format: Literal["docker", "shell", "native", "compose", "k8s"] | None = Field(
-        default=None, description="Also the launch as this text (docker: one pasteable command)."
+        default=None, description="Also the launch as this text (rendered.text)."
     )
     list: bool = Field(
         default=False, description="Every precision x TP this target could run, ranked."
