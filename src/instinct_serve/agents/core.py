@@ -111,7 +111,8 @@ def check(inp: CheckInput) -> Outcome:
         yes=inp.yes,
     )
     report = run_checks(host, options)
-    return Outcome(_doc(report), int(ExitCode.OK if report.ready else ExitCode.NOT_READY))
+    code = ExitCode.OK if report.ready else ExitCode.NOT_READY
+    return Outcome(_doc(report.to_dict(agent=True)), int(code))
 
 
 def recipes_show(inp: RecipesShowInput) -> Outcome:
@@ -403,7 +404,10 @@ def serve(inp: ServeExtras, sink: EventSink, cancelled: Callable[[], bool]) -> O
     opts: ServeOptions = inp.options()
     host = _host(inp.host)
     if not inp.confirm:  # the plan prepare will make (a CPU-only engine's: its CPU's)
+        from instinct_serve.runtime.prepare import require_token
+
         result = serve_plan(host, opts.plan_options(), engine=opts.engine)
+        require_token(result)  # a gated model with no token: no summary to approve
         doc = serve_summary(result, host, upgrade=opts.upgrade)
         if opts.replace:
             doc |= _replacing(host, result, opts.engine)
