@@ -73,6 +73,14 @@ _SHAPES = re.compile(
     )
 )
 
+# Where an MCP caller's Hub token comes from: the server's own environment (the server
+# launches with what it has: ``runtime.secret_env``), or the file ``hf auth login`` writes.
+AGENT_TOKEN = (
+    "the user gives this MCP server a read token of that account: HF_TOKEN in the server's "
+    "environment (its entry in the MCP client's configuration, then restart it) or `hf auth "
+    "login` on this machine"
+)
+
 
 def is_secret_name(name: str) -> bool:
     """An environment variable whose value is a credential (``HF_TOKEN``, ``*_API_KEY``,

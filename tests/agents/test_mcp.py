@@ -9,6 +9,7 @@ output for the same arguments: the MCP tools must not drift from the commands.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
+from instinct_serve.agents.server import VOCABULARY
+from instinct_serve.agents.wording import for_agent
 from tests.agents.conftest import FIXTURE_LOGS, Call, Client, run_session, server_env
 from tests.infra.fakebin import FakeBin
 
@@ -24,6 +27,7 @@ TOOLS = {
     "check",
     "recipes_search",
     "recipes_show",
+    "recipes_sync",
     "fit",
     "plan",
     "serve",
@@ -31,6 +35,9 @@ TOOLS = {
     "status",
     "logs",
     "metrics",
+    "bench",
+    "cache",
+    "partition",
     "stop",
     "diagnose",
 }
@@ -40,7 +47,7 @@ OOM_LOG = FIXTURE_LOGS / "02_oom_during_cuda_graph_capture.log"
 
 
 def cli_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
-    """``instinct ARGS`` (the same interpreter) and its JSON stdout."""
+    """``instinct ARGS`` (the same interpreter) and its JSON stdout, in an agent's words."""
     out = subprocess.run(
         [sys.executable, "-m", "instinct_serve", *args],
         capture_output=True,
@@ -49,7 +56,8 @@ def cli_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
         env=env or server_env(),
     )
     assert out.stdout.strip(), f"no stdout; stderr:\n{out.stderr[-3000:]}"
-    return out.returncode, json.loads(out.stdout)
+    # the same document, its prose in an MCP caller's words (tools, not commands)
+    return out.returncode, for_agent(json.loads(out.stdout), VOCABULARY)
 
 
 def container_doc(name: str, *, managed: bool, port: int = 8000) -> dict[str, Any]:
@@ -103,6 +111,9 @@ def destructive_calls(fakebin: FakeBin) -> list[list[str]]:
 # --------------------------------------------------------------------------- listing
 
 
+MAX_TOOL_LIST = 20_000  # characters of the tool list an agent loads (issue 30)
+
+
 def test_lists_the_tools_with_flat_validated_schemas() -> None:
     async def scenario(client: Client) -> Any:
         return await client.session.list_tools()
@@ -110,21 +121,39 @@ def test_lists_the_tools_with_flat_validated_schemas() -> None:
     listed = run_session(scenario)
     tools = {tool.name: tool for tool in listed.tools}
     assert set(tools) == TOOLS
+    # what an agent loads: name, description and input schema of every tool, as JSON
+    loaded = [
+        {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+        for t in listed.tools
+    ]
+    size = len(json.dumps(loaded))
+    assert size < MAX_TOOL_LIST, f"the tool list is {size:,} characters"
+    said = [t.description or "" for t in listed.tools] + [
+        prop.get("description", "")
+        for t in listed.tools
+        for prop in t.input_schema["properties"].values()
+    ]
+    in_cli_words = [text for text in said if re.search(r"--[a-z]|`instinct ", text)]
+    assert not in_cli_words, in_cli_words  # tools and arguments, not flags and commands
+    assert not any(
+        "title" in prop for t in listed.tools for prop in t.input_schema["properties"].values()
+    )
     for tool in tools.values():
         schema = tool.input_schema
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert "host" in schema["properties"], tool.name  # every tool takes a host
         assert tool.description
     serve = tools["serve"].input_schema["properties"]
-    assert serve["confirm"]["default"] is False
+    assert serve["confirm"]["type"] == "boolean" and "default" not in serve["confirm"]
+    assert serve["model"]["type"] == "string" and "anyOf" not in serve["model"]
     assert serve["port"]["maximum"] == 65535
     plan_props = set(tools["plan"].input_schema["properties"])
-    assert plan_props <= set(serve)  # serve takes every plan option
+    assert plan_props - {"list", "format"} <= set(serve)  # serve takes every plan option
     assert tools["logs"].input_schema["properties"]["tail"]["maximum"] == 500
     for acting in ("stop", "rollback"):
         annotations = tools[acting].annotations
         assert annotations is not None and annotations.destructive_hint is True
-    assert serve["upgrade"]["default"] is False
+    assert serve["upgrade"]["type"] == "boolean"
     rollback = tools["rollback"].input_schema
     assert rollback["required"] == ["name"]
     assert rollback["properties"]["timeout_s"]["minimum"] >= 1
@@ -174,7 +203,7 @@ def test_detect_plan_fit_and_recipes_are_the_cli_json_documents(
 
     assert recipe.doc["match"]["match"] == "exact" and recipe.doc["amd"]["gpu"] == "mi300x"
     # the shipped snapshot is old: an agent is told so in the document, not only on stderr
-    assert any("`instinct recipes sync`" in w for w in recipe.doc["warnings"])
+    assert any("the `recipes_sync` tool" in w for w in recipe.doc["warnings"])
     code, doc = cli_json("recipes", "show", DEFAULT_MODEL, "--gpu", "mi300x", "--json")
     assert (code, doc) == (0, recipe.doc)
 
@@ -282,7 +311,7 @@ def test_bad_arguments_are_structured_errors() -> None:
         assert "Traceback" not in call.text
         assert "abcdefgh" not in call.everything()  # rejected values are not echoed
         if error["id"] == "bad_gpu_count":  # in the caller's words: arguments, not flags
-            assert "`hosts`" in error["fix"] and "`gpu_count` to 8" in error["fix"], error
+            assert "several nodes" in error["fix"] and "`gpu_count` to 8" in error["fix"], error
             assert "--" not in error["fix"], error
 
 

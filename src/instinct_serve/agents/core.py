@@ -21,14 +21,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve.agents.inputs import (
+    BenchInput,
+    CacheInput,
     CheckInput,
     DetectInput,
     DiagnoseInput,
     JobInput,
     LogsInput,
     MetricsInput,
+    PartitionInput,
+    PlanExtras,
     RecipesSearchInput,
     RecipesShowInput,
+    RecipesSyncInput,
     RollbackExtras,
     ServeExtras,
     StatusInput,
@@ -106,7 +111,8 @@ def check(inp: CheckInput) -> Outcome:
         yes=inp.yes,
     )
     report = run_checks(host, options)
-    return Outcome(_doc(report), int(ExitCode.OK if report.ready else ExitCode.NOT_READY))
+    code = ExitCode.OK if report.ready else ExitCode.NOT_READY
+    return Outcome(_doc(report.to_dict(agent=True)), int(code))
 
 
 def recipes_show(inp: RecipesShowInput) -> Outcome:
@@ -150,12 +156,61 @@ def fit(inp: JobInput) -> Outcome:
     return Outcome(doc, int(ExitCode.FAILED if answer.failed else ExitCode.OK))
 
 
-def plan(inp: JobInput) -> Outcome:
-    """``instinct plan --json`` (an MI300X profile when the local machine has no GPU)."""
+def plan(inp: PlanExtras) -> Outcome:
+    """``instinct plan --json`` (an MI300X profile when the local machine has no GPU); with
+    ``list``, ``plan --list --json``; with ``format``, the document and that rendering."""
     from instinct_serve.gather.plan import plan_for
 
     opts: PlanOptions = inp.options()
-    return Outcome(_doc(plan_for(opts, _host(inp.host), fallback_gpu=True)))
+    host = _host(inp.host)
+    if inp.list:
+        from instinct_serve.gather.choices import plan_choices
+
+        if host.is_local:
+            opts.default_gpu = "mi300x"
+        listing = plan_choices(opts, host)
+        failed = listing.plan_error is not None
+        return Outcome(_doc(listing.to_dict()), int(ExitCode.FAILED if failed else ExitCode.OK))
+    result = plan_for(opts, host, fallback_gpu=True)
+    doc = _doc(result)
+    if inp.format:
+        from instinct_serve.plan.render import render, secret_notes
+
+        doc["rendered"] = {
+            "format": inp.format,
+            "text": render(result.plan, inp.format),
+            "notes": secret_notes(result.plan, inp.format),
+        }
+    return Outcome(doc)
+
+
+def partition(inp: PartitionInput) -> Outcome:
+    """``instinct partition show --json``: the GPUs' modes and how to reach the others."""
+    from instinct_serve.gather.partitions import survey
+
+    return Outcome(_doc(survey(_host(inp.host), sysfs_root=inp.sysfs_root).to_dict()))
+
+
+def cache(inp: CacheInput) -> Outcome:
+    """``instinct cache ls --json``: the compile caches, their size, image and users."""
+    from instinct_serve.runtime.caches import listing_for
+
+    host = _host(inp.host)
+    return Outcome(listing_for(host, inp.compile_cache).to_dict(host))
+
+
+def recipes_sync(inp: RecipesSyncInput) -> Outcome:
+    """``instinct recipes sync --json``: the recipes cache and AMD's reference configs."""
+    from instinct_serve.gather.recipes_sync import sync_from
+
+    report = sync_from(
+        inp.source,
+        repo_url=inp.repo_url,
+        api_url=inp.api_url,
+        hub_url=inp.hub_url,
+        reference_url=inp.reference_url,
+    )
+    return Outcome(_doc(report.to_dict()))
 
 
 def diagnose(inp: DiagnoseInput) -> Outcome:
@@ -218,6 +273,44 @@ def metrics(inp: MetricsInput) -> Outcome:
 
     doc = observe_once(_host(inp.host), inp.names, inp.window_s, gpus=inp.gpu)
     return Outcome(doc.to_dict(), int(ExitCode.OK if doc.ok else ExitCode.FAILED))
+
+
+def bench(inp: BenchInput, sink: EventSink, cancelled: Callable[[], bool]) -> Outcome:
+    """``instinct bench NAME --json``: the step events to ``sink`` (progress), then the run
+    next to AMD's published points; stored unless ``save`` is false."""
+    from instinct_serve.observe import bench as model
+    from instinct_serve.runtime import bench as runner
+
+    settings = model.Settings(
+        concurrency=tuple(model.parse_concurrency(",".join(map(str, inp.concurrency)))),
+        requests=inp.requests,
+        input_len=inp.input_len,
+        output_len=inp.output_len,
+        step_timeout_s=inp.step_timeout_s,
+    )
+    host = _host(inp.host)
+    endpoint = runner.resolve(host, inp.name)
+    steps = {"index": 0, "total": len(settings.concurrency)}
+
+    def started(level: int, index: int, total: int) -> None:
+        steps["index"] = index
+
+    def done(level: int, point: Any, error: dict[str, Any] | None) -> None:
+        sink(to_jsonable(model.step_event(steps["index"], steps["total"], level, point, error)))
+
+    result, reference = runner.sweep(
+        host,
+        endpoint,
+        settings,
+        vllm=inp.vllm,
+        gpu_name=inp.gpu,
+        store=inp.save,
+        on_step=done,
+        on_start=started,
+    )
+    failed = not result.points or bool(result.errors)
+    doc = _doc(result.to_dict() | {"reference": reference})
+    return Outcome(doc, int(ExitCode.FAILED if failed else ExitCode.OK), failed=not result.points)
 
 
 def stop(inp: StopInput) -> Outcome:
@@ -311,7 +404,10 @@ def serve(inp: ServeExtras, sink: EventSink, cancelled: Callable[[], bool]) -> O
     opts: ServeOptions = inp.options()
     host = _host(inp.host)
     if not inp.confirm:  # the plan prepare will make (a CPU-only engine's: its CPU's)
+        from instinct_serve.runtime.prepare import require_token
+
         result = serve_plan(host, opts.plan_options(), engine=opts.engine)
+        require_token(result)  # a gated model with no token: no summary to approve
         doc = serve_summary(result, host, upgrade=opts.upgrade)
         if opts.replace:
             doc |= _replacing(host, result, opts.engine)

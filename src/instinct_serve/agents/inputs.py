@@ -9,7 +9,7 @@ and list is bounded: the arguments come from a model, not a person.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +24,15 @@ from pydantic.json_schema import SkipJsonSchema
 
 from instinct_serve.errors import UsageError
 from instinct_serve.names import CONTAINER_NAME, ENV_NAME, MAX_ENV_NAME
+from instinct_serve.observe.bench import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_INPUT_LEN,
+    DEFAULT_OUTPUT_LEN,
+    DEFAULT_STEP_TIMEOUT_S,
+    MAX_CONCURRENCY,
+    MAX_REQUESTS,
+    MAX_STEPS,
+)
 from instinct_serve.options import (
     FitRequest,
     JobOptions,
@@ -148,10 +157,7 @@ class JobInput(ToolInput):
 
 
 HASH_PATTERN = r"^[0-9a-f]{6,64}$"
-CHANGE_HASH_HELP = (
-    "The change_hash of the summary the user approved: refused (change_changed) if what "
-    "would be touched now differs."
-)
+CHANGE_HASH_HELP = "From the summary the user approved."
 
 
 class Approval(BaseModel):
@@ -160,9 +166,7 @@ class Approval(BaseModel):
 
     confirm: bool = Field(
         default=False,
-        description="Do it. Without it, only the summary of what it would stop and remove "
-        "comes back: show it to the user, then call again with confirm=true and its "
-        "change_hash once they agree.",
+        description="Do it (else: only the summary of what it would do).",
     )
     change_hash: str | None = Field(
         default=None, pattern=HASH_PATTERN, description=CHANGE_HASH_HELP
@@ -177,20 +181,17 @@ class ServeExtras(JobInput):
 
     confirm: bool = Field(
         default=False,
-        description="Launch. Without it, only the confirmation summary comes back: show it "
-        "to the user and call again with confirm=true once they agree.",
+        description="Launch (else: only the summary).",
     )
     plan_hash: str | None = Field(
         default=None,
         pattern=HASH_PATTERN,
-        description="The plan_hash of the summary the user approved (required with "
-        "confirm=true): refuse (plan_changed) if the plan made at launch differs.",
+        description="From the summary the user approved (with confirm=true).",
     )
     change_hash: str | None = Field(
         default=None,
         pattern=HASH_PATTERN,
-        description="With replace=true, when the summary lists what the replacement stops "
-        "and removes: its change_hash. " + CHANGE_HASH_HELP,
+        description="With replace=true: " + CHANGE_HASH_HELP,
     )
 
 
@@ -242,7 +243,7 @@ def job_input(
             annotation,
             Field(
                 default=None if empty else default,
-                description=spec.help,
+                description=spec.described(agent=True),
                 json_schema_extra=_schema(spec) or None,
             ),
         )
@@ -257,7 +258,6 @@ def job_input(
 
 
 FitInput = job_input("FitInput", FitRequest)
-PlanInput = job_input("PlanInput", PlanOptions)
 ServeInput = job_input("ServeInput", ServeOptions, base=ServeExtras)
 
 
@@ -349,3 +349,61 @@ class DiagnoseInput(ToolInput):
         if len(given) != 1:
             raise ValueError("give exactly one of log_text, container or symptom")
         return self
+
+
+class PlanExtras(JobInput):
+    """What only the MCP ``plan`` takes: the CLI's ``--format`` and ``--list``."""
+
+    mcp_only: ClassVar[frozenset[str]] = frozenset({"host", "format", "list"})
+
+    format: Literal["docker", "shell", "native", "compose", "k8s"] | None = Field(
+        default=None, description="Also the launch as this text (rendered.text)."
+    )
+    list: bool = Field(
+        default=False, description="Every precision x TP this target could run, ranked."
+    )
+
+
+PlanInput = job_input("PlanInput", PlanOptions, base=PlanExtras)
+
+
+class BenchInput(ToolInput):
+    """``instinct bench NAME``: one ``vllm bench serve`` step per concurrency level."""
+
+    name: ContainerName | None = Field(default=None, description="Default: the only endpoint.")
+    concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(
+        default_factory=lambda: list(DEFAULT_CONCURRENCY), min_length=1, max_length=MAX_STEPS
+    )
+    requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
+    input_len: int = Field(default=DEFAULT_INPUT_LEN, ge=1, le=1_000_000)
+    output_len: int = Field(default=DEFAULT_OUTPUT_LEN, ge=1, le=1_000_000)
+    step_timeout_s: float = Field(default=DEFAULT_STEP_TIMEOUT_S, ge=5, le=86_400)
+    vllm: str | None = Field(
+        default=None, max_length=4096, description="vllm executable on the host to run it with."
+    )
+    gpu: Text | None = Field(default=None, description="GPU of AMD's points to compare with.")
+    save: bool = Field(default=True, description="Store the run.")
+
+
+class CacheInput(ToolInput):
+    """``instinct cache ls``: the compile caches kept per image and gfx."""
+
+    compile_cache: str | None = Field(
+        default=None, max_length=4096, description="The directory serve was given, if any."
+    )
+
+
+class PartitionInput(ToolInput):
+    """``instinct partition show``: the GPUs' compute and memory partition modes."""
+
+    sysfs_root: TestOnly = Field(default="/", max_length=4096)
+
+
+class RecipesSyncInput(ToolInput):
+    """``instinct recipes sync``: refresh the recipes and AMD's reference configs."""
+
+    source: Literal["git", "api"] = "git"
+    repo_url: TestOnly | None = Field(default=None, max_length=4096)
+    api_url: TestOnly | None = Field(default=None, max_length=4096)
+    hub_url: TestOnly | None = Field(default=None, max_length=4096)
+    reference_url: TestOnly | None = Field(default=None, max_length=4096)

@@ -36,21 +36,25 @@ from pydantic import ValidationError
 from instinct_serve import __version__
 from instinct_serve.agents import core, inputs
 from instinct_serve.agents.safety import MAX_DOCUMENT, Redactor, bound, secret_values
+from instinct_serve.agents.schema import described_once
+from instinct_serve.agents.wording import Vocabulary, for_agent
 from instinct_serve.errors import ExitCode, InstinctError
 
 log = logging.getLogger("instinct_serve.mcp")
 
 SERVER_NAME = "instinct-serve"
 EXIT_CODE_META = "instinct-serve/exit_code"
+SKILL_URI = "instinct-serve://skill"  # the skill guide, as a resource
 INSTRUCTIONS = (
     "Serve Hugging Face models as OpenAI-compatible vLLM endpoints on AMD Instinct GPUs. "
     "Sequence: detect -> check -> fit -> plan -> serve (show the summary to the user, then "
     "call again with confirm=true) -> use the endpoint's base_url. On a failure, diagnose. "
     "status/logs/stop act only on endpoints instinct-serve started. stop, rollback and serve "
     "with replace first return what they would stop and remove (change, change_hash): show it, "
-    "then call again with confirm=true and that change_hash. Errors come back as "
+    "then call again with confirm=true and that change_hash. An input without a description "
+    "means what it means in an earlier tool. Errors come back as "
     '{"error": {"id", "message", "fix"}}: act on the id, tell the user the fix. The full '
-    "guide is the output of `instinct skill`."
+    f"guide is the resource {SKILL_URI}."
 )
 
 
@@ -66,15 +70,15 @@ class Tool:
     read_only: bool = True
     destructive: bool = False
     streams_events: bool = False  # run(inp, sink, cancelled) instead of run(inp)
+    cli: tuple[str, ...] = ()  # the CLI commands this tool covers
 
-    def describe(self) -> types.Tool:
+    def describe(self, input_schema: dict[str, Any]) -> types.Tool:
         return types.Tool(
             name=self.name,
             title=self.title,
             description=self.description,
-            input_schema=self.input_model.model_json_schema(),
+            input_schema=input_schema,
             annotations=types.ToolAnnotations(
-                title=self.title,
                 read_only_hint=self.read_only,
                 destructive_hint=self.destructive,
                 idempotent_hint=self.read_only,
@@ -83,140 +87,180 @@ class Tool:
         )
 
 
+# One row per tool: name, title, what an agent reads, the input, the body, and the CLI
+# commands it covers (docs/mcp.md lists the commands no tool covers, and why).
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
         Tool(
             "detect",
             "Detect AMD GPUs",
-            "The host's AMD GPUs: gfx target, VRAM, count, ROCm version (`instinct detect "
-            "--json`). exit_code 3 in _meta when no GPU is found.",
+            "The host's AMD GPUs: gfx target, VRAM, count, ROCm. exit_code 3: no GPU.",
             inputs.DetectInput,
             core.detect,
+            cli=("detect",),
         ),
         Tool(
             "check",
             "Check the host",
-            "Can the host serve? Docker, GPU devices, groups, HF token, disk, port "
-            "(`instinct check --json`): ready, errors, warnings, fixes. auto_fix applies "
-            "safe fixes; yes (root fixes) only after the user agreed.",
+            "Can the host serve (docker, devices, groups, HF token, disk, port)?",
             inputs.CheckInput,
             core.check,
             read_only=False,
+            cli=("check",),
         ),
         Tool(
             "recipes_search",
             "Find recipes by name",
-            'Which catalog models a few words mean ("qwen3", "deepseek"), ranked for the GPUs '
-            "(default: detected): the words, fits, verified on this GPU, references "
-            "(`instinct recipes search --json`). Use it before plan/serve when the user names "
-            "a family rather than an org/name id.",
+            "Catalog models a few words mean (a family, not an org/name id), ranked.",
             inputs.RecipesSearchInput,
             core.recipes_search,
+            cli=("recipes search",),
         ),
         Tool(
             "recipes_show",
             "Show a model's recipe",
-            "How a model resolves in the vLLM recipes catalog, and with gpu the merged AMD "
-            "view: args, env, image (`instinct recipes show --json`).",
+            "A model's vLLM recipe; with gpu, the merged AMD view (args, env, image).",
             inputs.RecipesShowInput,
             core.recipes_show,
+            cli=("recipes show",),
+        ),
+        Tool(
+            "recipes_sync",
+            "Refresh the recipes",
+            "Fetch the newest vLLM recipes, ROCm image and AMD reference configs (network).",
+            inputs.RecipesSyncInput,
+            core.recipes_sync,
+            read_only=False,
+            cli=("recipes sync",),
         ),
         Tool(
             "fit",
             "Will the model fit?",
-            "Weights, KV cache per token, max context, minimum TP and a verdict: safe, "
-            "tight, too_tight, needs_tp, does_not_fit (`instinct fit --json`).",
+            "Weights, KV per token, max context, minimum TP and a verdict (safe, tight, "
+            "too_tight, needs_tp, does_not_fit).",
             inputs.FitInput,
             core.fit,
+            cli=("fit",),
         ),
         Tool(
             "plan",
             "Plan a launch",
-            "The exact launch (image, docker flags, env, vLLM args, port, container name) "
-            "and why (`instinct plan --json`). Launches nothing.",
+            "The exact launch and why (launches nothing); list: the ranked alternatives; "
+            "format: the launch as text.",
             inputs.PlanInput,
             core.plan,
+            cli=("plan",),
         ),
         Tool(
             "serve",
             "Serve a model",
-            "Without confirm: the confirmation summary only (nothing is run on the host). "
-            "With confirm=true and its plan_hash (after the user approved the summary; with "
-            "replace=true also the change_hash of what it removes): check, launch, follow "
-            "startup (progress notifications), health, warm-up, coherence; the result has "
-            "the endpoint's base_url or the diagnosed failure (`instinct serve --json`). "
-            "upgrade=true replaces the running endpoint of that name only once the new plan "
-            "is proven beside it (a bad one leaves it untouched); rollback returns to it.",
+            "Without confirm: the summary to show the user. With confirm=true and its "
+            "plan_hash: check, launch (progress), health, warm-up, coherence; returns base_url "
+            "or the diagnosed failure. Other inputs: as in plan.",
             inputs.ServeInput,
             core.serve,
             read_only=False,
             streams_events=True,
+            cli=("serve",),
         ),
         Tool(
             "rollback",
             "Roll back an upgrade",
-            "Serve an endpoint's last good plan (the one serve with upgrade=true replaced): "
-            "proven beside the running endpoint before it takes the port (a failed rollback "
-            "leaves the current one serving). A second rollback undoes the first "
-            "(`instinct rollback NAME --json`). Without confirm: what it would replace and "
-            "keep (change) and its change_hash, nothing done; show it, then call with "
-            "confirm=true and change_hash.",
+            "Serve an endpoint's last good plan again (after an upgrade). Without confirm: "
+            "what it would replace; then confirm=true with its change_hash.",
             inputs.RollbackInput,
             core.rollback,
             read_only=False,
             destructive=True,
             streams_events=True,
+            cli=("rollback",),
         ),
         Tool(
             "status",
             "List endpoints",
-            "The caller's endpoints (containers, native processes) instinct-serve started on "
-            "the host (`instinct ps --json`), at most 100; everyone=true: every user's.",
+            "The endpoints instinct-serve started on the host (at most 100), with health.",
             inputs.StatusInput,
             core.status,
+            cli=("ps",),
         ),
         Tool(
             "logs",
             "Endpoint log tail",
-            f"The last lines (at most {inputs.MAX_LOG_LINES}, 64 KB) of an endpoint "
-            "instinct-serve started.",
+            f"The last lines (at most {inputs.MAX_LOG_LINES}, 64 KB) of an endpoint's log.",
             inputs.LogsInput,
             core.logs,
+            cli=("logs",),
         ),
         Tool(
             "metrics",
             "Endpoint metrics",
-            "Requests running and waiting, KV cache use, prefix-cache hits, TTFT and "
-            "inter-token latency p50/p90/p99, tokens/s, GPU power and memory, tokens per "
-            "watt, from vLLM's /metrics and amd-smi (`instinct top --once --json`).",
+            "One reading of load, KV use, latencies, tokens/s and tokens per watt.",
             inputs.MetricsInput,
             core.metrics,
+            cli=("top",),
+        ),
+        Tool(
+            "bench",
+            "Benchmark an endpoint",
+            "vllm bench serve per concurrency level (progress per step) next to AMD's "
+            "published points; minutes of load on the endpoint.",
+            inputs.BenchInput,
+            core.bench,
+            read_only=False,
+            streams_events=True,
+            cli=("bench run",),
+        ),
+        Tool(
+            "cache",
+            "List compile caches",
+            "The compile caches serve keeps per image and gfx: size, image, last use, users.",
+            inputs.CacheInput,
+            core.cache,
+            cli=("cache ls",),
+        ),
+        Tool(
+            "partition",
+            "GPU partition modes",
+            "The GPUs' compute and memory partition modes (SPX, CPX, NPS1, ...) and the others.",
+            inputs.PartitionInput,
+            core.partition,
+            cli=("partition show",),
         ),
         Tool(
             "stop",
             "Stop endpoints",
-            "Stop (and remove) endpoints instinct-serve started, by name or all=true (the "
-            "caller's own; everyone=true: every user's); any other container is refused "
-            "(not_managed). Without confirm: what it would stop and remove (change) and its "
-            "change_hash, nothing done; show it, then call with confirm=true and change_hash.",
+            "Stop and remove endpoints instinct-serve started. Without confirm: what it would "
+            "stop; then confirm=true with its change_hash.",
             inputs.StopInput,
             core.stop,
             read_only=False,
             destructive=True,
+            cli=("stop",),
         ),
         Tool(
             "diagnose",
             "Diagnose a failure",
-            "Why a vLLM launch failed and the fix, from log text, an instinct-serve "
-            "container's log, or a one-line symptom (`instinct diagnose --json`): findings "
-            "with stable ids, most specific first.",
+            "Why a vLLM launch failed and the fix, from log text, an endpoint or a symptom.",
             inputs.DiagnoseInput,
             core.diagnose,
+            cli=("diagnose",),
         ),
     )
 }
 
+
+# What ``agents.wording`` rewrites the CLI's words into: the tools and their arguments
+# (fit's own inputs reproduce a vLLM profile: there a flag is vLLM's, not an argument).
+VOCABULARY = Vocabulary(
+    tools={tool.name: tool.cli for tool in TOOLS.values()},
+    arguments=frozenset(
+        name
+        for tool in TOOLS.values()
+        if tool.name != "fit"
+        for name in tool.input_model.model_fields
+    ),
+)
 
 # --------------------------------------------------------------------------- results
 
@@ -248,7 +292,7 @@ def _error_doc(exc: BaseException) -> tuple[dict[str, Any], int]:
 
 def _result(doc: dict[str, Any], exit_code: int, *, is_error: bool) -> types.CallToolResult:
     """The same document as text and as structured content, redacted and bounded."""
-    safe = bound(Redactor(secret_values())(doc))
+    safe = bound(Redactor(secret_values())(for_agent(doc, VOCABULARY)))
     text = json.dumps(safe, indent=2, ensure_ascii=False)
     if len(text) > MAX_DOCUMENT:
         return _result(
@@ -319,7 +363,13 @@ class Progress:
 async def list_tools(
     ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=[tool.describe() for tool in TOOLS.values()])
+    return types.ListToolsResult(tools=tool_list())
+
+
+def tool_list() -> list[types.Tool]:
+    """What ``tools/list`` returns: every tool, its lean schema (``agents.schema``)."""
+    schemas = described_once([tool.input_model.model_json_schema() for tool in TOOLS.values()])
+    return [tool.describe(schema) for tool, schema in zip(TOOLS.values(), schemas, strict=True)]
 
 
 async def call_tool(
@@ -360,6 +410,37 @@ async def call_tool(
     return _result(outcome.doc, outcome.exit_code, is_error=outcome.failed)
 
 
+# The resources: what an agent reads, not calls (the skill guide, ``instinct skill``).
+RESOURCES = {SKILL_URI: ("skill", "How an agent drives instinct-serve (SKILL.md)", "text/markdown")}
+
+
+async def list_resources(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+) -> types.ListResourcesResult:
+    return types.ListResourcesResult(
+        resources=[
+            types.Resource(uri=uri, name=name, description=about, mime_type=mime)
+            for uri, (name, about, mime) in RESOURCES.items()
+        ]
+    )
+
+
+async def read_resource(
+    ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+) -> types.ReadResourceResult:
+    from instinct_serve.agents import skill_text
+
+    if str(params.uri) not in RESOURCES:
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f"unknown resource {params.uri!s}; the resources are: {', '.join(RESOURCES)}",
+        )
+    text = skill_text()
+    return types.ReadResourceResult(
+        contents=[types.TextResourceContents(uri=SKILL_URI, text=text, mime_type="text/markdown")]
+    )
+
+
 def build_server() -> Server[Any]:
     """The low-level server with the tools registered."""
     return Server(
@@ -369,6 +450,8 @@ def build_server() -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
     )
 
 

@@ -24,20 +24,24 @@ class Check:
     fix: str | None = None
     fixable: bool = False
     details: dict[str, Any] = field(default_factory=dict)
+    agent_fix: str | None = None  # the fix in an MCP caller's words, where it differs
 
-    def to_dict(self) -> dict[str, Any]:
+    def fix_for(self, agent: bool = False) -> str | None:
+        return self.agent_fix if agent and self.agent_fix else self.fix
+
+    def to_dict(self, agent: bool = False) -> dict[str, Any]:
         return {
             "id": self.id,
             "status": self.status,
             "message": self.message,
-            "fix": self.fix,
+            "fix": self.fix_for(agent),
             "fixable": self.fixable,
             "details": dict(self.details),
         }
 
-    def brief(self) -> dict[str, Any]:
+    def brief(self, agent: bool = False) -> dict[str, Any]:
         """The short form listed under ``errors`` and ``warnings``."""
-        return {"id": self.id, "message": self.message, "fix": self.fix}
+        return {"id": self.id, "message": self.message, "fix": self.fix_for(agent)}
 
 
 @dataclass(frozen=True)
@@ -91,16 +95,17 @@ class CheckReport:
     def get(self, check_id: str) -> Check | None:
         return next((c for c in self.checks if c.id == check_id), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, agent: bool = False) -> dict[str, Any]:
+        """``check --json``; ``agent``: the fixes in an MCP caller's words."""
         return {
             "host": self.host,
             "ready": self.ready,
-            "errors": [c.brief() for c in self.errors],
-            "warnings": [c.brief() for c in self.warnings],
+            "errors": [c.brief(agent) for c in self.errors],
+            "warnings": [c.brief(agent) for c in self.warnings],
             "fixes_applied": [f.to_dict() for f in self.fixes_applied],
             "fixes_failed": [f.to_dict() for f in self.fixes_failed],
             "fixes_pending": [f.to_dict() for f in self.fixes_pending],
-            "checks": [c.to_dict() for c in self.checks],
+            "checks": [c.to_dict(agent) for c in self.checks],
         }
 
 

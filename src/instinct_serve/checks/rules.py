@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from instinct_serve.checks.model import Check, CheckOptions
 from instinct_serve.checks.probe import DiskFacts, Node, Probe, TargetEnv
+from instinct_serve.credentials import AGENT_TOKEN
 from instinct_serve.paths import HfLocations, expand_path, hf_locations
 
 CheckFn = Callable[[Probe, CheckOptions], Check]
@@ -395,6 +396,8 @@ def check_hf_token(probe: Probe, options: CheckOptions) -> Check:
         )
     fix = f"create a read token at {TOKEN_URL} and `export HF_TOKEN=...` {where}"
     model = options.model or "the model"
+    # an MCP caller cannot export a variable: the server's own environment is what counts
+    agent_fix = AGENT_TOKEN if probe.host.is_local else None
     if gated:
         return Check(
             "hf_token",
@@ -403,6 +406,8 @@ def check_hf_token(probe: Probe, options: CheckOptions) -> Check:
             f"(HF_TOKEN, HUGGING_FACE_HUB_TOKEN or {token_file})",
             fix=fix + "; accept the model's license on its Hub page too",
             details={**details, "source": None},
+            agent_fix=agent_fix
+            and f"{agent_fix}; the user accepts the model's license on its Hub page too",
         )
     if gated is False:
         return Check(
@@ -418,6 +423,7 @@ def check_hf_token(probe: Probe, options: CheckOptions) -> Check:
         "downloaded, and anonymous downloads are rate-limited",
         fix=fix,
         details={**details, "source": None},
+        agent_fix=agent_fix,
     )
 
 

@@ -18,10 +18,12 @@ def mcp() -> None:
     \b
     Register it with an MCP client, e.g.:
       {"mcpServers": {"instinct": {"command": "instinct", "args": ["mcp"]}}}
-    Tools: detect, check, recipes_search, recipes_show, fit, plan, serve
-    (confirm=true to launch), rollback, status, logs, metrics, stop, diagnose.
+    Tools: detect, check, recipes_search, recipes_show, recipes_sync, fit,
+    plan, serve (confirm=true to launch), rollback, status, logs, metrics,
+    bench, cache, partition, stop, diagnose; resource: the skill guide.
     Each takes an optional host (user@host) and returns the same JSON as the
-    command's --json; errors are {"error": {id, message, fix}}.
+    command's --json; errors are {"error": {id, message, fix}}. Commands with
+    no tool, and why: docs/mcp.md.
     """
     try:
         from instinct_serve.agents.server import main

@@ -45,9 +45,6 @@ def bench() -> None:
     """
 
 
-REFERENCE_POINTS = "reference_points.json"
-
-
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -63,22 +60,6 @@ def _step_line(level: int, point: Point | None, error: dict[str, Any] | None) ->
         f"{_fmt(point.request_throughput, 2)} req/s, TTFT p50 {_fmt(ttft.get('p50'))} ms, "
         f"ITL p50 {_fmt(itl.get('p50'))} ms ({point.completed} ok, {point.failed} failed)"
     )
-
-
-def against_reference(run: BenchRun, gpu: str | None, gpus: int | None) -> dict[str, Any]:
-    """The run next to AMD's published points (``observe.reference_points``)."""
-    import json
-
-    from instinct_serve.catalog.overrides import data_text
-    from instinct_serve.observe import reference_points as ref
-
-    points = ref.points_from_doc(json.loads(data_text(REFERENCE_POINTS)))
-    return {
-        "source": f"AMD's published figures ({REFERENCE_POINTS}; each point names its source)",
-        "gpu": gpu,
-        "gpus": gpus,
-        "points": ref.against(run, gpu, gpus, points),
-    }
 
 
 def render_reference(con: Console, doc: dict[str, Any]) -> None:
@@ -231,24 +212,18 @@ def run(
             f"{concurrency}, {input_len} in / {output_len} out tokens\n"
         )
     with StepProgress(settings, as_json) as steps:
-        result = runner.run(
+        result, reference = runner.sweep(
             host,
             endpoint,
             settings,
             vllm=vllm_path,
             api_key=api_key,
             tokenizer=tokenizer,
+            gpu_name=gpu_name,
+            store=not no_save,
             on_step=steps.done,
             on_start=steps.start,
         )
-    if result.points and not no_save:
-        runner.save(result)
-    gpu, gpus = runner.gpu_of_endpoint(host, endpoint)
-    if gpu_name:
-        from instinct_serve.hardware.profiles import get_profile
-
-        gpu = get_profile(gpu_name).key
-    reference = against_reference(result, gpu, gpus)
 
     def human(con: Console) -> None:
         render_run(con, result)
@@ -304,18 +279,8 @@ class StepProgress:
         import time
 
         if self.as_json:
-            _line(
-                {
-                    "event": "step",
-                    "step": self.index,
-                    "steps": self.total,
-                    "concurrency": level,
-                    "ok": point is not None,
-                    "point": point,
-                    "error": error,
-                    "ts": round(time.time(), 3),
-                }
-            )
+            event = model.step_event(self.index, self.total, level, point, error)
+            _line(event | {"ts": round(time.time(), 3)})
             return
         sys.stderr.write(f"[{self.index}/{self.total}] {_step_line(level, point, error)}\n")
         sys.stderr.flush()

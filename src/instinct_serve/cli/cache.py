@@ -33,24 +33,10 @@ def _root_option(func: Any) -> Any:
     )(func)
 
 
-def _root(host: Host, setting: str | None) -> str:
-    from instinct_serve.gather.caches import cache_root
-
-    root = cache_root(setting, host)  # canonical on the host
-    if root is None:
-        raise UsageError(
-            "no compile cache directory"
-            + (" (`off` has none)" if setting else f" found on {host.name}"),
-            fix="name it with --compile-cache DIR",
-            id="bad_input",
-        )
-    return root
-
-
 def _listing(host: Host, setting: str | None) -> Listing:
-    from instinct_serve.runtime.caches import list_caches
+    from instinct_serve.runtime.caches import listing_for
 
-    return list_caches(host, _root(host, setting))
+    return listing_for(host, setting)
 
 
 def _size(n: int | None) -> str:
@@ -79,13 +65,7 @@ def ls(setting: str | None, host_spec: str | None, as_json: bool) -> int:
     host = get_host(host_spec)
     listing = _listing(host, setting)
     root, entries = listing.root, listing.entries
-    doc = {
-        "host": host.name,
-        "root": root,
-        "containers_readable": listing.containers_readable,
-        "caches": [e.to_dict() for e in entries],
-        "unfinished_removals": listing.unfinished,
-    }
+    doc = listing.to_dict(host)
 
     def human(con: Console) -> None:
         from rich.markup import escape

@@ -10,10 +10,11 @@ group of its command is "advanced". ``tests/test_help.py`` keeps every ``--help`
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import click
+
+from instinct_serve.options.spec import first_sentence
 
 Sections = tuple[tuple[str, tuple[str, ...]], ...]
 
@@ -59,22 +60,6 @@ _ADVANCED = {
     "plan": "Advanced (--help-all: what each does)",
     "pull": "Also taken: they shape the plan fetched for (--help-all)",
 }
-
-
-def first_sentence(text: str) -> str:
-    """An option's help up to its first full stop outside parentheses (not ``e.g.``),
-    without click's ``[default: ...]``: where the whole text is ``--help-all``'s."""
-    text = re.sub(r"\s*\[default: [^\]]*\]", "", " ".join(text.split()))
-    depth = 0
-    for i, char in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        end = i + 1 == len(text) or text[i + 1] == " "
-        if char == "." and depth == 0 and end and not text[: i + 1].endswith(_ABBREVIATIONS):
-            return text[: i + 1]
-    return text.rstrip(".") + "."
-
-
-_ABBREVIATIONS = ("e.g.", "i.e.", "...", "etc.")
 
 
 def _first_paragraph(text: str | None) -> str:

@@ -438,19 +438,15 @@ def sync_cmd(
 ) -> int:
     """Refresh the recipes cache (recipes + newest vllm/vllm-openai-rocm release) and AMD's
     reference configs."""
-    from instinct_serve.gather.docker_hub import DEFAULT_HUB_URL
-    from instinct_serve.gather.recipes_api import DEFAULT_API_URL
-    from instinct_serve.gather.recipes_git import DEFAULT_REPO_URL
-    from instinct_serve.gather.recipes_sync import reference_url_for, sync
+    from instinct_serve.gather.recipes_sync import sync_from
 
-    repo = repo_url or DEFAULT_REPO_URL
     with progress(f"syncing recipes ({source})", enabled=not as_json):
-        report = sync(
-            source=source,
-            repo_url=repo,
-            reference_url=reference_url_for(source, repo, reference_url),
-            api_url=api_url or DEFAULT_API_URL,
-            hub_url=hub_url or DEFAULT_HUB_URL,
+        report = sync_from(
+            source,
+            repo_url=repo_url,
+            api_url=api_url,
+            hub_url=hub_url,
+            reference_url=reference_url,
         )
     doc = report.to_dict()
     for item in report.skipped:

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from instinct_serve.credentials import AGENT_TOKEN
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 from instinct_serve.fit.meta import ModelMeta
 from instinct_serve.fit.shipped import load_shipped
@@ -164,17 +165,23 @@ def _license_url(repo_id: str) -> str:
 
 
 def gated_error(repo_id: str, has_token: bool) -> InstinctError:
+    """A gated model the token cannot reach: the fix for a person at a terminal, and
+    (``agent_fix``) for an MCP caller, who cannot export a variable into its server."""
     url = _license_url(repo_id)
     if has_token:
         return NotReadyError(
             f"{repo_id} is gated and your Hugging Face token has no access to it yet",
             fix=f"open {url}, accept the license with the account of your token, then retry",
+            agent_fix=f"ask the user to accept the license at {url} with the account of the "
+            "token this server has, then call again",
             id="gated_model",
             details={"license_url": url},
         )
     return NotReadyError(
         f"{repo_id} is gated: its license must be accepted and a token is needed",
         fix=f"accept the license at {url}, then export HF_TOKEN=<a read token of that account>",
+        agent_fix=f"ask the user to accept the license at {url}; then {AGENT_TOKEN}; then call "
+        "again",
         id="gated_model",
         details={"license_url": url},
     )

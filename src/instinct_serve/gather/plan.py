@@ -352,7 +352,7 @@ def one_node(opts: PlanOptions, hardware: Target) -> None:
         f"{count} GPUs: one {profile.product} node holds {most}, and an endpoint runs on one node",
         fix=span,
         agent_fix=f"set `gpu_count` to {most} or less (one node); more GPUs are several "
-        f"nodes: name them in `hosts` (rank 0 first; {most} GPUs each)",
+        "nodes, which these tools do not start: the user serves them from a terminal",
         id="bad_gpu_count",
         details={"option": "gpu_count", "gpus_per_node": most, "gpu_count": count},
     )

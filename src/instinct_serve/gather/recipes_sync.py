@@ -213,6 +213,26 @@ def _reference(
         details["reference"], timings["reference_s"] = _timed(sync_references, url, host)
 
 
+def sync_from(
+    source: str,
+    *,
+    repo_url: str | None = None,
+    api_url: str | None = None,
+    hub_url: str | None = None,
+    reference_url: str | None = None,
+) -> SyncReport:
+    """``recipes sync``, the CLI's and the MCP tool's: each URL not given is upstream's
+    (the reference configs: ``reference_url_for``)."""
+    repo = repo_url or DEFAULT_REPO_URL
+    return sync(
+        source=source,
+        repo_url=repo,
+        reference_url=reference_url_for(source, repo, reference_url),
+        api_url=api_url or DEFAULT_API_URL,
+        hub_url=hub_url or DEFAULT_HUB_URL,
+    )
+
+
 def sync(
     *,
     source: str = "git",

@@ -339,6 +339,21 @@ def from_bench_result(doc: dict[str, Any], path: str | None = None) -> BenchRun:
     )
 
 
+def step_event(
+    step: int, steps: int, level: int, point: Point | None, error: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One finished step as an event: ``bench --json``'s line and the MCP tool's progress."""
+    return {
+        "event": "step",
+        "step": step,
+        "steps": steps,
+        "concurrency": level,
+        "ok": point is not None,
+        "point": point,
+        "error": error,
+    }
+
+
 def delta_pct(a: float | None, b: float | None) -> float | None:
     """How much b differs from a, in percent of a."""
     if a is None or b is None or a == 0:

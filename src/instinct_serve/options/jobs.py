@@ -232,6 +232,7 @@ class FitRequest(SizingOptions):
     )
     device_name: str | None = opt(
         kind="text",
+        agent_help="Device name as vLLM reads it (its batch defaults).",
         metavar="NAME",
         help="Device name as vLLM reads it, with --vram-gb: batch defaults ('A100' is small) "
         "and, before vLLM 0.11, NCCL buffers at TP > 1 (an SXM name: NVSwitch).",
@@ -357,6 +358,8 @@ class PlanOptions(SizingOptions):
     )
     compile_cache: str | None = opt(
         kind="text",
+        agent_help="Host directory of the persistent compile caches; 'off' keeps them in the "
+        "container.",
         metavar="DIR|off",
         help="Host directory of the persistent compile caches (vLLM torch.compile, Triton, "
         "AITER JIT, MIOpen), one subdirectory per image digest and gfx, kept across stop, "
@@ -366,6 +369,8 @@ class PlanOptions(SizingOptions):
     )
     extra_env: dict[str, str] = opt(
         {},
+        agent_help="Environment of the launch, never written in the plan: {NAME: VALUE}, or "
+        "[NAME] for the server's own variable (a credential's value is refused: give its NAME).",
         kind="env",
         flag="--env",
         metavar="NAME[=VALUE]",
@@ -386,6 +391,7 @@ class PlanOptions(SizingOptions):
     )
     env_literal: dict[str, str] = opt(
         {},
+        agent_help="Settings that are not secret, part of the plan: {NAME: VALUE}.",
         kind="env",
         flag="--env-literal",
         metavar="NAME=VALUE",
@@ -395,6 +401,8 @@ class PlanOptions(SizingOptions):
     )
     public: bool = opt(
         False,
+        agent_help="Listen on every interface and require an API key (extra_env "
+        '["VLLM_API_KEY"], else one generated).',
         kind="bool",
         help="Listen on every interface instead of 127.0.0.1 only, and require an API key: "
         "yours with --env VLLM_API_KEY (by name), else one generated and kept in a file only "
@@ -417,6 +425,7 @@ class PlanOptions(SizingOptions):
     )
     workload: str = opt(
         "general",
+        agent_help="general, or agentic: AMD's reference config of that scenario.",
         kind="choice",
         choices=("general", "agentic"),
         help="What the endpoint serves: general, or agentic (coding agents: long multi-turn "
@@ -425,6 +434,7 @@ class PlanOptions(SizingOptions):
     )
     speculative_eagle3: int = opt(
         0,
+        agent_help="EAGLE3 speculative decoding with N draft tokens (AMD's draft model).",
         kind="int",
         metavar="N",
         help="EAGLE3 speculative decoding with N draft tokens, with the draft model of AMD's "
@@ -434,6 +444,8 @@ class PlanOptions(SizingOptions):
     )
     replicas: int | None = opt(
         kind="int",
+        agent_help="Copies of the endpoint behind one address (a router, or vLLM data "
+        "parallelism for a mixture-of-experts model).",
         metavar="N",
         help="Copies of the endpoint behind one address: on this host, N copies on disjoint "
         "GPUs behind a router (HAProxy), or vLLM's own data parallelism for a "
@@ -444,6 +456,8 @@ class PlanOptions(SizingOptions):
     )
     router: bool = opt(
         False,
+        agent_help="Put the router in front even of one replica (an upgrade then swaps behind "
+        "it without downtime).",
         kind="bool",
         help="Put the router (HAProxy) in front even of a single replica (--replicas 1), so "
         "that `serve --upgrade` swaps it behind the router without downtime.",
@@ -456,6 +470,8 @@ class PlanOptions(SizingOptions):
     )
     force: bool = opt(
         False,
+        agent_help="Plan and launch what would be refused (memory too tight, an unsupported "
+        "GPU, weights or image).",
         kind="bool",
         help="Plan and launch what would be refused: memory too tight, weights or a GPU the "
         "recipe does not support, a release image for a nightly-only recipe.",
@@ -642,6 +658,8 @@ class ServeOptions(PlanOptions):
     )
     upgrade: bool = opt(
         False,
+        agent_help="Replace the running endpoint of this name once the new plan is proven "
+        "beside it; the rollback tool returns to the old plan.",
         kind="bool",
         help="Replace the running endpoint of this name only once the new plan is proven "
         "beside it on a spare port (health, warm-up, coherence); a bad one leaves the old "
@@ -649,6 +667,7 @@ class ServeOptions(PlanOptions):
     )
     prefetch: bool = opt(
         False,
+        agent_help="Download the weights while the image is pulled, before the launch.",
         kind="bool",
         help="Download the weights into the mounted HF cache while the image is pulled, "
         "before the launch (`instinct pull`), instead of leaving them to vLLM after it.",

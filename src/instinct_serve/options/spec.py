@@ -59,9 +59,30 @@ class Opt(NamedTuple):
     short: str | None = None  # a one-letter alias, e.g. -y
     positional: bool = False
     names_into: str = ""  # kind "env": the field that takes the bare NAME items
+    agent_help: str = ""  # the help in an MCP caller's words, where ``help`` names flags
+
+    def described(self, agent: bool = False) -> str:
+        return self.agent_help if agent and self.agent_help else self.help
 
     def spelling(self, name: str) -> str:
         return self.flag or "--" + name.replace("_", "-")
+
+
+def first_sentence(text: str) -> str:
+    """An option's help up to its first full stop outside parentheses (not ``e.g.``),
+    without click's ``[default: ...]``: the CLI's grouped --help (the whole text is
+    ``--help-all``'s) and the MCP schema's descriptions."""
+    text = re.sub(r"\s*\[default: [^\]]*\]", "", " ".join(text.split()))
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        end = i + 1 == len(text) or text[i + 1] == " "
+        if char == "." and depth == 0 and end and not text[: i + 1].endswith(_ABBREVIATIONS):
+            return text[: i + 1]
+    return text.rstrip(".") + "."
+
+
+_ABBREVIATIONS = ("e.g.", "i.e.", "...", "etc.")
 
 
 def opt(default: Any = None, **spec: Any) -> Any:

@@ -54,6 +54,7 @@ API_KEY_ENV = "OPENAI_API_KEY"  # what `vllm bench serve` sends as "Authorizatio
 OUTPUT_TAIL = 1500
 PLAN_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # a plan hash (prefix), or no-plan
 NO_PLAN = "no-plan"
+REFERENCE_POINTS = "reference_points.json"
 
 
 def resolve(host: Host, name: str | None) -> Endpoint:
@@ -229,6 +230,58 @@ def run(
     finally:
         host.run(["rm", "-rf", "--", how.result_dir], timeout=30)
     return bench
+
+
+def sweep(
+    host: Host,
+    endpoint: Endpoint,
+    settings: Settings,
+    *,
+    vllm: str | None = None,
+    api_key: str | None = None,
+    tokenizer: str | None = None,
+    gpu_name: str | None = None,
+    store: bool = True,
+    on_step: StepCallback | None = None,
+    on_start: StartCallback | None = None,
+) -> tuple[BenchRun, dict[str, Any]]:
+    """``bench``, the CLI's and the MCP tool's: the run (stored unless ``store`` is False
+    or nothing was measured) and AMD's published points next to it (``gpu_name``: that
+    GPU's, else the endpoint's)."""
+    result = run(
+        host,
+        endpoint,
+        settings,
+        vllm=vllm,
+        api_key=api_key,
+        tokenizer=tokenizer,
+        on_step=on_step,
+        on_start=on_start,
+    )
+    if result.points and store:
+        save(result)
+    gpu, gpus = gpu_of_endpoint(host, endpoint)
+    if gpu_name:
+        from instinct_serve.hardware.profiles import get_profile
+
+        gpu = get_profile(gpu_name).key
+    return result, against_reference(result, gpu, gpus)
+
+
+def against_reference(run: BenchRun, gpu: str | None, gpus: int | None) -> dict[str, Any]:
+    """The run next to AMD's published points (``observe.reference_points``)."""
+    import json
+
+    from instinct_serve.catalog.overrides import data_text
+    from instinct_serve.observe import reference_points as ref
+
+    points = ref.points_from_doc(json.loads(data_text(REFERENCE_POINTS)))
+    return {
+        "source": f"AMD's published figures ({REFERENCE_POINTS}; each point names its source)",
+        "gpu": gpu,
+        "gpus": gpus,
+        "points": ref.against(run, gpu, gpus, points),
+    }
 
 
 _ERROR_LINE = re.compile(r"^\s*([\w.]*(?:Error|Exception)\b.*)$")

@@ -148,6 +148,34 @@ class Listing:
     why: str | None = None  # why they could not be read
     unfinished: list[str] = field(default_factory=list)  # removals a killed prune left
 
+    def to_dict(self, host: Host) -> dict[str, Any]:
+        """``cache ls --json``, and the MCP ``cache`` tool's document."""
+        return {
+            "host": host.name,
+            "root": self.root,
+            "containers_readable": self.containers_readable,
+            "caches": [e.to_dict() for e in self.entries],
+            "unfinished_removals": self.unfinished,
+        }
+
+
+def listing_for(host: Host, setting: str | None) -> Listing:
+    """``cache ls``, the CLI's and the MCP tool's: the caches under the directory
+    ``setting`` names (a serve's --compile-cache; default: the tool's cache directory)."""
+    from instinct_serve.errors import UsageError
+    from instinct_serve.gather.caches import cache_root
+
+    root = cache_root(setting, host)  # canonical on the host
+    if root is None:
+        raise UsageError(
+            "no compile cache directory"
+            + (" (`off` has none)" if setting else f" found on {host.name}"),
+            fix="name it with --compile-cache DIR",
+            agent_fix="name it with `compile_cache`",
+            id="bad_input",
+        )
+    return list_caches(host, root)
+
 
 def list_caches(host: Host, root: str) -> Listing:
     """The keys the tool made under ``root`` (canonical: ``gather.caches.cache_root``) on

@@ -83,6 +83,7 @@ def require_ready(
             fix=(first.fix or "") + "; `instinct check` lists everything"
             if first.fix
             else "run `instinct check` for the details and fixes",
+            agent_fix=first.agent_fix and first.agent_fix + "; the check tool lists everything",
             id="not_ready",
             details={"errors": [c.brief() for c in errors], "check": first.id},
         )
@@ -267,6 +268,7 @@ def prepare(
     result = make_plan(opts, host, target=target)
     if approved_hash is not None and result.plan.plan_hash != approved_hash:
         raise plan_changed(approved_hash, result)
+    require_token(result)
     for message in result.warnings:
         warn(message)
     backend: Backend = (
@@ -275,6 +277,25 @@ def prepare(
         else DockerBackend(host, device_root=root)
     )
     return Prepared(host, result, backend, engine)
+
+
+def require_token(result: PlanResult) -> None:
+    """Refuse a gated model when no token is visible to this process, which passes it to
+    the server that downloads (the container's ``--env HF_TOKEN``, the native process's
+    environment): ``gated_model`` before any launch, not a 401 seconds after it.
+
+    Gated is the Hub API's answer for the planned model (asked only when its metadata says
+    so; offline, unknown: not refused, ``check`` warns). The token is looked for where the
+    launch takes it from (``secret_env.local_secrets``)."""
+    from instinct_serve.checks.hub import model_is_gated
+    from instinct_serve.gather.model_meta import gated_error
+    from instinct_serve.runtime.secret_env import TOKEN_NAMES, local_secrets
+
+    meta = result.fit.meta if result.fit is not None else None
+    if meta is None or not meta.gated or local_secrets(TOKEN_NAMES):
+        return
+    if model_is_gated(result.plan.model):
+        raise gated_error(result.plan.model, has_token=False)
 
 
 def serve_settings(opts: ServeOptions) -> ServeSettings:
