@@ -30,6 +30,15 @@ UPSTREAM_URL = "https://github.com/SemiAnalysisAI/InferenceX"
 MASTER_FILE = "configs/amd-master.yaml"
 GPUS = ("mi300x", "mi325x", "mi355x")
 VLLM = "vllm"
+SGLANG = "sglang"
+# The server commands a launch script runs, each with how many words name it (the flags
+# follow): vLLM's CLI, SGLang's module (``python3 -m sglang.launch_server``) and its CLI.
+SERVER_COMMANDS = (
+    (("vllm", "serve"), VLLM),
+    (("python3", "-m", "sglang.launch_server"), SGLANG),
+    (("python", "-m", "sglang.launch_server"), SGLANG),
+    (("sglang", "serve"), SGLANG),
+)
 # Set by the search space's row, not by the script's flags (compared as TP/EP/DP).
 PARALLEL_FLAGS = frozenset(
     {
@@ -38,6 +47,16 @@ PARALLEL_FLAGS = frozenset(
         "--enable-expert-parallel",
         "--port",
         "--host",
+        # SGLang's (``server_args.py``): the model, TP/EP/DP and DP-attention
+        "--model-path",
+        "--tp",
+        "--tp-size",
+        "--ep",
+        "--ep-size",
+        "--expert-parallel-size",
+        "--dp",
+        "--dp-size",
+        "--enable-dp-attention",
     }
 )
 # Flags of the benchmark harness, not of a served endpoint: not followed, each with why.
@@ -164,6 +183,10 @@ class ReferenceConfig:
     def vllm_single_node(self) -> bool:
         return self.framework == VLLM and not self.multinode and self.gpu in GPUS
 
+    @property
+    def sglang_single_node(self) -> bool:
+        return self.framework == SGLANG and not self.multinode and self.gpu in GPUS
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["rows"] = [{**asdict(r), "conc": list(r.conc)} for r in self.rows]
@@ -242,7 +265,8 @@ def script_candidates(cfg: ReferenceConfig) -> list[str]:
     if cfg.multinode or cfg.gpu is None:
         return []
     mtp = "_mtp" if cfg.speculative else ""
-    suffixes = [f"_{cfg.framework}"] + ([""] if cfg.framework == VLLM else [])
+    # a script without the server's suffix is vLLM's or SGLang's (``parse_launch`` says which)
+    suffixes = [f"_{cfg.framework}"] + ([""] if cfg.framework in (VLLM, SGLANG) else [])
     scenarios = dict.fromkeys(r.scenario for r in cfg.rows) or {"fixed-seq-len": None}
     out = []
     for scenario in scenarios:
@@ -266,6 +290,7 @@ class Launch:
     spec_method: str | None = None
     spec_draft: str | None = None
     spec_tokens: int | None = None
+    server: str | None = None  # the server the script launches (``SERVER_COMMANDS``), if any
 
 
 def _unquote(text: str) -> str | None:
@@ -304,7 +329,7 @@ def _assignments(lines: list[str]) -> _Assignments:
         elif line.split(" ", 1)[0] in ("fi", "done", "esac"):
             depth = max(0, depth - 1)
         found = _ASSIGN.match(line)
-        if not found or line.startswith("vllm serve"):
+        if not found or _command(line) is not None:
             continue
         exported, name, text = found.groups()
         value = None if text.startswith("(") else _unquote(text)
@@ -321,25 +346,37 @@ def _assignments(lines: list[str]) -> _Assignments:
     return out
 
 
-def _serve_text(lines: list[str]) -> str | None:
-    """The ``vllm serve`` command: its backslash-continued lines, or the body of the bash
-    array it opens (``VLLM_CMD=(`` ... ``)``)."""
+def _command(line: str) -> tuple[int, str] | None:
+    """How many words name the server command ``line`` starts with, and its server."""
+    words = line.strip().split()
+    for command, server in SERVER_COMMANDS:
+        if tuple(words[: len(command)]) == command:
+            return len(command), server
+    return None
+
+
+def _serve_text(lines: list[str]) -> tuple[str, int, str] | None:
+    """The server command (``vllm serve``, ``python3 -m sglang.launch_server``): its
+    backslash-continued lines, or the body of the bash array it opens (``VLLM_CMD=(`` ...
+    ``)``); with the number of words that name it and its server."""
     for i, raw in enumerate(lines):
-        if raw.strip().startswith("vllm serve"):
-            if i and lines[i - 1].rstrip().endswith("=("):
-                body = []
-                for line in lines[i:]:
-                    if line.strip() == ")":
-                        break
-                    body.append(line.strip())
-                return " ".join(body)
-            parts = []
+        found = _command(raw)
+        if found is None:
+            continue
+        if i and lines[i - 1].rstrip().endswith("=("):
+            body = []
             for line in lines[i:]:
-                stripped = line.rstrip()
-                parts.append(stripped.rstrip("\\"))
-                if not stripped.endswith("\\"):
+                if line.strip() == ")":
                     break
-            return " ".join(parts)
+                body.append(line.strip())
+            return " ".join(body), *found
+        parts = []
+        for line in lines[i:]:
+            stripped = line.rstrip()
+            parts.append(stripped.rstrip("\\"))
+            if not stripped.endswith("\\"):
+                break
+        return " ".join(parts), *found
     return None
 
 
@@ -349,7 +386,7 @@ def parse_launch(text: str) -> Launch:
     condition is named in ``varies`` (``--max-model-len``, ``$EP``), not guessed."""
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
     names = _assignments(lines)
-    serve = _serve_text(lines)
+    found = _serve_text(lines)
     body = "\n".join(lines)
     method, draft = _SPEC_METHOD.search(body), _DRAFT.search(body)
     count = _SPEC_TOKENS.search(body)
@@ -359,8 +396,9 @@ def parse_launch(text: str) -> Launch:
         spec_draft=draft.group(1) if draft else None,
         spec_tokens=int(count.group(1)) if count else None,
     )
-    if serve is None:
+    if found is None:
         return out
+    serve, words, out.server = found
     varies: list[str] = []
 
     def expand(match: re.Match[str]) -> str:
@@ -372,7 +410,12 @@ def parse_launch(text: str) -> Launch:
             return ""
         return match.group(0)
 
-    tokens = [t for t in shlex.split(_VAR.sub(expand, serve))[2:] if t]  # after "vllm serve"
+    tokens = []
+    for token in shlex.split(_VAR.sub(expand, serve))[words:]:  # after the command
+        if token.startswith("-") and token.endswith(">"):  # ``--flag> log``: no space
+            tokens += [token[:-1], ">"]
+        elif token:
+            tokens.append(token)
     for stop in (">", "2>&1", "&"):
         if stop in tokens:
             tokens = tokens[: tokens.index(stop)]

@@ -53,6 +53,8 @@ def _with_script(cfg: ReferenceConfig, root: Path) -> ReferenceConfig:
         path = root / candidate
         if path.is_file():
             launch = parse_launch(path.read_text(encoding="utf-8"))
+            if launch.server is not None and launch.server != cfg.framework:
+                continue  # another server's script of the same name (an SGLang one, unsuffixed)
             cfg.script, cfg.env, cfg.args, cfg.varies = (
                 candidate,
                 launch.env,
