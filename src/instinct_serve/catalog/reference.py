@@ -453,14 +453,20 @@ class References:
         ]
 
     def followed(
-        self, model: str, gpu: str, speculative: str | None = None, scenario: str = ""
+        self,
+        model: str,
+        gpu: str,
+        speculative: str | None = None,
+        scenario: str = "",
+        framework: str = VLLM,
     ) -> ReferenceConfig | None:
         """The vLLM config a plan follows: of ``scenario`` (AMD's benchmark scenario, e.g.
         ``agentic-coding``) where it has one, else of the fixed-length scenario; the first
         without speculative decoding, else the first (each name once: ``amd-master.yaml``
         before the deprecated files). With ``speculative`` (``mtp`` or ``eagle3``, an opt-in),
-        the first config of that method comes first."""
-        vllm = [c for c in self.for_gpu(model, gpu) if c.framework == VLLM]
+        the first config of that method comes first. ``framework``: the server's configs
+        (``sglang`` for an SGLang plan)."""
+        vllm = [c for c in self.for_gpu(model, gpu) if c.framework == framework]
         wanted = scenario or DEFAULT_SCENARIO
         vllm = [c for c in vllm if c.scenario == wanted] or [
             c for c in vllm if c.scenario == DEFAULT_SCENARIO
@@ -470,11 +476,12 @@ class References:
         found = same or plain or vllm
         return found[0] if found else None
 
-    def other_servers(self, model: str, gpu: str) -> list[ReferenceConfig]:
-        """AMD's configs for this model and GPU on another server (SGLang, ATOM)."""
+    def other_servers(self, model: str, gpu: str, framework: str = VLLM) -> list[ReferenceConfig]:
+        """AMD's configs for this model and GPU on another server than ``framework``
+        (SGLang, ATOM beside vLLM)."""
         seen: dict[str, ReferenceConfig] = {}
         for c in self.for_gpu(model, gpu):
-            if c.framework != VLLM and c.name not in seen:
+            if c.framework != framework and c.name not in seen:
                 seen[c.name] = c
         return list(seen.values())
 

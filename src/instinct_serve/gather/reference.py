@@ -170,6 +170,7 @@ def reference_for(
     gpu_key: str,
     gpu_count: int,
     ctx: LaunchContext,
+    framework: str = "vllm",
 ) -> ReferenceChoice | None:
     """AMD's configs for the checkpoint served on this GPU (``plan.reference.choose``); the
     fit then sizes the launch as the config runs it (its flags and env after the recipe's,
@@ -178,9 +179,9 @@ def reference_for(
 
     refs, _warnings = load_references()
     spec, scenario = wanted(opts)
-    choice = choose(refs, model, gpu_key, gpu_count, spec, scenario)
+    choice = choose(refs, model, gpu_key, gpu_count, spec, scenario, framework)
     if choice is None and opts.model.strip() != model:  # the checkpoint named, not served
-        choice = choose(refs, opts.model.strip(), gpu_key, gpu_count, spec, scenario)
+        choice = choose(refs, opts.model.strip(), gpu_key, gpu_count, spec, scenario, framework)
     if choice is None or choice.config is None:
         return choice
     ctx.launch_args = [*amd.args, *choice.config.args, *opts.extra_args]

@@ -47,6 +47,7 @@ from instinct_serve.plan.reference import ReferenceChoice
 from instinct_serve.plan.reference import follow as follow_reference
 from instinct_serve.plan.refusals import Refusal
 from instinct_serve.plan.replicas import GroupInputs, decide_group, with_router_image
+from instinct_serve.plan.sglang import ServerChoice
 from instinct_serve.plan.speculative import speculative
 from instinct_serve.units import token_count
 
@@ -112,6 +113,7 @@ class PlanInputs:
     partitions: Layout | None = None  # how the GPUs sit as partitions (hardware.partitions)
     reference: ReferenceChoice | None = None  # AMD's reference config (plan.reference)
     kv_fp8_why: str = ""  # the checkpoint ships fp8 KV scales: --kv-cache-dtype fp8, why
+    server: ServerChoice | None = None  # which server, and why (``plan.sglang.choose_server``)
 
 
 # ---------------------------------------------------------------- pure decisions
@@ -132,6 +134,10 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     b = PlanBuilder(warnings=list(inp.warnings))
     _forced(b, inp)
     _hardware(b, inp)
+    if inp.server is not None and inp.server.stated:
+        b.reason("server", inp.server.source, inp.server.why)
+    if servers.get(inp.options.server).vocabulary == "sglang":
+        return _build_sglang(b, inp, tp)
     _environment(b, inp)
     gpu_indices, partitions = _devices(b, inp, tp.tp)
     api_key = _secrets(b, inp.options)
@@ -153,6 +159,41 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         tensor_parallel_size=tp.tp,
         max_model_len=max_len,
         context_limited=context_limited,
+        gpu_indices=gpu_indices,
+        partitions=partitions,
+        api_key=api_key,
+    )
+    _group(plan, inp)
+    return plan
+
+
+def _build_sglang(b: PlanBuilder, inp: PlanInputs, tp: TpDecision) -> LaunchPlan:
+    """An SGLang plan (``plan.sglang``): AMD's SGLang config is its configuration (no recipe
+    layer); the devices, secrets, image, mounts and group as for any plan."""
+    from instinct_serve.plan.reference import other_servers_line
+    from instinct_serve.plan.sglang import follow, refuse_public
+
+    refuse_public(inp.options)
+    gpu_indices, partitions = _devices(b, inp, tp.tp)
+    api_key = _secrets(b, inp.options)
+    assert inp.reference is not None  # gather refused an SGLang plan without a config
+    line = other_servers_line(inp.reference)
+    if line:
+        b.reason("other servers", "AMD reference", line)
+    follow(b, inp.reference, inp.options, tp)
+    _check_env(b.env)
+    b.flag_conflicts()
+    b.reason(inp.image, "image", inp.image_reason)
+    mounts = [inp.hf_mount] if inp.hf_mount is not None else []
+    if inp.hf_mount is not None:
+        b.reason(f"-v {inp.hf_mount.docker_arg()}", "hf cache", inp.hf_mount_reason)
+    plan = _assemble(
+        b,
+        inp,
+        mounts=mounts,
+        tensor_parallel_size=tp.tp,
+        max_model_len=inp.options.max_model_len,
+        context_limited=False,
         gpu_indices=gpu_indices,
         partitions=partitions,
         api_key=api_key,
