@@ -142,8 +142,17 @@ class ReferenceConfig:
 
         doc = speculative_config(self.args)
         method = str(doc.get("method") or "") if doc else ""
-        found = method.lower() or self.spec_method
+        found = method.lower() or self.spec_method or self._sglang_mtp
         return found if self.speculative and found else None
+
+    @property
+    def _sglang_mtp(self) -> str | None:
+        """SGLang runs a model's own MTP heads as ``--speculative-algorithm EAGLE`` without a
+        draft model (``--speculative-draft-model-path``): ``mtp``."""
+        algorithm = vllm_args.value(self.args, "--speculative-algorithm")
+        if self.framework != SGLANG or algorithm is None:
+            return None
+        return None if vllm_args.has(self.args, "--speculative-draft-model-path") else "mtp"
 
     @property
     def speculative_tokens(self) -> int:
@@ -151,7 +160,9 @@ class ReferenceConfig:
         from instinct_serve.vllm_args import speculative_config
 
         doc = speculative_config(self.args) or {}
-        tokens = doc.get("num_speculative_tokens", self.spec_tokens)
+        steps = vllm_args.value(self.args, "--speculative-num-steps")  # SGLang's draft steps
+        default = int(steps) if self.framework == SGLANG and steps and steps.isdigit() else None
+        tokens = doc.get("num_speculative_tokens", self.spec_tokens or default)
         if not self.speculative_method or not isinstance(tokens, int) or isinstance(tokens, bool):
             return 0
         return tokens

@@ -32,7 +32,7 @@ from instinct_serve.plan.planner import (
     build_plan,
     choose_variant,
 )
-from instinct_serve.plan.reference import ReferenceChoice, overrule, reference_tp
+from instinct_serve.plan.reference import ReferenceChoice, overrule, reference_tp, unsized_tp
 from instinct_serve.plan.stacks import StackCheck
 
 if TYPE_CHECKING:
@@ -611,9 +611,12 @@ def _inputs(
     if where.partitioned:
         recipe_tp = None
     sizer = chosen.sizer
-    tp = _decide_tp(
-        opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp, where.per_gpu
-    )
+    try:
+        tp = _decide_tp(
+            opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp, where.per_gpu
+        )
+    except UsageError as exc:  # unsized: AMD's config states the TP it runs
+        tp = unsized_tp(exc, chosen.reference)
     tp = reference_tp(chosen.reference, opts, tp)
     fit = chosen.fit = sizer.report(variant.model_id, tp.tp)
     chosen.tp = tp

@@ -22,6 +22,7 @@ from instinct_serve.catalog.reference import (
     ReferenceConfig,
     References,
 )
+from instinct_serve.errors import UsageError
 from instinct_serve.plan.decisions import TpDecision
 
 if TYPE_CHECKING:
@@ -109,6 +110,22 @@ def reference_tp(choice: ReferenceChoice | None, opts: PlanOptions, tp: TpDecisi
         tp.need,
         tp.need_why,
         tp.skipped,
+    )
+
+
+def unsized_tp(error: UsageError, choice: ReferenceChoice | None) -> TpDecision:
+    """A model that could not be sized (``unsized_model``) runs at the TP AMD's reference
+    config states for it; any other refusal, or no config row, stands."""
+    if error.id != "unsized_model" or choice is None or choice.config is None:
+        raise error
+    if choice.row is None:
+        raise error
+    return TpDecision(
+        choice.row.tp,
+        f"{error.message.split(':')[0]}; AMD's reference config {choice.config.name} runs "
+        f"{choice.row.label()} on {choice.gpu.upper()}",
+        None,
+        "",
     )
 
 
