@@ -7,6 +7,8 @@ http_server.py, scheduler.py) with a real run's figures."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from instinct_serve import servers
 from instinct_serve.diagnose.sglang_phases import READY_LINE
 from instinct_serve.observe.vllm import reading, snapshot
@@ -124,3 +126,43 @@ def test_top_reads_the_sglang_families() -> None:
 def test_an_sglang_scrape_read_with_vllms_names_has_no_vllm_family() -> None:
     vllm = snapshot(METRICS, 10.0)
     assert not vllm.is_vllm and vllm.gauges["running"] is None
+
+
+# ----------------------------------------------------------------- held to the real server
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
+
+
+def test_the_real_start_up_log_is_ready_only_at_its_ready_line() -> None:
+    """A real SGLang's log (tests/fixtures/sglang, captured by the realsglang tier): uvicorn
+    says "Application startup complete" before the warm-up; ready is SGLang's own line."""
+    lines = (REAL / "real_cpu_start.log").read_text(encoding="utf-8").splitlines()
+    tracker = servers.get("sglang").tracker()
+    ready_at = None
+    phases = []
+    for no, line in enumerate(lines):
+        event = tracker.feed(line, now=float(no))
+        if event is not None:
+            phases.append(event.phase)
+            if event.phase == "ready" and ready_at is None:
+                ready_at = no
+    assert ready_at is not None and READY_LINE in lines[ready_at]
+    assert phases == [
+        "loading_weights",
+        "loading_weights",
+        "profiling",
+        "starting_server",  # Application startup complete
+        "starting_server",  # Uvicorn running on ...
+        "ready",
+    ]
+    assert tracker.figures["kv_cache_tokens"] == 8192
+    assert "Application startup complete" in "\n".join(lines[:ready_at])
+
+
+def test_top_reads_every_concept_of_the_real_metrics() -> None:
+    text = (REAL / "real_cpu_metrics.txt").read_text(encoding="utf-8")
+    names = servers.get("sglang").metric_names
+    now = snapshot(text, 0.0, names)
+    assert sorted(now.names) == sorted(names)  # every concept's name is in a real scrape
+    assert now.is_vllm and now.prefix == "sglang:"
+    assert (now.counters["generation_tokens"] or 0) >= 8

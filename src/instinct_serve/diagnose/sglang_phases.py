@@ -2,8 +2,9 @@
 
 SGLang (``sglang/srt``) prints its own milestones: ``Load weight begin`` / ``Load weight
 end. elapsed=... avail mem=... mem usage=...`` (model_runner.py), ``KV Cache is allocated.
-#tokens: N, KV size: X GB`` (the KV pool), ``Capture cuda graph begin`` / ``end``
-(cuda_graph_runner.py), ``Uvicorn running on http://HOST:PORT`` and, once its warm-up
+dtype: ..., #tokens: N, ...`` (the KV pool), ``Capture cuda graph begin`` / ``end``
+(cuda_graph_runner.py), uvicorn's ``Application startup complete`` and ``Uvicorn running on
+http://HOST:PORT`` (before the warm-up: not ready yet) and, once its warm-up
 request answered, ``The server is fired up and ready to roll!`` (http_server.py), the moment
 ``/health`` turns 200. Its own failures (``SGLANG_FAILURE_SIGNALS``) end the start-up
 whatever came before; vLLM's readings stay (a traceback is read as for vLLM). Pure.
@@ -78,7 +79,7 @@ MILESTONES = (
         "weights loaded ({mem} per GPU)",
     ),
     _Milestone(
-        re.compile(r"KV Cache is allocated\. #tokens: (?P<tokens>\d+)"),
+        re.compile(r"KV Cache is allocated\..*?#tokens: (?P<tokens>\d+)"),
         "profiling",
         "KV cache allocated: {tokens} tokens",
     ),
@@ -88,6 +89,13 @@ MILESTONES = (
     _Milestone(
         re.compile(r"Capture (?:cuda|hip|npu) graph end"), "capturing_graphs", "graphs captured"
     ),
+    # uvicorn's own lines come before SGLang's warm-up request: not ready yet (vLLM's tracker
+    # takes "Application startup complete" as ready)
+    _Milestone(
+        re.compile(r"Application startup complete"),
+        "starting_server",
+        "HTTP server started, warming up",
+    ),
     _Milestone(
         re.compile(r"Uvicorn running on (?P<url>\S+)"),
         "starting_server",
@@ -95,7 +103,7 @@ MILESTONES = (
     ),
     _Milestone(re.compile(re.escape(READY_LINE)), "ready", "SGLang ready"),
 )
-_KV_TOKENS = re.compile(r"KV Cache is allocated\. #tokens: (\d+)")
+_KV_TOKENS = re.compile(r"KV Cache is allocated\..*?#tokens: (\d+)")
 
 
 class SglangTracker(PhaseTracker):

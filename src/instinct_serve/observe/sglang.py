@@ -21,6 +21,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
     "generation_tokens": (Name("sglang:generation_tokens_total", "all"),),
     "requests_finished": (Name("sglang:num_requests_total", "all"),),
     "ttft": (Name("sglang:time_to_first_token_seconds", "all"),),
-    "itl": (Name("sglang:inter_token_latency_seconds", "all"),),
+    # no inter-token histogram in 0.5.23: its per-request time per output token
+    "itl": (Name("sglang:request_time_per_output_token_seconds", "0.5.23 (per request)"),),
     "e2e": (Name("sglang:e2e_request_latency_seconds", "all"),),
 }

@@ -47,7 +47,6 @@ class SglangServer:
     api_key_env = "SGLANG_API_KEY"  # not read by SGLang: plan.sglang refuses --public
     vocabulary = "sglang"  # its flags are written by plan.sglang
     routes = Routes()
-    health_generate = "/health_generate"  # answers only once a real generation ran
 
     @property
     def failure_signals(self) -> tuple[FailureSignal, ...]:
