@@ -139,3 +139,13 @@ def test_public_with_auto_on_an_sglang_model_is_refused_not_silently_vllm() -> N
     with pytest.raises(UsageError) as caught:
         plan(DSR1, "mi300x", public=True)
     assert "--server vllm" in (caught.value.fix or "")
+
+
+def test_the_summary_says_which_server_and_why() -> None:
+    from instinct_serve.plan.summary import summary_rows
+
+    rows = dict(summary_rows(make_plan(PlanOptions(model=DSR1, gpu="mi300x", gpu_count=8))))
+    assert rows["Server"].startswith("SGLang - auto: AMD's reference config dsr1-fp8-mi300x-sglang")
+    assert rows["Image"] == "lmsysorg/sglang:v0.5.12-rocm700-mi30x"
+    vllm = dict(summary_rows(make_plan(PlanOptions(model="openai/gpt-oss-120b", gpu="mi355x"))))
+    assert "Server" not in vllm  # a vLLM plan's table is what it was
