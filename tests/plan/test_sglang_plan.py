@@ -147,5 +147,6 @@ def test_the_summary_says_which_server_and_why() -> None:
     rows = dict(summary_rows(make_plan(PlanOptions(model=DSR1, gpu="mi300x", gpu_count=8))))
     assert rows["Server"].startswith("SGLang - auto: AMD's reference config dsr1-fp8-mi300x-sglang")
     assert rows["Image"] == "lmsysorg/sglang:v0.5.12-rocm700-mi30x"
+    assert rows["Container"] == "sglang-deepseek-r1-0528"
     vllm = dict(summary_rows(make_plan(PlanOptions(model="openai/gpt-oss-120b", gpu="mi355x"))))
     assert "Server" not in vllm  # a vLLM plan's table is what it was

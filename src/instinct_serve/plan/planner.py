@@ -119,11 +119,12 @@ class PlanInputs:
 # ---------------------------------------------------------------- pure decisions
 
 
-def container_name(model_id: str, port: int) -> str:
-    """``vllm-<model-slug>`` (plus the port when not the default, so two can coexist)."""
+def container_name(model_id: str, port: int, server: str = servers.DEFAULT) -> str:
+    """``vllm-<model-slug>`` (``sglang-...`` for an SGLang plan; plus the port when not the
+    default, so two can coexist)."""
     base = model_id.rsplit("/", 1)[-1].lower()
     slug = re.sub(r"[^a-z0-9]+", "-", base).strip("-")[:48] or "model"
-    return f"vllm-{slug}" if port == DEFAULT_PORT else f"vllm-{slug}-{port}"
+    return f"{server}-{slug}" if port == DEFAULT_PORT else f"{server}-{slug}-{port}"
 
 
 def build_plan(inp: PlanInputs) -> LaunchPlan:
@@ -490,7 +491,8 @@ def _assemble(b: PlanBuilder, inp: PlanInputs, **decided: Any) -> LaunchPlan:
         model=inp.variant.model_id,
         requested_model=opts.model,
         image=inp.image,
-        container_name=opts.name or container_name(inp.variant.model_id, opts.port),
+        container_name=opts.name
+        or container_name(inp.variant.model_id, opts.port, _name_prefix(opts.server)),
         port=opts.port,
         launcher=launcher(opts.engine),
         server=servers.get(opts.server).name,  # bad_server unless the registry has it
@@ -532,6 +534,12 @@ def _group(plan: LaunchPlan, inp: PlanInputs) -> None:
         plan_hash=plan.plan_hash,
         version=inp.tool_version or __version__,
     )
+
+
+def _name_prefix(server: str) -> str:
+    """The endpoint's name starts with its server: ``vllm-``, ``sglang-`` (another registered
+    kind speaks vLLM's line: ``vllm-``, as before it named its server)."""
+    return server if server in servers.BUILTIN else servers.DEFAULT
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
