@@ -150,3 +150,14 @@ def test_the_summary_says_which_server_and_why() -> None:
     assert rows["Container"] == "sglang-deepseek-r1-0528"
     vllm = dict(summary_rows(make_plan(PlanOptions(model="openai/gpt-oss-120b", gpu="mi355x"))))
     assert "Server" not in vllm  # a vLLM plan's table is what it was
+
+
+def test_a_native_launch_keeps_sglangs_own_command() -> None:
+    """The discovered vLLM executable replaces ``vllm`` in a vLLM plan's native argv, never
+    the ``python3 -m sglang.launch_server`` of an SGLang plan."""
+    from instinct_serve.runtime.native import native_argv
+
+    p = plan(DSR1, "mi300x")
+    assert native_argv("/opt/vllm/bin/vllm", p)[:3] == ["python3", "-m", "sglang.launch_server"]
+    v = plan("openai/gpt-oss-120b", "mi355x")
+    assert native_argv("/opt/vllm/bin/vllm", v)[:2] == ["/opt/vllm/bin/vllm", "serve"]
