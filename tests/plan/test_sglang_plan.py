@@ -161,3 +161,14 @@ def test_a_native_launch_keeps_sglangs_own_command() -> None:
     assert native_argv("/opt/vllm/bin/vllm", p)[:3] == ["python3", "-m", "sglang.launch_server"]
     v = plan("openai/gpt-oss-120b", "mi355x")
     assert native_argv("/opt/vllm/bin/vllm", v)[:2] == ["/opt/vllm/bin/vllm", "serve"]
+
+
+def test_a_variable_the_script_sets_by_firmware_is_named_not_set() -> None:
+    """dsr1_fp8_mi300x.sh exports HSA_NO_SCRATCH_RECLAIM=1 only when the MEC firmware is
+    older than 177: the plan cannot know the firmware, so it says so and leaves it out."""
+    p = plan(DSR1, "mi300x")
+    assert "HSA_NO_SCRATCH_RECLAIM" not in p.env
+    why = reason(p, "HSA_NO_SCRATCH_RECLAIM=1").why
+    assert "MEC firmware older than 177" in why and "--env-literal" in why
+    given = plan(DSR1, "mi300x", env_literal={"HSA_NO_SCRATCH_RECLAIM": "1"})
+    assert given.env["HSA_NO_SCRATCH_RECLAIM"] == "1"

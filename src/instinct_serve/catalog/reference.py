@@ -13,7 +13,7 @@ Snapshot format (``schema`` 1)::
      "configs": [{"name", "file", "model", "gpu", "runner", "precision", "framework",
                   "image", "multinode", "script", "rows": [{"tp", "ep", "dp_attn", "spec",
                   "scenario", "isl", "osl", "conc"}], "env": {...}, "args": [...],
-                  "varies": [...]}]}
+                  "varies": [...], "conditional_env": {...}}]}
 """
 
 from __future__ import annotations
@@ -129,6 +129,8 @@ class ReferenceConfig:
     spec_method: str | None = None  # the script's speculative method, also where set per run
     spec_draft: str | None = None  # the script's draft model (EAGLE3), also where set per run
     spec_tokens: int | None = None  # the script's draft tokens (NUM_SPEC_TOKENS), likewise
+    # exported only under a condition (HSA_NO_SCRATCH_RECLAIM=1 on MEC firmware < 177)
+    conditional_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def speculative(self) -> bool:
@@ -302,6 +304,7 @@ class Launch:
     spec_draft: str | None = None
     spec_tokens: int | None = None
     server: str | None = None  # the server the script launches (``SERVER_COMMANDS``), if any
+    conditional_env: dict[str, str] = field(default_factory=dict)  # exported inside an ``if``
 
 
 def _unquote(text: str) -> str | None:
@@ -327,7 +330,13 @@ class _Assignments:
     env: dict[str, str] = field(default_factory=dict)
     top: dict[str, str] = field(default_factory=dict)
     conditional: set[str] = field(default_factory=set)
+    conditional_env: dict[str, str] = field(default_factory=dict)  # exported inside a block
     flag_groups: set[str] = field(default_factory=set)
+
+
+def _server_env(name: str) -> bool:
+    """A variable of the server, not of the benchmark harness."""
+    return name not in HARNESS_ENV and not name.startswith(HARNESS_ENV_PREFIXES)
 
 
 def _assignments(lines: list[str]) -> _Assignments:
@@ -348,11 +357,13 @@ def _assignments(lines: list[str]) -> _Assignments:
             out.flag_groups.add(name)
         if depth:
             out.conditional.add(name)
+            if exported and value is not None and "$" not in value and _server_env(name):
+                out.conditional_env.setdefault(name, value)
             continue
         if value is None or "$" in value:
             continue
         out.top[name] = value
-        if exported and name not in HARNESS_ENV and not name.startswith(HARNESS_ENV_PREFIXES):
+        if exported and _server_env(name):
             out.env[name] = value
     return out
 
@@ -403,6 +414,7 @@ def parse_launch(text: str) -> Launch:
     count = _SPEC_TOKENS.search(body)
     out = Launch(
         env=names.env,
+        conditional_env=names.conditional_env,
         spec_method=method.group(1).lower() if method else None,
         spec_draft=draft.group(1) if draft else None,
         spec_tokens=int(count.group(1)) if count else None,

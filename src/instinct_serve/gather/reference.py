@@ -63,6 +63,7 @@ def _with_script(cfg: ReferenceConfig, root: Path) -> ReferenceConfig:
             )
             cfg.spec_method, cfg.spec_draft = launch.spec_method, launch.spec_draft
             cfg.spec_tokens = launch.spec_tokens
+            cfg.conditional_env = launch.conditional_env
             break
     return cfg
 

@@ -37,6 +37,13 @@ OPTION_FLAGS = {
 }
 
 
+# What a launch script's condition on a variable is, where the plan can say it.
+CONDITIONS = {
+    "HSA_NO_SCRATCH_RECLAIM": " (a MEC firmware older than 177, which cannot reclaim scratch "
+    "memory: `rocm-smi --showfw`)",
+}
+
+
 @dataclass(frozen=True)
 class ServerChoice:
     """The server a plan launches, and why (the plan's ``server`` reason)."""
@@ -154,6 +161,15 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
     for key, value in config.env.items():
         if key not in yours:
             b.set_env(key, value, choice.source, why)
+    for key, value in config.conditional_env.items():
+        if key not in yours and key not in config.env:
+            b.reason(
+                f"{key}={value}",
+                choice.source,
+                f"the launch script ({config.script}) sets it only under a condition it tests "
+                f"on the host or per run{CONDITIONS.get(key, '')}; not set: give --env-literal "
+                f"{key}={value} where the condition holds",
+            )
     for key, value in opts.env_literal.items():
         b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
     if not config.script:
