@@ -81,10 +81,18 @@ def test_the_vllm_tracker_does_not_take_sglangs_ready_line() -> None:
     assert tracker.phase != "ready"
 
 
-def test_the_failure_signals_lead_with_sglangs() -> None:
+def test_sglangs_failure_lines_are_in_the_one_table_diagnose_reads() -> None:
+    from instinct_serve.diagnose import diagnose
+
     signals = servers.get("sglang").failure_signals
-    assert "Scheduler hit an exception" in signals[0].pattern
+    assert any("Scheduler hit an exception" in s.pattern for s in signals)
     assert any("Engine core initialization failed" in s.pattern for s in signals)
+    died = (
+        "[2026-12-05 17:20:51] Received sigquit from a child process. It usually means the "
+        "child failed."
+    )
+    diagnosis = diagnose("\n".join([*START[:5], died]))
+    assert diagnosis.last_error is not None and "Received sigquit" in diagnosis.last_error
 
 
 METRICS = """\

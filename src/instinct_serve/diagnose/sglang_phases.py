@@ -7,7 +7,8 @@ dtype: ..., #tokens: N, ...`` (the KV pool), ``Capture cuda graph begin`` / ``en
 http://HOST:PORT`` (before the warm-up: not ready yet) and, once its warm-up
 request answered, ``The server is fired up and ready to roll!`` (http_server.py), the moment
 ``/health`` turns 200. Its own failures (``SGLANG_FAILURE_SIGNALS``) end the start-up
-whatever came before; vLLM's readings stay (a traceback is read as for vLLM). Pure.
+whatever came before (they are in ``failure_signals``' one table, which ``diagnose`` reads
+too); vLLM's readings stay (a traceback is read as for vLLM). Pure.
 """
 
 from __future__ import annotations
@@ -16,46 +17,11 @@ import re
 import time
 from dataclasses import dataclass
 
-from instinct_serve.diagnose.failure_signals import FailureSignal
+from instinct_serve.diagnose.failure_signals import SGLANG_FAILURE_SIGNALS
 from instinct_serve.diagnose.phase_lines import Phase
 from instinct_serve.diagnose.phases import PhaseEvent, PhaseTracker
 
 READY_LINE = "The server is fired up and ready to roll!"
-
-SGLANG_FAILURE_SIGNALS: tuple[FailureSignal, ...] = (
-    FailureSignal(
-        r"Scheduler hit an exception",
-        "SGLang scheduler process, after its traceback (managers/scheduler.py)",
-        None,
-        "[2025-03-10 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
-    ),
-    FailureSignal(
-        r"Received sigquit from a child process",
-        "SGLang launcher: a scheduler or detokenizer process died (entrypoints/engine.py)",
-        "worker_died",
-        "[2025-03-10 10:00:01] Received sigquit from a child process. It usually means the "
-        "child failed.",
-    ),
-    FailureSignal(
-        r"TokenizerManager hit an exception",
-        "SGLang tokenizer manager (managers/tokenizer_manager.py)",
-        None,
-        "[2025-03-10 10:00:00] TokenizerManager hit an exception: Traceback (most recent call "
-        "last):",
-    ),
-    FailureSignal(
-        r"Not enough memory\. Please try to (?:increase|decrease) --mem-fraction-static",
-        "SGLang model runner: the KV pool has no room left (model_runner.py)",
-        "kv_cache_insufficient",
-        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
-    ),
-    FailureSignal(
-        r"Initialization failed\. warmup error",
-        "SGLang HTTP server: its warm-up request failed (entrypoints/http_server.py)",
-        None,
-        "[2025-03-10 10:00:00] Initialization failed. warmup error: ...",
-    ),
-)
 
 _FAILED = re.compile("|".join(f"(?:{s.pattern})" for s in SGLANG_FAILURE_SIGNALS))
 

@@ -51,9 +51,8 @@ class SglangServer:
     @property
     def failure_signals(self) -> tuple[FailureSignal, ...]:
         from instinct_serve.diagnose.failure_signals import FAILURE_SIGNALS
-        from instinct_serve.diagnose.sglang_phases import SGLANG_FAILURE_SIGNALS
 
-        return (*SGLANG_FAILURE_SIGNALS, *FAILURE_SIGNALS)
+        return FAILURE_SIGNALS  # the one table: vLLM's, the kernels', and SGLang's own
 
     @property
     def metric_names(self) -> Mapping[str, tuple[Name, ...]]:
