@@ -172,3 +172,20 @@ def test_a_variable_the_script_sets_by_firmware_is_named_not_set() -> None:
     assert "MEC firmware older than 177" in why and "--env-literal" in why
     given = plan(DSR1, "mi300x", env_literal={"HSA_NO_SCRATCH_RECLAIM": "1"})
     assert given.env["HSA_NO_SCRATCH_RECLAIM"] == "1"
+
+
+def test_the_cli_takes_server_and_says_the_choice() -> None:
+    import json
+
+    from tests.serve.conftest import run_cli
+
+    base = ["plan", DSR1, "--gpu", "mi300x", "--gpu-count", "8"]
+    auto = run_cli([*base, "--json"])
+    assert auto.returncode == 0, auto.explain()
+    doc = json.loads(auto.stdout)
+    assert doc["server"] == "sglang" and doc["image"].startswith("lmsysorg/sglang:")
+    vllm = run_cli([*base, "--server", "VLLM", "--json"])  # a choice: any case
+    assert vllm.returncode == 0, vllm.explain()
+    assert "server" not in json.loads(vllm.stdout)
+    human = run_cli(base, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert "SGLang - auto: AMD's reference config dsr1-fp8-mi300x-sglang" in human.stdout

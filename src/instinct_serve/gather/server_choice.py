@@ -22,17 +22,20 @@ if TYPE_CHECKING:
 def decide_server(opts: PlanOptions, base: Setting, model_id: str, on_cpu: bool) -> ServerChoice:
     """``--server``: as asked, or (``auto``) as AMD's reference configs run this model on this
     GPU, unless the validated-stack table refuses the SGLang config's launch here."""
+    from instinct_serve import servers
     from instinct_serve.gather.reference import load_references
+    from instinct_serve.options.spec import choice_of
     from instinct_serve.plan.reference import wanted
     from instinct_serve.plan.sglang import choose_server
 
     refs, _warnings = load_references()
     models = (model_id, opts.model.strip())
+    requested = choice_of(opts.server, ("auto", *servers.names())) or opts.server  # any case
     refused = None
-    if opts.server == "auto" and not on_cpu:
+    if requested == "auto" and not on_cpu:
         refused = _sglang_refused(refs, base, models, wanted(opts))
     return choose_server(
-        opts.server,
+        requested,
         refs,
         models,
         None if on_cpu else base.gpu_key,
