@@ -18,7 +18,14 @@ one (a draft model of its own) against the plain plan, since the plan has no opt
 Flags the script sets per run (``--max-model-len $MAX_MODEL_LEN``) or inside a condition are not
 compared (``varies``).
 
-Run: .venv/bin/python bench/plan_vs_reference.py [--model TEXT] [--json] [--examples N]
+SGLang configs (``--server sglang``, or both by default) are planned with ``--server sglang``
+and compared the same way, TP/EP/DP-attention as ``--tensor-parallel-size``, ``--ep-size`` and
+``--dp-size N --enable-dp-attention``; an MTP one (SGLang's ``--speculative-algorithm EAGLE``
+on the model's own heads) with ``--speculative-mtp N``. Prefill/decode-split configs
+(``sglang-disagg``, across nodes) are listed apart as not planned.
+
+Run: .venv/bin/python bench/plan_vs_reference.py [--model TEXT] [--server vllm|sglang|both]
+     [--json] [--examples N]
 """
 
 from __future__ import annotations
@@ -63,9 +70,42 @@ class Result:
     explained: str | None = None  # a difference with a known, stated cause
 
 
+# How each server's plan states TP, EP and DP-attention (compared as the row, not as flags).
+PARALLEL = {
+    "vllm": {
+        "tp": "--tensor-parallel-size",
+        "ep": "--enable-expert-parallel",
+        "skip": {"--tensor-parallel-size", "--enable-expert-parallel", "--data-parallel-size"},
+    },
+    "sglang": {
+        "tp": "--tensor-parallel-size",
+        "ep": "--ep-size",
+        "skip": {"--tensor-parallel-size", "--ep-size", "--dp-size", "--enable-dp-attention"},
+    },
+}
+
+
+def _parallel(cfg: Any, ours: Ours, flags: dict[str, str], out: Result) -> None:
+    """TP, EP and (SGLang) DP-attention as the config's first usable row runs them."""
+    from instinct_serve.plan.reference import usable_row
+
+    row = usable_row(cfg, GPU_COUNT)
+    if row is None:
+        return
+    names = PARALLEL[cfg.framework]
+    if ours.tp != row.tp:
+        out.differences.append(f"TP {ours.tp}, reference {row.tp}")
+    if cfg.framework == "vllm" and (row.ep > 1) != (names["ep"] in flags):
+        out.differences.append(f"EP: reference {row.label()}")
+    if cfg.framework == "sglang":
+        ep = int(flags.get("--ep-size") or 1)
+        dp = "--enable-dp-attention" in flags and flags.get("--dp-size") == str(row.tp)
+        if ep != row.ep or dp != row.dp_attn:
+            out.differences.append(f"EP/DP: EP {ep} DP-attention {dp}, reference {row.label()}")
+
+
 def compare(cfg: Any, ours: Ours) -> Result:
     from instinct_serve.catalog.reference import BENCHMARK_ONLY
-    from instinct_serve.plan.reference import usable_row
 
     out = Result(cfg.name, cfg.file, cfg.model, cfg.gpu, matched=False)
     out.speculative = cfg.speculative
@@ -74,13 +114,8 @@ def compare(cfg: Any, ours: Ours) -> Result:
         out.differences.append(f"refused: {ours.error_id}: {ours.error}")
         return out
     out.followed = any(cfg.name in why for why in [ours.tp_reason, *ours.env_reasons.values()])
-    row = usable_row(cfg, GPU_COUNT)
     flags = flag_map(ours.args)
-    if row is not None:
-        if ours.tp != row.tp:
-            out.differences.append(f"TP {ours.tp}, reference {row.tp}")
-        if (row.ep > 1) != ("--enable-expert-parallel" in flags):
-            out.differences.append(f"EP: reference {row.label()}")
+    _parallel(cfg, ours, flags, out)
     for key, value in cfg.env.items():
         if ours.env.get(key) != value:
             out.differences.append(f"env {key}={ours.env.get(key)!r}, reference {value!r}")
@@ -92,7 +127,7 @@ def compare(cfg: Any, ours: Ours) -> Result:
             out.differences.append(f"flag {flag} missing (reference {value!r})")
         elif not same_value(flags[flag], value):
             out.differences.append(f"flag {flag} {flags[flag]!r}, reference {value!r}")
-    skip = {"--tensor-parallel-size", "--enable-expert-parallel", "--data-parallel-size"}
+    skip = PARALLEL[cfg.framework]["skip"]
     out.additions = [f for f in flags if f not in theirs and f not in skip]
     out.additions += [f"{k}={v}" for k, v in ours.env.items() if k not in cfg.env]
     out.matched = not out.differences
@@ -132,28 +167,44 @@ def opt_ins(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def run(model_filter: str | None = None) -> list[Result]:
+def run(model_filter: str | None = None, server: str = "vllm") -> list[Result]:
+    """Every single-node config of ``server`` (``vllm`` or ``sglang``) planned with
+    ``--server`` set to it."""
     from instinct_serve.gather.reference import load_snapshot
 
     plan = load_planner()
     results = []
     first: dict[tuple[str, str], Any] = {}
     for cfg in load_snapshot().configs:
-        first.setdefault((cfg.name, cfg.gpu), cfg)
-        if not cfg.vllm_single_node or not cfg.rows:
+        if cfg.framework == server:
+            first.setdefault((cfg.name, cfg.gpu), cfg)
+        single = cfg.sglang_single_node if server == "sglang" else cfg.vllm_single_node
+        if not single or not cfg.rows:
             continue
         if model_filter and model_filter.lower() not in cfg.model.lower():
             continue
-        results.append(compare(cfg, plan(cfg.model, cfg.gpu, GPU_COUNT, **opt_ins(cfg))))
+        ours = plan(cfg.model, cfg.gpu, GPU_COUNT, server=server, **opt_ins(cfg))
+        results.append(compare(cfg, ours))
     _explain(results, first)
     return results
 
 
-def print_table(results: list[Result], examples: int) -> None:
+def not_planned(server: str) -> list[str]:
+    """The configs of ``server`` that span nodes (prefill/decode split): not planned."""
+    from instinct_serve.gather.reference import load_snapshot
+
+    return [
+        f"{c.name} ({c.gpu}, {c.file}): prefill/decode split across nodes"
+        for c in load_snapshot().configs
+        if c.framework == f"{server}-disagg" and c.gpu in ("mi300x", "mi325x", "mi355x")
+    ]
+
+
+def print_table(results: list[Result], examples: int, title: str = "vLLM") -> None:
     matched = sum(r.matched for r in results)
     excepted = sum(r.matched and bool(r.exceptions) for r in results)
     plain = [r for r in results if not r.speculative]
-    print(f"AMD reference configs (vLLM, single node, {GPU_COUNT} GPUs): {len(results)}")
+    print(f"AMD reference configs ({title}, single node, {GPU_COUNT} GPUs): {len(results)}")
     print(f"  matched TP/EP/DP, env and flags: {matched}/{len(results)}")
     print(f"    of which with a stated exception (benchmark-only flag): {excepted}")
     print(
@@ -191,17 +242,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="only configs whose model contains this text")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--examples", type=int, default=4)
+    parser.add_argument("--server", choices=("vllm", "sglang", "both"), default="both")
     args = parser.parse_args(argv)
+    wanted = ("vllm", "sglang") if args.server == "both" else (args.server,)
     with tempfile.TemporaryDirectory(prefix="plan-vs-reference-") as tmp:
         configure_offline(Path(tmp))
-        results = run(args.model)
+        by_server = {server: run(args.model, server) for server in wanted}
     if args.json:
-        matched = sum(r.matched for r in results)
-        doc = {"matched": matched, "total": len(results), "results": [asdict(r) for r in results]}
+        doc: dict[str, Any] = {}
+        for server, results in by_server.items():
+            doc[server] = {
+                "matched": sum(r.matched for r in results),
+                "total": len(results),
+                "not_planned": not_planned(server),
+                "results": [asdict(r) for r in results],
+            }
+        if args.server == "vllm":  # the shape before SGLang was counted
+            doc = {k: v for k, v in doc["vllm"].items() if k != "not_planned"}
         json.dump(doc, sys.stdout, indent=1, sort_keys=True)
         print()
-    else:
-        print_table(results, args.examples)
+        return 0
+    for server, results in by_server.items():
+        print_table(results, args.examples, "SGLang" if server == "sglang" else "vLLM")
+        skipped = not_planned(server)
+        if skipped:
+            print(f"  not planned (counted apart): {len(skipped)}")
+            for line in skipped:
+                print(f"    {line}")
     return 0
 
 

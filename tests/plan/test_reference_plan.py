@@ -91,13 +91,23 @@ def test_user_overrides_win() -> None:
 
 
 def test_another_server_only_is_one_warning_line() -> None:
-    p = plan("deepseek-ai/DeepSeek-R1-0528", "mi300x")
+    p = plan("deepseek-ai/DeepSeek-R1-0528", "mi300x", server="vllm")
     lines = [w for w in p.warnings if "AMD's reference" in w]
     assert lines == [
         "AMD's reference for deepseek-ai/DeepSeek-R1-0528 on MI300X runs SGLang "
-        "(dsr1-fp8-mi300x-sglang); instinct plans vLLM only and does not launch it"
+        "(dsr1-fp8-mi300x-sglang); --server sglang follows dsr1-fp8-mi300x-sglang"
     ]
     assert p.server == "vllm" and "sglang" not in p.image
+
+
+def test_a_server_instinct_does_not_launch_is_named_as_such() -> None:
+    p = plan("openai/gpt-oss-120b", "mi355x")
+    lines = [r.why for r in p.reasons if r.item == "other servers"]
+    assert lines == [
+        "AMD's reference for openai/gpt-oss-120b on MI355X also runs ATOM "
+        "(gptoss-fp4-mi355x-atom); instinct plans vLLM only and does not launch it"
+    ]
+    assert not any(r.item == "server" for r in p.reasons)  # vLLM, as every plan was
 
 
 def test_no_reference_no_change() -> None:

@@ -13,7 +13,7 @@ Snapshot format (``schema`` 1)::
      "configs": [{"name", "file", "model", "gpu", "runner", "precision", "framework",
                   "image", "multinode", "script", "rows": [{"tp", "ep", "dp_attn", "spec",
                   "scenario", "isl", "osl", "conc"}], "env": {...}, "args": [...],
-                  "varies": [...]}]}
+                  "varies": [...], "conditional_env": {...}}]}
 """
 
 from __future__ import annotations
@@ -30,6 +30,15 @@ UPSTREAM_URL = "https://github.com/SemiAnalysisAI/InferenceX"
 MASTER_FILE = "configs/amd-master.yaml"
 GPUS = ("mi300x", "mi325x", "mi355x")
 VLLM = "vllm"
+SGLANG = "sglang"
+# The server commands a launch script runs, each with how many words name it (the flags
+# follow): vLLM's CLI, SGLang's module (``python3 -m sglang.launch_server``) and its CLI.
+SERVER_COMMANDS = (
+    (("vllm", "serve"), VLLM),
+    (("python3", "-m", "sglang.launch_server"), SGLANG),
+    (("python", "-m", "sglang.launch_server"), SGLANG),
+    (("sglang", "serve"), SGLANG),
+)
 # Set by the search space's row, not by the script's flags (compared as TP/EP/DP).
 PARALLEL_FLAGS = frozenset(
     {
@@ -38,6 +47,16 @@ PARALLEL_FLAGS = frozenset(
         "--enable-expert-parallel",
         "--port",
         "--host",
+        # SGLang's (``server_args.py``): the model, TP/EP/DP and DP-attention
+        "--model-path",
+        "--tp",
+        "--tp-size",
+        "--ep",
+        "--ep-size",
+        "--expert-parallel-size",
+        "--dp",
+        "--dp-size",
+        "--enable-dp-attention",
     }
 )
 # Flags of the benchmark harness, not of a served endpoint: not followed, each with why.
@@ -110,6 +129,8 @@ class ReferenceConfig:
     spec_method: str | None = None  # the script's speculative method, also where set per run
     spec_draft: str | None = None  # the script's draft model (EAGLE3), also where set per run
     spec_tokens: int | None = None  # the script's draft tokens (NUM_SPEC_TOKENS), likewise
+    # exported only under a condition (HSA_NO_SCRATCH_RECLAIM=1 on MEC firmware < 177)
+    conditional_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def speculative(self) -> bool:
@@ -123,8 +144,17 @@ class ReferenceConfig:
 
         doc = speculative_config(self.args)
         method = str(doc.get("method") or "") if doc else ""
-        found = method.lower() or self.spec_method
+        found = method.lower() or self.spec_method or self._sglang_mtp
         return found if self.speculative and found else None
+
+    @property
+    def _sglang_mtp(self) -> str | None:
+        """SGLang runs a model's own MTP heads as ``--speculative-algorithm EAGLE`` without a
+        draft model (``--speculative-draft-model-path``): ``mtp``."""
+        algorithm = vllm_args.value(self.args, "--speculative-algorithm")
+        if self.framework != SGLANG or algorithm is None:
+            return None
+        return None if vllm_args.has(self.args, "--speculative-draft-model-path") else "mtp"
 
     @property
     def speculative_tokens(self) -> int:
@@ -132,7 +162,9 @@ class ReferenceConfig:
         from instinct_serve.vllm_args import speculative_config
 
         doc = speculative_config(self.args) or {}
-        tokens = doc.get("num_speculative_tokens", self.spec_tokens)
+        steps = vllm_args.value(self.args, "--speculative-num-steps")  # SGLang's draft steps
+        default = int(steps) if self.framework == SGLANG and steps and steps.isdigit() else None
+        tokens = doc.get("num_speculative_tokens", self.spec_tokens or default)
         if not self.speculative_method or not isinstance(tokens, int) or isinstance(tokens, bool):
             return 0
         return tokens
@@ -163,6 +195,10 @@ class ReferenceConfig:
     @property
     def vllm_single_node(self) -> bool:
         return self.framework == VLLM and not self.multinode and self.gpu in GPUS
+
+    @property
+    def sglang_single_node(self) -> bool:
+        return self.framework == SGLANG and not self.multinode and self.gpu in GPUS
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -242,7 +278,8 @@ def script_candidates(cfg: ReferenceConfig) -> list[str]:
     if cfg.multinode or cfg.gpu is None:
         return []
     mtp = "_mtp" if cfg.speculative else ""
-    suffixes = [f"_{cfg.framework}"] + ([""] if cfg.framework == VLLM else [])
+    # a script without the server's suffix is vLLM's or SGLang's (``parse_launch`` says which)
+    suffixes = [f"_{cfg.framework}"] + ([""] if cfg.framework in (VLLM, SGLANG) else [])
     scenarios = dict.fromkeys(r.scenario for r in cfg.rows) or {"fixed-seq-len": None}
     out = []
     for scenario in scenarios:
@@ -266,6 +303,8 @@ class Launch:
     spec_method: str | None = None
     spec_draft: str | None = None
     spec_tokens: int | None = None
+    server: str | None = None  # the server the script launches (``SERVER_COMMANDS``), if any
+    conditional_env: dict[str, str] = field(default_factory=dict)  # exported inside an ``if``
 
 
 def _unquote(text: str) -> str | None:
@@ -291,7 +330,13 @@ class _Assignments:
     env: dict[str, str] = field(default_factory=dict)
     top: dict[str, str] = field(default_factory=dict)
     conditional: set[str] = field(default_factory=set)
+    conditional_env: dict[str, str] = field(default_factory=dict)  # exported inside a block
     flag_groups: set[str] = field(default_factory=set)
+
+
+def _server_env(name: str) -> bool:
+    """A variable of the server, not of the benchmark harness."""
+    return name not in HARNESS_ENV and not name.startswith(HARNESS_ENV_PREFIXES)
 
 
 def _assignments(lines: list[str]) -> _Assignments:
@@ -304,7 +349,7 @@ def _assignments(lines: list[str]) -> _Assignments:
         elif line.split(" ", 1)[0] in ("fi", "done", "esac"):
             depth = max(0, depth - 1)
         found = _ASSIGN.match(line)
-        if not found or line.startswith("vllm serve"):
+        if not found or _command(line) is not None:
             continue
         exported, name, text = found.groups()
         value = None if text.startswith("(") else _unquote(text)
@@ -312,34 +357,48 @@ def _assignments(lines: list[str]) -> _Assignments:
             out.flag_groups.add(name)
         if depth:
             out.conditional.add(name)
+            if exported and value is not None and "$" not in value and _server_env(name):
+                out.conditional_env.setdefault(name, value)
             continue
         if value is None or "$" in value:
             continue
         out.top[name] = value
-        if exported and name not in HARNESS_ENV and not name.startswith(HARNESS_ENV_PREFIXES):
+        if exported and _server_env(name):
             out.env[name] = value
     return out
 
 
-def _serve_text(lines: list[str]) -> str | None:
-    """The ``vllm serve`` command: its backslash-continued lines, or the body of the bash
-    array it opens (``VLLM_CMD=(`` ... ``)``)."""
+def _command(line: str) -> tuple[int, str] | None:
+    """How many words name the server command ``line`` starts with, and its server."""
+    words = line.strip().split()
+    for command, server in SERVER_COMMANDS:
+        if tuple(words[: len(command)]) == command:
+            return len(command), server
+    return None
+
+
+def _serve_text(lines: list[str]) -> tuple[str, int, str] | None:
+    """The server command (``vllm serve``, ``python3 -m sglang.launch_server``): its
+    backslash-continued lines, or the body of the bash array it opens (``VLLM_CMD=(`` ...
+    ``)``); with the number of words that name it and its server."""
     for i, raw in enumerate(lines):
-        if raw.strip().startswith("vllm serve"):
-            if i and lines[i - 1].rstrip().endswith("=("):
-                body = []
-                for line in lines[i:]:
-                    if line.strip() == ")":
-                        break
-                    body.append(line.strip())
-                return " ".join(body)
-            parts = []
+        found = _command(raw)
+        if found is None:
+            continue
+        if i and lines[i - 1].rstrip().endswith("=("):
+            body = []
             for line in lines[i:]:
-                stripped = line.rstrip()
-                parts.append(stripped.rstrip("\\"))
-                if not stripped.endswith("\\"):
+                if line.strip() == ")":
                     break
-            return " ".join(parts)
+                body.append(line.strip())
+            return " ".join(body), *found
+        parts = []
+        for line in lines[i:]:
+            stripped = line.rstrip()
+            parts.append(stripped.rstrip("\\"))
+            if not stripped.endswith("\\"):
+                break
+        return " ".join(parts), *found
     return None
 
 
@@ -349,18 +408,20 @@ def parse_launch(text: str) -> Launch:
     condition is named in ``varies`` (``--max-model-len``, ``$EP``), not guessed."""
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
     names = _assignments(lines)
-    serve = _serve_text(lines)
+    found = _serve_text(lines)
     body = "\n".join(lines)
     method, draft = _SPEC_METHOD.search(body), _DRAFT.search(body)
     count = _SPEC_TOKENS.search(body)
     out = Launch(
         env=names.env,
+        conditional_env=names.conditional_env,
         spec_method=method.group(1).lower() if method else None,
         spec_draft=draft.group(1) if draft else None,
         spec_tokens=int(count.group(1)) if count else None,
     )
-    if serve is None:
+    if found is None:
         return out
+    serve, words, out.server = found
     varies: list[str] = []
 
     def expand(match: re.Match[str]) -> str:
@@ -372,7 +433,12 @@ def parse_launch(text: str) -> Launch:
             return ""
         return match.group(0)
 
-    tokens = [t for t in shlex.split(_VAR.sub(expand, serve))[2:] if t]  # after "vllm serve"
+    tokens = []
+    for token in shlex.split(_VAR.sub(expand, serve))[words:]:  # after the command
+        if token.startswith("-") and token.endswith(">"):  # ``--flag> log``: no space
+            tokens += [token[:-1], ">"]
+        elif token:
+            tokens.append(token)
     for stop in (">", "2>&1", "&"):
         if stop in tokens:
             tokens = tokens[: tokens.index(stop)]
@@ -410,14 +476,20 @@ class References:
         ]
 
     def followed(
-        self, model: str, gpu: str, speculative: str | None = None, scenario: str = ""
+        self,
+        model: str,
+        gpu: str,
+        speculative: str | None = None,
+        scenario: str = "",
+        framework: str = VLLM,
     ) -> ReferenceConfig | None:
         """The vLLM config a plan follows: of ``scenario`` (AMD's benchmark scenario, e.g.
         ``agentic-coding``) where it has one, else of the fixed-length scenario; the first
         without speculative decoding, else the first (each name once: ``amd-master.yaml``
         before the deprecated files). With ``speculative`` (``mtp`` or ``eagle3``, an opt-in),
-        the first config of that method comes first."""
-        vllm = [c for c in self.for_gpu(model, gpu) if c.framework == VLLM]
+        the first config of that method comes first. ``framework``: the server's configs
+        (``sglang`` for an SGLang plan)."""
+        vllm = [c for c in self.for_gpu(model, gpu) if c.framework == framework]
         wanted = scenario or DEFAULT_SCENARIO
         vllm = [c for c in vllm if c.scenario == wanted] or [
             c for c in vllm if c.scenario == DEFAULT_SCENARIO
@@ -427,11 +499,12 @@ class References:
         found = same or plain or vllm
         return found[0] if found else None
 
-    def other_servers(self, model: str, gpu: str) -> list[ReferenceConfig]:
-        """AMD's configs for this model and GPU on another server (SGLang, ATOM)."""
+    def other_servers(self, model: str, gpu: str, framework: str = VLLM) -> list[ReferenceConfig]:
+        """AMD's configs for this model and GPU on another server than ``framework``
+        (SGLang, ATOM beside vLLM)."""
         seen: dict[str, ReferenceConfig] = {}
         for c in self.for_gpu(model, gpu):
-            if c.framework != VLLM and c.name not in seen:
+            if c.framework != framework and c.name not in seen:
                 seen[c.name] = c
         return list(seen.values())
 

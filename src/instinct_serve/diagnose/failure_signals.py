@@ -1,4 +1,4 @@
-"""The lines that mean a vLLM start-up has failed, whatever came before them.
+"""The lines that mean a vLLM (or SGLang) start-up has failed, whatever came before them.
 
 One table for the two readers of a log: the startup-phase tracker (a strong signal ends
 the start-up: phase ``failed``) and ``diagnose`` (the last such line, or the last
@@ -24,7 +24,7 @@ class FailureSignal:
     example: str  # a real line of this kind, as it appears in a log
 
 
-FAILURE_SIGNALS: tuple[FailureSignal, ...] = (
+VLLM_FAILURE_SIGNALS: tuple[FailureSignal, ...] = (
     FailureSignal(
         r"Engine core initialization failed",
         "vLLM V1 API server: the engine core process did not come up (core_client.py)",
@@ -133,5 +133,44 @@ FAILURE_SIGNALS: tuple[FailureSignal, ...] = (
         "address already in use",
     ),
 )
+
+# SGLang's own (``sglang/srt``): the SGLang kind's tracker reads them first
+# (``diagnose.sglang_phases``); in the one table, so that ``diagnose`` reads an SGLang log's too.
+SGLANG_FAILURE_SIGNALS: tuple[FailureSignal, ...] = (
+    FailureSignal(
+        r"Scheduler hit an exception",
+        "SGLang scheduler process, after its traceback (managers/scheduler.py)",
+        None,
+        "[2025-03-10 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    ),
+    FailureSignal(
+        r"Received sigquit from a child process",
+        "SGLang launcher: a scheduler or detokenizer process died (entrypoints/engine.py)",
+        None,
+        "[2025-03-10 10:00:01] Received sigquit from a child process. It usually means the "
+        "child failed.",
+    ),
+    FailureSignal(
+        r"TokenizerManager hit an exception",
+        "SGLang tokenizer manager (managers/tokenizer_manager.py)",
+        None,
+        "[2025-03-10 10:00:00] TokenizerManager hit an exception: Traceback (most recent call "
+        "last):",
+    ),
+    FailureSignal(
+        r"Not enough memory\. Please try to (?:increase|decrease) --mem-fraction-static",
+        "SGLang model runner: the KV pool has no room left (model_runner.py)",
+        None,
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    ),
+    FailureSignal(
+        r"Initialization failed\. warmup error",
+        "SGLang HTTP server: its warm-up request failed (entrypoints/http_server.py)",
+        None,
+        "[2025-03-10 10:00:00] Initialization failed. warmup error: ...",
+    ),
+)
+
+FAILURE_SIGNALS: tuple[FailureSignal, ...] = (*VLLM_FAILURE_SIGNALS, *SGLANG_FAILURE_SIGNALS)
 
 STRONG_FAILURE = re.compile("|".join(f"(?:{signal.pattern})" for signal in FAILURE_SIGNALS))

@@ -14,8 +14,10 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve.catalog.reference import SGLANG
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.gather.reference import reference_for
+from instinct_serve.gather.server_choice import decide_server, decided, sglang_image
 from instinct_serve.gather.sizing import decide_tp as _decide_tp
 from instinct_serve.gather.sizing import recipe_tp as _recipe_tp
 from instinct_serve.gather.sizing import tp_rules, variant_fits
@@ -30,7 +32,8 @@ from instinct_serve.plan.planner import (
     build_plan,
     choose_variant,
 )
-from instinct_serve.plan.reference import ReferenceChoice, overrule, reference_tp
+from instinct_serve.plan.reference import ReferenceChoice, overrule, reference_tp, unsized_tp
+from instinct_serve.plan.stacks import StackCheck
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
     from instinct_serve.hardware.inventory import GpuInventory
     from instinct_serve.hosts import Host
     from instinct_serve.plan.refusals import Refusal
-    from instinct_serve.plan.stacks import StackCheck
+    from instinct_serve.plan.sglang import ServerChoice
 
 
 # Used only if a synced cache has no resolved tag (Docker Hub was unreachable during sync).
@@ -416,6 +419,7 @@ class _Chosen:
     fit: FitReport | None = None  # at that TP
     reference: ReferenceChoice | None = None  # AMD's reference config (gather.reference)
     kv_fp8_why: str = ""  # the checkpoint means its KV cache in fp8, and why
+    server: ServerChoice | None = None  # the server launched, and why (``decide_server``)
 
 
 def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
@@ -454,14 +458,29 @@ def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
         amd = cpu_config(amd)
     follow_config(ctx, amd, opts)
     kv_why = "" if on_cpu else checkpoint_kv(ctx, opts, variant.model_id, served_meta)
+    server = decide_server(opts, base, variant.model_id, on_cpu)
     reference = (
         None
         if on_cpu
-        else reference_for(opts, amd, variant.model_id, gpu_key, base.inventory.gpu_count, ctx)
+        else reference_for(
+            opts,
+            amd,
+            variant.model_id,
+            gpu_key,
+            base.inventory.gpu_count,
+            ctx,
+            SGLANG if server.name == SGLANG else "vllm",
+        )
     )
+    if server.name == SGLANG:
+        from instinct_serve.plan.sglang import require_config
+
+        require_config(reference, variant.model_id, gpu_key)
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
-    return _Chosen(hw, ctx, sizer, variant, amd, reference=reference, kv_fp8_why=kv_why)
+    return _Chosen(
+        hw, ctx, sizer, variant, amd, reference=reference, kv_fp8_why=kv_why, server=server
+    )
 
 
 def checkpoint_kv(
@@ -545,6 +564,19 @@ def _stack_check(
     return check
 
 
+def _server_image(
+    opts: PlanOptions, base: Setting, chosen: _Chosen
+) -> tuple[StackCheck, str | None]:
+    """The image (the validated-stack table's word on it) and what is wrong with it: an
+    SGLang plan's is AMD's config's, a vLLM plan's the recipe's or the catalog's newest."""
+    from instinct_serve.catalog.matching import vllm_gate
+
+    if opts.server == SGLANG:
+        return StackCheck(*sglang_image(opts, chosen.reference)), None
+    stack = _stack_check(opts, base, chosen, *_image(opts, chosen.amd, base.catalog))
+    return stack, vllm_gate(base.match, stack.image)
+
+
 def _inputs(
     opts: PlanOptions, base: Setting, chosen: _Chosen, on_cpu: bool, host: Host | None
 ) -> PlanInputs:
@@ -552,7 +584,7 @@ def _inputs(
     TP, the fit at it (and smaller checkpoints when it does not fit), the HF cache mount.
     The TP and the fit are also kept on ``chosen``."""
     from instinct_serve import __version__
-    from instinct_serve.catalog.matching import image_version, vllm_gate
+    from instinct_serve.catalog.matching import image_version
 
     match, inv, variant, amd, ctx = (
         base.match,
@@ -561,9 +593,9 @@ def _inputs(
         chosen.amd,
         chosen.ctx,
     )
-    stack = _stack_check(opts, base, chosen, *_image(opts, amd, base.catalog))
+    opts = decided(opts, chosen.server)
+    stack, image_problem = _server_image(opts, base, chosen)
     image, image_reason = stack.image, stack.image_reason or ""
-    image_problem = vllm_gate(match, image)
     version = image_version(image)
     if version:
         ctx.vllm_version = ".".join(str(p) for p in version)
@@ -579,9 +611,12 @@ def _inputs(
     if where.partitioned:
         recipe_tp = None
     sizer = chosen.sizer
-    tp = _decide_tp(
-        opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp, where.per_gpu
-    )
+    try:
+        tp = _decide_tp(
+            opts, inv, sizer, variant, match, amd, ctx, found_refusals, recipe_tp, where.per_gpu
+        )
+    except UsageError as exc:  # unsized: AMD's config states the TP it runs
+        tp = unsized_tp(exc, chosen.reference)
     tp = reference_tp(chosen.reference, opts, tp)
     fit = chosen.fit = sizer.report(variant.model_id, tp.tp)
     chosen.tp = tp
@@ -620,6 +655,7 @@ def _inputs(
         partitions=where if inv.gpus else None,
         reference=chosen.reference,
         kv_fp8_why=chosen.kv_fp8_why,
+        server=chosen.server,
     )
 
 

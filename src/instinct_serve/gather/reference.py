@@ -53,6 +53,8 @@ def _with_script(cfg: ReferenceConfig, root: Path) -> ReferenceConfig:
         path = root / candidate
         if path.is_file():
             launch = parse_launch(path.read_text(encoding="utf-8"))
+            if launch.server is not None and launch.server != cfg.framework:
+                continue  # another server's script of the same name (an SGLang one, unsuffixed)
             cfg.script, cfg.env, cfg.args, cfg.varies = (
                 candidate,
                 launch.env,
@@ -61,6 +63,7 @@ def _with_script(cfg: ReferenceConfig, root: Path) -> ReferenceConfig:
             )
             cfg.spec_method, cfg.spec_draft = launch.spec_method, launch.spec_draft
             cfg.spec_tokens = launch.spec_tokens
+            cfg.conditional_env = launch.conditional_env
             break
     return cfg
 
@@ -168,6 +171,7 @@ def reference_for(
     gpu_key: str,
     gpu_count: int,
     ctx: LaunchContext,
+    framework: str = "vllm",
 ) -> ReferenceChoice | None:
     """AMD's configs for the checkpoint served on this GPU (``plan.reference.choose``); the
     fit then sizes the launch as the config runs it (its flags and env after the recipe's,
@@ -176,9 +180,9 @@ def reference_for(
 
     refs, _warnings = load_references()
     spec, scenario = wanted(opts)
-    choice = choose(refs, model, gpu_key, gpu_count, spec, scenario)
+    choice = choose(refs, model, gpu_key, gpu_count, spec, scenario, framework)
     if choice is None and opts.model.strip() != model:  # the checkpoint named, not served
-        choice = choose(refs, opts.model.strip(), gpu_key, gpu_count, spec, scenario)
+        choice = choose(refs, opts.model.strip(), gpu_key, gpu_count, spec, scenario, framework)
     if choice is None or choice.config is None:
         return choice
     ctx.launch_args = [*amd.args, *choice.config.args, *opts.extra_args]

@@ -48,7 +48,7 @@ class EndpointView:
         }
         if self.reading is not None and not self.reading.now.is_vllm:
             doc["status"] = "not_vllm"
-            doc["error"] = "/metrics answered without any vllm:* metric"
+            doc["error"] = f"/metrics answered without any {self.reading.now.prefix}* metric"
         doc["metrics"] = None if self.reading is None else self.reading.to_dict()
         power = None
         if gpus and self.gpu_indices is not None:

@@ -17,6 +17,7 @@ Counters are exposed with ``_total`` (prometheus_client adds it); histograms as
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,8 @@ class Name:
     name: str
     versions: str
 
+
+Names = Mapping[str, tuple["Name", ...]]  # a server's table: concept -> names, newest first
 
 # concept -> names, newest first.
 NAMES: dict[str, tuple[Name, ...]] = {
@@ -85,8 +88,10 @@ NOTES = (
 )
 
 
-def _first(exp: Exposition, concept: str, histogram: bool = False) -> str | None:
-    for candidate in NAMES[concept]:
+def _first(
+    exp: Exposition, concept: str, histogram: bool = False, names: Names | None = None
+) -> str | None:
+    for candidate in (NAMES if names is None else names).get(concept, ()):
         probe = f"{candidate.name}_count" if histogram else candidate.name
         if exp.has(probe):
             return candidate.name
@@ -102,10 +107,12 @@ class Snapshot:
     counters: dict[str, float | None]
     histograms: dict[str, Histogram | None]
     names: dict[str, str] = field(default_factory=dict)  # concept -> the name found
-    vllm_families: int = 0
+    vllm_families: int = 0  # families of the server's prefix (``vllm:``, ``sglang:``)
+    prefix: str = "vllm:"  # the server's metric prefix
 
     @property
     def is_vllm(self) -> bool:
+        """The scrape has the server's own families (vLLM's, or the plan's server's)."""
         return self.vllm_families > 0
 
 
@@ -121,31 +128,34 @@ COUNTERS = (
 )
 
 
-def snapshot(text: str, at: float) -> Snapshot:
-    """A version-agnostic snapshot of one ``/metrics`` text taken at ``at``."""
+def snapshot(text: str, at: float, table: Names | None = None) -> Snapshot:
+    """A version-agnostic snapshot of one ``/metrics`` text taken at ``at``; ``table``: the
+    server's names (``ServerKind.metric_names``; vLLM's ``NAMES`` by default)."""
+    table = NAMES if table is None else table
+    prefix = next(iter(table.values()))[0].name.split(":", 1)[0] + ":"
     exp = parse(text)
     names: dict[str, str] = {}
     gauges: dict[str, float | None] = {}
     counters: dict[str, float | None] = {}
     histograms: dict[str, Histogram | None] = {}
     for concept in (*GAUGES, *GAUGES_V0):
-        name = _first(exp, concept)
+        name = _first(exp, concept, names=table)
         gauges[concept] = None if name is None else exp.total(name)
         if name:
             names[concept] = name
     for concept in COUNTERS:
-        name = _first(exp, concept)
+        name = _first(exp, concept, names=table)
         counters[concept] = None if name is None else exp.total(name)
         if name:
             names[concept] = name
     for concept in HISTOGRAMS:
-        name = _first(exp, concept, histogram=True)
+        name = _first(exp, concept, histogram=True, names=table)
         histograms[concept] = None if name is None else from_exposition(exp, name)
         if name:
             names[concept] = name
-    families = {n for n in exp.families if n.startswith("vllm:")}
-    families |= {s.name for s in exp.samples if s.name.startswith("vllm:")}
-    return Snapshot(at, gauges, counters, histograms, names, len(families))
+    families = {n for n in exp.families if n.startswith(prefix)}
+    families |= {s.name for s in exp.samples if s.name.startswith(prefix)}
+    return Snapshot(at, gauges, counters, histograms, names, len(families), prefix)
 
 
 def _rate(after: float | None, before: float | None, seconds: float) -> float | None:

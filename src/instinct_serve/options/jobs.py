@@ -327,10 +327,11 @@ class PlanOptions(SizingOptions):
         max_length=512,
     )
     server: str = opt(
-        "vllm",
+        "auto",
         kind="text",
         metavar="NAME",
-        help="The inference server to plan for: vllm, or one an installed package registers "
+        help="The inference server: auto (AMD's reference config's server for this model "
+        "and GPU, else vllm), vllm, sglang, or one a package registers "
         "(entry points `instinct_serve.servers`).",
         check=_server_name,
         max_length=64,

@@ -47,6 +47,7 @@ from instinct_serve.plan.reference import ReferenceChoice
 from instinct_serve.plan.reference import follow as follow_reference
 from instinct_serve.plan.refusals import Refusal
 from instinct_serve.plan.replicas import GroupInputs, decide_group, with_router_image
+from instinct_serve.plan.sglang import ServerChoice
 from instinct_serve.plan.speculative import speculative
 from instinct_serve.units import token_count
 
@@ -112,16 +113,18 @@ class PlanInputs:
     partitions: Layout | None = None  # how the GPUs sit as partitions (hardware.partitions)
     reference: ReferenceChoice | None = None  # AMD's reference config (plan.reference)
     kv_fp8_why: str = ""  # the checkpoint ships fp8 KV scales: --kv-cache-dtype fp8, why
+    server: ServerChoice | None = None  # which server, and why (``plan.sglang.choose_server``)
 
 
 # ---------------------------------------------------------------- pure decisions
 
 
-def container_name(model_id: str, port: int) -> str:
-    """``vllm-<model-slug>`` (plus the port when not the default, so two can coexist)."""
+def container_name(model_id: str, port: int, server: str = servers.DEFAULT) -> str:
+    """``vllm-<model-slug>`` (``sglang-...`` for an SGLang plan; plus the port when not the
+    default, so two can coexist)."""
     base = model_id.rsplit("/", 1)[-1].lower()
     slug = re.sub(r"[^a-z0-9]+", "-", base).strip("-")[:48] or "model"
-    return f"vllm-{slug}" if port == DEFAULT_PORT else f"vllm-{slug}-{port}"
+    return f"{server}-{slug}" if port == DEFAULT_PORT else f"{server}-{slug}-{port}"
 
 
 def build_plan(inp: PlanInputs) -> LaunchPlan:
@@ -132,6 +135,10 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
     b = PlanBuilder(warnings=list(inp.warnings))
     _forced(b, inp)
     _hardware(b, inp)
+    if inp.server is not None and inp.server.stated:
+        b.reason("server", inp.server.source, inp.server.why)
+    if servers.get(inp.options.server).vocabulary == "sglang":
+        return _build_sglang(b, inp, tp)
     _environment(b, inp)
     gpu_indices, partitions = _devices(b, inp, tp.tp)
     api_key = _secrets(b, inp.options)
@@ -153,6 +160,41 @@ def build_plan(inp: PlanInputs) -> LaunchPlan:
         tensor_parallel_size=tp.tp,
         max_model_len=max_len,
         context_limited=context_limited,
+        gpu_indices=gpu_indices,
+        partitions=partitions,
+        api_key=api_key,
+    )
+    _group(plan, inp)
+    return plan
+
+
+def _build_sglang(b: PlanBuilder, inp: PlanInputs, tp: TpDecision) -> LaunchPlan:
+    """An SGLang plan (``plan.sglang``): AMD's SGLang config is its configuration (no recipe
+    layer); the devices, secrets, image, mounts and group as for any plan."""
+    from instinct_serve.plan.reference import other_servers_line
+    from instinct_serve.plan.sglang import follow, refuse_public
+
+    refuse_public(inp.options)
+    gpu_indices, partitions = _devices(b, inp, tp.tp)
+    api_key = _secrets(b, inp.options)
+    assert inp.reference is not None  # gather refused an SGLang plan without a config
+    line = other_servers_line(inp.reference)
+    if line:
+        b.reason("other servers", "AMD reference", line)
+    follow(b, inp.reference, inp.options, tp)
+    _check_env(b.env)
+    b.flag_conflicts()
+    b.reason(inp.image, "image", inp.image_reason)
+    mounts = [inp.hf_mount] if inp.hf_mount is not None else []
+    if inp.hf_mount is not None:
+        b.reason(f"-v {inp.hf_mount.docker_arg()}", "hf cache", inp.hf_mount_reason)
+    plan = _assemble(
+        b,
+        inp,
+        mounts=mounts,
+        tensor_parallel_size=tp.tp,
+        max_model_len=inp.options.max_model_len,
+        context_limited=False,
         gpu_indices=gpu_indices,
         partitions=partitions,
         api_key=api_key,
@@ -449,7 +491,8 @@ def _assemble(b: PlanBuilder, inp: PlanInputs, **decided: Any) -> LaunchPlan:
         model=inp.variant.model_id,
         requested_model=opts.model,
         image=inp.image,
-        container_name=opts.name or container_name(inp.variant.model_id, opts.port),
+        container_name=opts.name
+        or container_name(inp.variant.model_id, opts.port, _name_prefix(opts.server)),
         port=opts.port,
         launcher=launcher(opts.engine),
         server=servers.get(opts.server).name,  # bad_server unless the registry has it
@@ -491,6 +534,12 @@ def _group(plan: LaunchPlan, inp: PlanInputs) -> None:
         plan_hash=plan.plan_hash,
         version=inp.tool_version or __version__,
     )
+
+
+def _name_prefix(server: str) -> str:
+    """The endpoint's name starts with its server: ``vllm-``, ``sglang-`` (another registered
+    kind speaks vLLM's line: ``vllm-``, as before it named its server)."""
+    return server if server in servers.BUILTIN else servers.DEFAULT
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

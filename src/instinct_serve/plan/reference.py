@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING
 from instinct_serve import vllm_args
 from instinct_serve.catalog.reference import (
     BENCHMARK_ONLY,
+    SGLANG,
+    VLLM,
     ParallelRow,
     ReferenceConfig,
     References,
 )
+from instinct_serve.errors import UsageError
 from instinct_serve.plan.decisions import TpDecision
 
 if TYPE_CHECKING:
@@ -27,7 +30,8 @@ if TYPE_CHECKING:
     from instinct_serve.plan.builder import PlanBuilder
     from instinct_serve.plan.refusals import Refusal
 
-SERVER_TITLES = {"sglang": "SGLang", "atom": "ATOM"}
+SERVER_TITLES = {"sglang": "SGLang", "atom": "ATOM", "vllm": "vLLM"}
+PLANNABLE = (VLLM, SGLANG)  # the servers instinct plans from AMD's configs (``--server``)
 
 
 @dataclass
@@ -46,10 +50,12 @@ class ReferenceChoice:
 
 
 def usable_row(config: ReferenceConfig, gpu_count: int) -> ParallelRow | None:
-    """The first search-space row that fits the GPUs there are (DP-attention rows are
-    listed, not followed: the plan's replicas fill the GPUs instead)."""
+    """The first search-space row that fits the GPUs there are. A vLLM plan lists
+    DP-attention rows without following them (its replicas fill the GPUs instead); an
+    SGLang plan follows them (``--dp-size N --enable-dp-attention``, SGLang's own)."""
+    dp_attention = config.framework == SGLANG
     for row in config.rows:
-        if row.tp <= gpu_count and not row.dp_attn:
+        if row.tp <= gpu_count and (dp_attention or not row.dp_attn):
             return row
     return None
 
@@ -71,12 +77,14 @@ def choose(
     gpu_count: int,
     speculative: str | None = None,
     scenario: str = "",
+    framework: str = VLLM,
 ) -> ReferenceChoice | None:
     """AMD's configs for ``model`` on ``gpu`` (None when AMD publishes none); ``speculative``:
     the method the plan opted into (a config of that method comes first); ``scenario``:
-    AMD's benchmark scenario of the workload (``agentic-coding``)."""
-    config = refs.followed(model, gpu, speculative, scenario)
-    others = refs.other_servers(model, gpu)
+    AMD's benchmark scenario of the workload (``agentic-coding``); ``framework``: the server
+    planned (its config is followed, the others are named)."""
+    config = refs.followed(model, gpu, speculative, scenario, framework)
+    others = refs.other_servers(model, gpu, framework)
     if config is None and not others:
         return None
     row = usable_row(config, gpu_count) if config is not None else None
@@ -102,6 +110,22 @@ def reference_tp(choice: ReferenceChoice | None, opts: PlanOptions, tp: TpDecisi
         tp.need,
         tp.need_why,
         tp.skipped,
+    )
+
+
+def unsized_tp(error: UsageError, choice: ReferenceChoice | None) -> TpDecision:
+    """A model that could not be sized (``unsized_model``) runs at the TP AMD's reference
+    config states for it; any other refusal, or no config row, stands."""
+    if error.id != "unsized_model" or choice is None or choice.config is None:
+        raise error
+    if choice.row is None:
+        raise error
+    return TpDecision(
+        choice.row.tp,
+        f"{error.message.split(':')[0]}; AMD's reference config {choice.config.name} runs "
+        f"{choice.row.label()} on {choice.gpu.upper()}",
+        None,
+        "",
     )
 
 
@@ -131,10 +155,17 @@ def other_servers_line(choice: ReferenceChoice) -> str | None:
         f"{SERVER_TITLES.get(c.framework, c.framework)} ({c.name})" for c in choice.others
     )
     lead = "also runs" if choice.config is not None else "runs"
-    return (
-        f"AMD's reference for {choice.others[0].model} on {choice.gpu.upper()} {lead} "
-        f"{names}; instinct plans vLLM only and does not launch it"
-    )
+    head = f"AMD's reference for {choice.others[0].model} on {choice.gpu.upper()} {lead} {names}"
+    plannable = [c for c in choice.others if c.framework in PLANNABLE]
+    if not plannable:
+        return f"{head}; instinct plans vLLM only and does not launch it"
+    rest = [c for c in choice.others if c.framework not in PLANNABLE]
+    followed = plannable[0]
+    line = f"{head}; --server {followed.framework} follows {followed.name}"
+    if rest:
+        titles = ", ".join(dict.fromkeys(SERVER_TITLES.get(c.framework, c.framework) for c in rest))
+        line += f" (instinct does not launch {titles})"
+    return line
 
 
 def image_line(config: ReferenceConfig, image: str) -> tuple[str, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from instinct_serve import servers
 from instinct_serve.hardware.target import CPU_SOURCE
 from instinct_serve.plan.cpu import KV_WHY
 from instinct_serve.plan.model import LOOPBACK, PlanResult
@@ -21,6 +22,9 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
     rows.append(("Match", f"{plan.match_kind}: {plan.match_explanation}"))
     variant_reason = next((r.why for r in plan.reasons if r.item == "variant"), "")
     rows.append(("Precision", f"{plan.precision or 'as stored'} - {variant_reason}"))
+    server = next((r.why for r in plan.reasons if r.item == "server"), None)
+    if server:  # chosen by --server, or by AMD's reference configs (plan.sglang)
+        rows.append(("Server", f"{servers.of(plan).title} - {server}"))
     if plan.weight_memory_gb is not None:
         per_gpu = fit.weight_memory_per_gpu_gib if fit is not None else None
         rows.append(

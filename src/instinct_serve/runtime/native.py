@@ -71,10 +71,15 @@ DISCARD_TERM_S = 10.0
 
 def native_argv(vllm_command: str, plan: LaunchPlan) -> list[str]:
     """``plan.render.native_argv`` (``--host`` the plan's bind address) with the
-    discovered executable instead of bare ``vllm``."""
+    discovered executable instead of bare ``vllm``; a server with an executable of its own
+    (SGLang's ``python3 -m sglang.launch_server``) keeps it."""
+    from instinct_serve import servers
     from instinct_serve.plan.render import native_argv as rendered
 
-    return [vllm_command, *rendered(plan)[1:]]
+    argv = rendered(plan)
+    if servers.of(plan).vocabulary != "vllm":
+        return argv
+    return [vllm_command, *argv[1:]]
 
 
 class NativeBackend:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve import servers
 from instinct_serve.errors import InstinctError, UsageError
 from instinct_serve.gather.http import HttpErrors, get
 from instinct_serve.hardware.values import Unparsable
@@ -58,6 +59,7 @@ class Endpoint:
     entrypoint: list[str] | None = None  # docker: the container's entrypoint
     container_env: dict[str, str] | None = None  # docker: Config.Env (never printed)
     command: list[str] | None = None  # native: the argv it was launched with
+    server: str = "vllm"  # the kind of server (``servers``): which metric names it has
 
     def view(self) -> EndpointView:
         return EndpointView(
@@ -164,6 +166,7 @@ def endpoints(host: Host, names: Sequence[str] = ()) -> list[Endpoint]:
                 entrypoint=entry,
                 container_env=env,
                 command=command,
+                server=row.server,
             )
         )
     return found
@@ -272,7 +275,7 @@ class Observer:
             except InstinctError as exc:
                 view.error = exc.message
                 continue
-            now = snapshot(text, self.clock())
+            now = snapshot(text, self.clock(), servers.get(ep.server).metric_names)
             key = (ep.name, ep.plan_hash, ep.port)
             view.reading = reading(now, self._previous.get(key))
             self._previous[key] = now

@@ -27,7 +27,10 @@ __all__ = ["BUILTIN", "DEFAULT", "GROUP", "Routes", "ServerKind", "get", "names"
 
 DEFAULT = "vllm"
 GROUP = "instinct_serve.servers"
-BUILTIN: dict[str, str] = {"vllm": "instinct_serve.servers.vllm:VLLM"}
+BUILTIN: dict[str, str] = {
+    "vllm": "instinct_serve.servers.vllm:VLLM",
+    "sglang": "instinct_serve.servers.sglang:SGLANG",
+}
 
 _loaded: dict[str, ServerKind] = {}
 

@@ -78,6 +78,12 @@ class ServerKind(Protocol):
         ...
 
     @property
+    def vocabulary(self) -> str:
+        """The planner vocabulary its flags are written in: ``vllm`` (``plan.planner``'s
+        steps; a server that speaks vLLM's command line) or ``sglang`` (``plan.sglang``)."""
+        ...
+
+    @property
     def routes(self) -> Routes: ...
 
     @property

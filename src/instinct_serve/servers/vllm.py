@@ -42,6 +42,7 @@ class VllmServer:
     executable = "vllm"
     image_repository = "vllm/vllm-openai-rocm"
     api_key_env = API_KEY_ENV
+    vocabulary = "vllm"  # its flags are written by plan.planner's vLLM steps
     routes = Routes()
 
     @property

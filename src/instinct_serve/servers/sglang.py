@@ -1,0 +1,90 @@
+"""SGLang as a ``ServerKind``: AMD's server of choice for DeepSeek-R1, Qwen3.5 and GLM on
+Instinct GPUs (InferenceX's AMD configs), planned from those configs (``plan.sglang``).
+
+- The command: the ``lmsysorg/sglang`` ROCm images have no server entrypoint; AMD's launch
+  scripts run ``python3 -m sglang.launch_server --model-path MODEL ...``, and so does the
+  container. SGLang listens on 127.0.0.1 by default: a container binds ``0.0.0.0`` (its port
+  is published on the host's loopback unless public), a native launch the plan's address.
+- Routes: ``/health`` (200 with an empty body once ready), ``/health_generate`` (a real
+  generation), the OpenAI routes, ``/metrics`` with ``--enable-metrics``.
+- Its start-up log: ``diagnose.sglang_phases`` (ready at "The server is fired up and ready
+  to roll!"); its failures: ``SGLANG_FAILURE_SIGNALS`` there.
+- Metrics: the ``sglang:`` families (``observe.sglang``).
+- Memory and bench: vLLM's memory model sizes the weights (SGLang's own, the static fraction
+  and its KV pool, is not modelled yet); AMD benchmarks SGLang with vLLM's client
+  (``--backend vllm``), and so does ``bench``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from instinct_serve import vllm_args
+from instinct_serve.fit.vllm import behaviour
+from instinct_serve.observe.bench import bench_args
+from instinct_serve.servers.kind import Routes
+
+if TYPE_CHECKING:
+    from instinct_serve.diagnose.failure_signals import FailureSignal
+    from instinct_serve.diagnose.phases import PhaseTracker
+    from instinct_serve.observe.vllm import Name
+    from instinct_serve.plan.model import LaunchPlan
+
+__all__ = ["MODULE", "SGLANG", "SglangServer"]
+
+MODULE = ("python3", "-m", "sglang.launch_server")  # as AMD's launch scripts run it
+CONTAINER_HOST = "0.0.0.0"  # inside the container; docker publishes the port
+
+
+class SglangServer:
+    """SGLang's OpenAI-compatible server (``sglang.launch_server``)."""
+
+    name = "sglang"
+    title = "SGLang"
+    executable = "python3"
+    image_repository = "lmsysorg/sglang"
+    api_key_env = "SGLANG_API_KEY"  # not read by SGLang: plan.sglang refuses --public
+    vocabulary = "sglang"  # its flags are written by plan.sglang
+    routes = Routes()
+
+    @property
+    def failure_signals(self) -> tuple[FailureSignal, ...]:
+        from instinct_serve.diagnose.failure_signals import FAILURE_SIGNALS
+
+        return FAILURE_SIGNALS  # the one table: vLLM's, the kernels', and SGLang's own
+
+    @property
+    def metric_names(self) -> Mapping[str, tuple[Name, ...]]:
+        from instinct_serve.observe.sglang import NAMES
+
+        return NAMES
+
+    def _command(self, plan: LaunchPlan, host: str) -> list[str]:
+        argv = [*MODULE, "--model-path", plan.model]
+        if not vllm_args.has(plan.vllm_args, "--host"):
+            argv += ["--host", host]
+        return [*argv, *plan.vllm_args]
+
+    def container_args(self, plan: LaunchPlan) -> list[str]:
+        """``python3 -m sglang.launch_server --model-path MODEL --host 0.0.0.0 ...``."""
+        return self._command(plan, CONTAINER_HOST)
+
+    def native_argv(self, plan: LaunchPlan) -> list[str]:
+        """The same command on the host, listening on the plan's bind address."""
+        return self._command(plan, plan.bind_address)
+
+    def environment(self, plan: LaunchPlan) -> dict[str, str]:
+        """None of its own: AMD's variables are in the plan's ``env``."""
+        return {}
+
+    def tracker(self) -> PhaseTracker:
+        from instinct_serve.diagnose.sglang_phases import SglangTracker
+
+        return SglangTracker()
+
+    memory_behaviour = staticmethod(behaviour)  # vLLM's weights model (SGLang's: not yet)
+    bench_argv = staticmethod(bench_args)  # vLLM's client, as AMD benchmarks SGLang
+
+
+SGLANG = SglangServer()

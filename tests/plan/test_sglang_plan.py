@@ -1,0 +1,191 @@
+"""SGLang plans (``plan.sglang``, ``servers.sglang``) from AMD's own SGLang reference configs,
+with real model ids on the GPUs AMD runs them on, offline from the shipped snapshot; and the
+``--server auto`` choice between vLLM and SGLang."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from instinct_serve import servers, vllm_args
+from instinct_serve.errors import UsageError
+from instinct_serve.gather.plan import make_plan
+from instinct_serve.options import PlanOptions
+from instinct_serve.plan.render import render
+
+DSR1 = "deepseek-ai/DeepSeek-R1-0528"
+
+
+def plan(model: str, gpu: str, gpu_count: int = 8, **kw: Any) -> Any:
+    return make_plan(PlanOptions(model=model, gpu=gpu, gpu_count=gpu_count, **kw)).plan
+
+
+def reason(p: Any, item: str) -> Any:
+    found = [r for r in p.reasons if r.item == item]
+    assert found, [r.item for r in p.reasons]
+    return found[0]
+
+
+def test_auto_follows_amds_sglang_config_for_deepseek_r1_on_mi300x() -> None:
+    p = plan(DSR1, "mi300x")
+    assert p.server == "sglang" and p.to_dict()["server"] == "sglang"
+    assert p.image == "lmsysorg/sglang:v0.5.12-rocm700-mi30x"
+    assert p.tensor_parallel_size == 8
+    # exactly as benchmarks/single_node/fixed_seq_len/dsr1_fp8_mi300x.sh sets them
+    assert p.env["SGLANG_USE_AITER"] == "1" and p.env["SGLANG_AITER_MLA_PERSIST"] == "1"
+    args = p.vllm_args
+    assert vllm_args.value(args, "--attention-backend") == "aiter"
+    assert vllm_args.value(args, "--kv-cache-dtype") == "fp8_e4m3"
+    assert vllm_args.value(args, "--mem-fraction-static") == "0.8"
+    assert vllm_args.value(args, "--chunked-prefill-size") == "131072"
+    assert vllm_args.value(args, "--cuda-graph-max-bs") == "128"
+    assert vllm_args.has(args, "--disable-radix-cache")
+    assert vllm_args.value(args, "--tensor-parallel-size") == "8"
+    assert not vllm_args.has(args, "--max-model-len", "--gpu-memory-utilization")
+    why = reason(p, "server")
+    assert why.source == "AMD reference dsr1-fp8-mi300x-sglang"
+    assert "no vLLM config" in why.why
+    assert reason(p, "SGLANG_AITER_MLA_PERSIST=1").source == "AMD reference dsr1-fp8-mi300x-sglang"
+    assert not any(k.startswith("VLLM_ROCM") for k in p.env)  # no vLLM recipe layer
+
+
+def test_the_sglang_command_in_a_container_and_natively() -> None:
+    p = plan(DSR1, "mi300x")
+    kind = servers.of(p)
+    assert kind.container_args(p)[:7] == [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        DSR1,
+        "--host",
+        "0.0.0.0",
+    ]
+    assert kind.native_argv(p)[5:7] == ["--host", "127.0.0.1"]
+    docker = render(p, "docker")
+    assert "lmsysorg/sglang:v0.5.12-rocm700-mi30x" in docker and "sglang.launch_server" in docker
+
+
+def test_mi355x_takes_the_mi35x_image_and_its_quick_reduce_env() -> None:
+    p = plan(DSR1, "mi355x")
+    assert p.server == "sglang" and p.image.endswith("-mi35x")
+    assert p.env["ROCM_QUICK_REDUCE_QUANTIZATION"] == "INT4"
+    assert p.env["RCCL_MSCCL_ENABLE"] == "0"
+    assert vllm_args.value(p.vllm_args, "--chunked-prefill-size") == "196608"
+
+
+def test_auto_keeps_vllm_where_amd_runs_vllm() -> None:
+    p = plan("openai/gpt-oss-120b", "mi355x")
+    assert p.server == "vllm" and p.image.startswith("vllm/vllm-openai-rocm")
+    assert "server" not in p.to_dict()
+    assert not any(r.item == "server" for r in p.reasons)
+
+
+def test_auto_without_any_reference_is_vllm_and_says_nothing_new() -> None:
+    p = plan("Qwen/Qwen3.5-9B", "mi300x", gpu_count=1)
+    assert p.server == "vllm" and not any(r.item == "server" for r in p.reasons)
+
+
+def test_server_vllm_is_honoured_where_amd_runs_sglang() -> None:
+    p = plan(DSR1, "mi300x", server="vllm")
+    assert p.server == "vllm" and "sglang" not in p.image
+    assert any("--server sglang follows dsr1-fp8-mi300x-sglang" in w for w in p.warnings)
+
+
+def test_server_sglang_with_a_vllm_reference_follows_the_sglang_one_with_dp_attention() -> None:
+    """DeepSeek-V4-Pro on MI355X: AMD runs vLLM, SGLang and ATOM; auto keeps vLLM, and
+    --server sglang follows dsv4-fp4-mi355x-sglang, whose first row is DP-attention."""
+    assert plan("deepseek-ai/DeepSeek-V4-Pro", "mi355x").server == "vllm"
+    p = plan("deepseek-ai/DeepSeek-V4-Pro", "mi355x", server="sglang")
+    assert p.server == "sglang"
+    assert p.image == "lmsysorg/sglang-rocm:v0.5.14-rocm720-mi35x-20260706"
+    assert vllm_args.value(p.vllm_args, "--dp-size") == "8"
+    assert vllm_args.has(p.vllm_args, "--enable-dp-attention")
+    assert vllm_args.value(p.vllm_args, "--attention-backend") == "dsv4"
+    assert p.env["SGLANG_HACK_FLASHMLA_BACKEND"] == "unified_kv_triton"
+    assert reason(p, "server").source == "--server"
+
+
+def test_an_agentic_config_runs_expert_parallel() -> None:
+    p = plan("amd/GLM-5.2-MXFP4", "mi355x", workload="agentic")
+    assert p.server == "sglang" and p.tensor_parallel_size == 4
+    assert vllm_args.value(p.vllm_args, "--ep-size") == "4"
+    assert p.env["SGLANG_OPT_USE_TOPK_V2"] == "false"
+
+
+def test_your_options_in_sglangs_words_win() -> None:
+    p = plan(DSR1, "mi300x", max_model_len=32768, gpu_memory_utilization=0.85, tp=4)
+    assert vllm_args.value(p.vllm_args, "--context-length") == "32768"
+    assert vllm_args.value(p.vllm_args, "--mem-fraction-static") == "0.85"
+    assert vllm_args.value(p.vllm_args, "--tensor-parallel-size") == "4"
+    assert p.max_model_len == 32768
+
+
+@pytest.mark.parametrize(
+    ("kw", "words"),
+    [
+        ({"model": "Qwen/Qwen3.5-9B", "gpu_count": 1}, "no AMD SGLang reference config"),
+        ({"model": DSR1, "public": True}, "--public is not offered for SGLang"),
+    ],
+)
+def test_what_sglang_is_not_planned_for_is_refused(kw: dict[str, Any], words: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        plan(gpu="mi300x", server="sglang", **{"gpu_count": 8, **kw})
+    assert caught.value.id == "bad_server" and words in caught.value.message
+
+
+def test_public_with_auto_on_an_sglang_model_is_refused_not_silently_vllm() -> None:
+    with pytest.raises(UsageError) as caught:
+        plan(DSR1, "mi300x", public=True)
+    assert "--server vllm" in (caught.value.fix or "")
+
+
+def test_the_summary_says_which_server_and_why() -> None:
+    from instinct_serve.plan.summary import summary_rows
+
+    rows = dict(summary_rows(make_plan(PlanOptions(model=DSR1, gpu="mi300x", gpu_count=8))))
+    assert rows["Server"].startswith("SGLang - auto: AMD's reference config dsr1-fp8-mi300x-sglang")
+    assert rows["Image"] == "lmsysorg/sglang:v0.5.12-rocm700-mi30x"
+    assert rows["Container"] == "sglang-deepseek-r1-0528"
+    vllm = dict(summary_rows(make_plan(PlanOptions(model="openai/gpt-oss-120b", gpu="mi355x"))))
+    assert "Server" not in vllm  # a vLLM plan's table is what it was
+
+
+def test_a_native_launch_keeps_sglangs_own_command() -> None:
+    """The discovered vLLM executable replaces ``vllm`` in a vLLM plan's native argv, never
+    the ``python3 -m sglang.launch_server`` of an SGLang plan."""
+    from instinct_serve.runtime.native import native_argv
+
+    p = plan(DSR1, "mi300x")
+    assert native_argv("/opt/vllm/bin/vllm", p)[:3] == ["python3", "-m", "sglang.launch_server"]
+    v = plan("openai/gpt-oss-120b", "mi355x")
+    assert native_argv("/opt/vllm/bin/vllm", v)[:2] == ["/opt/vllm/bin/vllm", "serve"]
+
+
+def test_a_variable_the_script_sets_by_firmware_is_named_not_set() -> None:
+    """dsr1_fp8_mi300x.sh exports HSA_NO_SCRATCH_RECLAIM=1 only when the MEC firmware is
+    older than 177: the plan cannot know the firmware, so it says so and leaves it out."""
+    p = plan(DSR1, "mi300x")
+    assert "HSA_NO_SCRATCH_RECLAIM" not in p.env
+    why = reason(p, "HSA_NO_SCRATCH_RECLAIM=1").why
+    assert "MEC firmware older than 177" in why and "--env-literal" in why
+    given = plan(DSR1, "mi300x", env_literal={"HSA_NO_SCRATCH_RECLAIM": "1"})
+    assert given.env["HSA_NO_SCRATCH_RECLAIM"] == "1"
+
+
+def test_the_cli_takes_server_and_says_the_choice() -> None:
+    import json
+
+    from tests.serve.conftest import run_cli
+
+    base = ["plan", DSR1, "--gpu", "mi300x", "--gpu-count", "8"]
+    auto = run_cli([*base, "--json"])
+    assert auto.returncode == 0, auto.explain()
+    doc = json.loads(auto.stdout)
+    assert doc["server"] == "sglang" and doc["image"].startswith("lmsysorg/sglang:")
+    vllm = run_cli([*base, "--server", "VLLM", "--json"])  # a choice: any case
+    assert vllm.returncode == 0, vllm.explain()
+    assert "server" not in json.loads(vllm.stdout)
+    human = run_cli(base, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert "SGLang - auto: AMD's reference config dsr1-fp8-mi300x-sglang" in human.stdout

@@ -1,0 +1,169 @@
+"""The SGLang server kind held to a REAL SGLang (sglang 0.5.23 on a CPU torch, SmolLM2-135M),
+launched natively with the command ``servers.sglang`` writes for a plan: its start-up log
+read by the kind's tracker reaches ``ready`` on SGLang's own line, ``/health`` answers 200
+with an empty body, ``/health_generate`` runs a generation, a completion answers, and
+``top``'s snapshot reads the ``sglang:`` families.
+
+Set up once with ``bash tests/infra/setup_real_sglang.sh`` (cached); run with
+``.venv/bin/pytest -m realsglang tests/realsglang -n 0``. Without the setup the test skips
+with the reason; with ``INSTINCT_TEST_REQUIRE`` containing ``realsglang`` it fails instead.
+SGLang's own CPU kernels are not exercised (the setup's ``sgl_kernel`` placeholder raises on
+any call; a Llama on a CPU without AMX takes torch's path)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from instinct_serve import servers
+from instinct_serve.observe.vllm import snapshot
+from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.runtime.health import probe_health
+from tests.infra.ports import free_port
+
+pytestmark = pytest.mark.realsglang
+
+CACHE = Path(
+    os.environ.get("INSTINCT_REALSGLANG_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "instinct-serve-tests"
+    / "real-sglang"
+)
+READY_S = 240.0  # about 42 s on 2 idle cores; the machine is shared
+
+
+def _setup() -> dict[str, Any]:
+    path = CACHE / "setup.json"
+    why = None if path.is_file() else f"no {path}: run bash tests/infra/setup_real_sglang.sh"
+    if why is None:
+        setup: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        if not Path(setup["venv"], "bin", "python").exists():
+            why = f"no venv at {setup['venv']}: rerun tests/infra/setup_real_sglang.sh"
+        else:
+            return setup
+    if "realsglang" in os.environ.get("INSTINCT_TEST_REQUIRE", ""):
+        pytest.fail(f"{why} (INSTINCT_TEST_REQUIRE contains 'realsglang')")
+    pytest.skip(why)
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[str], port: int, log: Path, events: list[str]):
+        self.proc, self.port, self.log, self.events = proc, port, log, events
+        self.base = f"http://127.0.0.1:{port}"
+        self.ready_after_s: float | None = None
+
+
+@pytest.fixture(scope="module")
+def real_sglang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    setup = _setup()
+    port = free_port()
+    model = setup["model_dir"]
+    # the plan's arguments for a CPU: the flags the note's launch needs
+    plan = LaunchPlan(model, model, "none", "sglang-real", server="sglang", port=port)
+    plan.vllm_args = [
+        *("--device", "cpu", "--attention-backend", "torch_native"),
+        *("--served-model-name", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+        *("--port", str(port), "--nccl-port", str(free_port())),
+        *("--enable-metrics", "--max-total-tokens", "8192"),
+    ]
+    plan.launcher = "native"
+    argv = servers.get("sglang").native_argv(plan)
+    assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
+    argv[0] = str(Path(setup["venv"], "bin", "python"))
+    env = dict(os.environ)
+    env.update(
+        {
+            "SGLANG_USE_CPU_ENGINE": "1",
+            "PYTHONPATH": setup["placeholder"],
+            "HF_HUB_OFFLINE": "1",
+        }
+    )
+    log = tmp_path_factory.mktemp("sglang") / "server.log"
+    start = time.monotonic()
+    out = log.open("w", encoding="utf-8")
+    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    server = Server(proc, port, log, [])
+    tracker = servers.get("sglang").tracker()
+    seen = 0
+    try:
+        while time.monotonic() - start < READY_S and proc.poll() is None:
+            lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+            for line in lines[seen:]:
+                event = tracker.feed(line)
+                if event is not None:
+                    server.events.append(event.phase)
+            seen = len(lines)
+            if tracker.phase in ("ready", "failed"):
+                break
+            time.sleep(0.5)
+        server.ready_after_s = time.monotonic() - start
+        assert tracker.phase == "ready", log.read_text(encoding="utf-8")[-3000:]
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        out.close()
+        keep = os.environ.get("INSTINCT_REALSGLANG_KEEP")
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            Path(keep, "server.log").write_text(log.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+def test_the_tracker_reads_the_real_start_up_to_ready(real_sglang: Server) -> None:
+    phases = real_sglang.events
+    assert phases[-1] == "ready" and "loading_weights" in phases
+    assert phases.index("loading_weights") < phases.index("ready")
+    text = real_sglang.log.read_text(encoding="utf-8")
+    assert "The server is fired up and ready to roll!" in text
+
+
+def test_health_and_health_generate(real_sglang: Server) -> None:
+    sample = probe_health(real_sglang.base, timeout=10, routes=servers.get("sglang").routes)
+    assert sample.ok
+    health = httpx.get(real_sglang.base + "/health", timeout=10, trust_env=False)
+    assert health.status_code == 200 and health.content == b""
+    generated = httpx.get(real_sglang.base + "/health_generate", timeout=60, trust_env=False)
+    assert generated.status_code == 200
+
+
+def test_a_completion_then_the_sglang_families(real_sglang: Server) -> None:
+    base = real_sglang.base
+    answer = httpx.post(
+        base + "/v1/completions",
+        json={
+            "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "prompt": "The capital of France is",
+            "max_tokens": 8,
+            "temperature": 0,
+        },
+        timeout=120,
+        trust_env=False,
+    )
+    assert answer.status_code == 200, answer.text
+    assert "Paris" in answer.json()["choices"][0]["text"]
+    text = httpx.get(base + "/metrics", timeout=10, trust_env=False).text
+    keep = os.environ.get("INSTINCT_REALSGLANG_KEEP")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        Path(keep, "metrics.txt").write_text(text, encoding="utf-8")
+    now = snapshot(text, time.monotonic(), servers.get("sglang").metric_names)
+    assert now.is_vllm and now.prefix == "sglang:"  # the server's own families
+    assert now.gauges["running"] is not None and now.gauges["waiting"] is not None
+    assert now.gauges["kv_cache_usage"] is not None
+    assert (now.counters["generation_tokens"] or 0) >= 8
+    ttft = now.histograms["ttft"]
+    assert ttft is not None
+    missing = [c for c in servers.get("sglang").metric_names if c not in now.names]
+    assert missing == [], missing
