@@ -18,7 +18,17 @@ DSR1 = "deepseek-ai/DeepSeek-R1-0528"
 
 
 def plan(model: str, gpu: str, gpu_count: int = 8, **kw: Any) -> Any:
+    """``--server auto`` unless another is given (the option's default is vllm)."""
+    kw.setdefault("server", "auto")
     return make_plan(PlanOptions(model=model, gpu=gpu, gpu_count=gpu_count, **kw)).plan
+
+
+def test_the_default_is_vllm_and_says_what_amd_runs() -> None:
+    """Until an SGLang launch is proven through serve (docker, the fingerprint, bench), the
+    default stays vLLM; the plan says which server AMD's config uses and how to follow it."""
+    p = make_plan(PlanOptions(model=DSR1, gpu="mi300x", gpu_count=8)).plan
+    assert p.server == "vllm" and "sglang" not in p.image
+    assert any("--server sglang follows dsr1-fp8-mi300x-sglang" in w for w in p.warnings)
 
 
 def reason(p: Any, item: str) -> Any:
@@ -144,7 +154,8 @@ def test_public_with_auto_on_an_sglang_model_is_refused_not_silently_vllm() -> N
 def test_the_summary_says_which_server_and_why() -> None:
     from instinct_serve.plan.summary import summary_rows
 
-    rows = dict(summary_rows(make_plan(PlanOptions(model=DSR1, gpu="mi300x", gpu_count=8))))
+    opts = PlanOptions(model=DSR1, gpu="mi300x", gpu_count=8, server="auto")
+    rows = dict(summary_rows(make_plan(opts)))
     assert rows["Server"].startswith("SGLang - auto: AMD's reference config dsr1-fp8-mi300x-sglang")
     assert rows["Image"] == "lmsysorg/sglang:v0.5.12-rocm700-mi30x"
     assert rows["Container"] == "sglang-deepseek-r1-0528"
@@ -180,12 +191,12 @@ def test_the_cli_takes_server_and_says_the_choice() -> None:
     from tests.serve.conftest import run_cli
 
     base = ["plan", DSR1, "--gpu", "mi300x", "--gpu-count", "8"]
-    auto = run_cli([*base, "--json"])
+    auto = run_cli([*base, "--server", "auto", "--json"])
     assert auto.returncode == 0, auto.explain()
     doc = json.loads(auto.stdout)
     assert doc["server"] == "sglang" and doc["image"].startswith("lmsysorg/sglang:")
     vllm = run_cli([*base, "--server", "VLLM", "--json"])  # a choice: any case
     assert vllm.returncode == 0, vllm.explain()
     assert "server" not in json.loads(vllm.stdout)
-    human = run_cli(base, env={**__import__("os").environ, "COLUMNS": "200"})
+    human = run_cli([*base, "--server", "Auto"], env={**__import__("os").environ, "COLUMNS": "200"})
     assert "SGLang - auto: AMD's reference config dsr1-fp8-mi300x-sglang" in human.stdout

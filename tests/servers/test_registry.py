@@ -108,7 +108,9 @@ def test_the_plan_names_its_server_only_when_it_is_not_vllm() -> None:
 def test_the_server_option_takes_a_name() -> None:
     """Whether the registry has it is asked when the plan is made (test_fake_server)."""
     assert PlanOptions.parse({"server": "fake"}).server == "fake"
-    assert PlanOptions.parse({}).server == "auto"  # AMD's reference config's server, else vllm
+    assert (
+        PlanOptions.parse({}).server == "vllm"
+    )  # auto (AMD's reference config's server) is asked for
     with pytest.raises(UsageError) as caught:
         PlanOptions.parse({"server": "a b"})
     assert caught.value.id == "bad_server"

@@ -327,11 +327,11 @@ class PlanOptions(SizingOptions):
         max_length=512,
     )
     server: str = opt(
-        "auto",
+        "vllm",
         kind="text",
         metavar="NAME",
-        help="The inference server: auto (AMD's reference config's server for this model "
-        "and GPU, else vllm), vllm, sglang, or one a package registers "
+        help="The inference server: vllm (default), sglang, auto (AMD's reference config's "
+        "server for this model and GPU, else vllm), or one a package registers "
         "(entry points `instinct_serve.servers`).",
         check=_server_name,
         max_length=64,
