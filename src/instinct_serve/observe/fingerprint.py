@@ -106,10 +106,13 @@ def long_budget(max_model_len: int | None, cap: int = MAX_LONG_TOKENS) -> int:
     return tokens if tokens >= MIN_LONG_TOKENS else 0
 
 
-def probes(long_tokens: int) -> list[ProbeText]:
-    """The teacher-forced probes for a long-probe bound of ``long_tokens`` (0: short only)."""
+def probes(long_tokens: int, *, words: int = 0) -> list[ProbeText]:
+    """The teacher-forced probes for a long-probe bound of ``long_tokens`` (0: short only),
+    or with ``words`` words in each copy of the long probe (another fingerprint's length)."""
     found = [ProbeText("short", SHORT_TEXT)]
-    if long_tokens >= MIN_LONG_TOKENS:
+    if words:
+        found.append(ProbeText("long", long_text(words), words))
+    elif long_tokens >= MIN_LONG_TOKENS:
         half = max(8, int(long_tokens * WORDS_PER_TOKEN) // 2)
         found.append(ProbeText("long", long_text(half), half))
     return found

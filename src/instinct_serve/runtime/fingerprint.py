@@ -36,6 +36,7 @@ class Budget:
 
     long_tokens: int
     seconds: float = DEFAULT_SECONDS
+    long_words: int = 0  # the long probe's words a copy, to match another fingerprint
 
     @classmethod
     def for_context(
@@ -170,7 +171,7 @@ def take(
     session = _Session(base_url, model, api_key, routes)
     scores: list[fp.ProbeScores] = []
     with session.http:
-        for probe in fp.probes(budget.long_tokens):
+        for probe in fp.probes(budget.long_tokens, words=budget.long_words):
             try:
                 scores.append(_score(session, probe, deadline))
             except InstinctError as exc:

@@ -118,10 +118,12 @@ def record(
     verdict: fp.Check,
     *,
     image_digest: str | None,
+    reference: bool = True,
 ) -> dict[str, Any]:
     """Keep the endpoint's proven fingerprint; the first of its checkpoint and precision
-    becomes their reference. Best effort: a record that cannot be written only means the
-    next serve has no reference."""
+    becomes their reference (unless ``reference`` is False: an upgrade's candidate, not
+    yet compared with the running endpoint). Best effort: a record that cannot be written
+    only means the next serve has no reference."""
     at = now()
     doc: dict[str, Any] = {
         "name": name,
@@ -140,7 +142,7 @@ def record(
     path = _endpoint_path(host, name)
     if path is not None:
         _write(host, path, doc)
-    if verdict.ok and load_reference(host, plan) is None:
+    if reference and verdict.ok and load_reference(host, plan) is None:
         _write(host, f"{record_dir(host)}/ref-{reference_key(plan)}.json", doc)
     return doc
 

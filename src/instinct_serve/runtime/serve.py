@@ -410,16 +410,21 @@ class Deployer(ServeRun):
             intent.settled(self.host, self.plan)  # a replace bringing this plan is over
             record_proof(self.host, target.name, target.instance, self.plan.plan_hash, endpoint)
             if proof is not None and proof.fingerprint is not None and proof.verdict is not None:
-                digest = None
-                if self.plan.launcher == "docker":
-                    from instinct_serve.gather.caches import image_id
+                self._record_fingerprint(target.name, proof)
 
-                    digest = image_id(self.host, self.plan.image)
-                fingerprints.record(
-                    self.host,
-                    target.name,
-                    self.plan,
-                    proof.fingerprint,
-                    proof.verdict,
-                    image_digest=digest,
-                )
+    def _record_fingerprint(self, name: str, proof: Proof) -> None:
+        assert proof.fingerprint is not None and proof.verdict is not None
+        digest = None
+        if self.plan.launcher == "docker":
+            from instinct_serve.gather.caches import image_id
+
+            digest = image_id(self.host, self.plan.image)
+        fingerprints.record(
+            self.host,
+            name,
+            self.plan,
+            proof.fingerprint,
+            proof.verdict,
+            image_digest=digest,
+            reference=self.settings.fingerprint_reference,
+        )
