@@ -60,7 +60,7 @@ def test_a_proven_endpoint_records_its_fingerprint_and_the_reference(
     assert doc["platform"] == "gfx942" and doc["image_digest"] is None  # native: no image
     long = next(s for s in doc["fingerprint"]["scores"] if s["name"] == "long")
     assert long["tokens"] > 1000 and long["copy_gain"] > 1.0
-    refs = [json.loads(p.read_text()) for p in records().glob("ref-*.json")]
+    refs = [json.loads(p.read_text()) for p in (records() / "references").glob("*.json")]
     assert any(r["checkpoint"] == MODEL and r["name"] == name for r in refs)
 
 

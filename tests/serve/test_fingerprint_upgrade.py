@@ -53,7 +53,7 @@ def test_a_candidate_that_computes_something_else_does_not_get_the_port(
         # no reference for the checkpoint (records lost): the candidate passes its own
         # checks, and only the comparison with the running endpoint can see the drift
         records = Path(native_env["INSTINCT_DATA_DIR"]) / "fingerprints"
-        for ref in records.glob("ref-*.json"):
+        for ref in (records / "references").glob("*.json"):
             ref.unlink()
         up = run_cli(
             _serve(native_env, gpu_root, port, name, "8192", "--upgrade", *DRIFT, *NO_FIX),
@@ -71,7 +71,7 @@ def test_a_candidate_that_computes_something_else_does_not_get_the_port(
         assert _pid(native_env, name) == before  # the same process, untouched
         assert _length(_argv(name, native_env)) == "4096"
         assert _answers(port)
-        assert not list(records.glob("ref-*.json"))  # a candidate is no reference
+        assert not list((records / "references").glob("*.json"))  # a candidate is no reference
         journal = Path(native_env["INSTINCT_DATA_DIR"]) / "journal" / f"{name}.jsonl"
         if journal.exists():
             kinds = [json.loads(line)["kind"] for line in journal.read_text().splitlines()]

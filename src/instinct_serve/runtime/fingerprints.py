@@ -5,7 +5,7 @@ proof records (``runtime.verified``): ``<data dir>/fingerprints/``.
   with its plan hash, checkpoint, precision, image and image digest, and the last check of
   it (``watch``'s canary): when it last passed, what last failed. ``ps``, ``top`` and the
   MCP status read it.
-- ``ref-<key>.json``: the reference of one checkpoint and precision (``reference_key``):
+- ``references/<key>.json``: the reference of one checkpoint and precision (``reference_key``):
   the first fingerprint proven for them. A later serve of the same checkpoint and precision
   (another image, another flag) is checked against it.
 
@@ -75,6 +75,10 @@ def _read(host: Host, path: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _reference_path(host: Host, plan: LaunchPlan) -> str:
+    return f"{record_dir(host)}/references/{reference_key(plan)}.json"
+
+
 def _endpoint_path(host: Host, name: str) -> str | None:
     return f"{record_dir(host)}/{name}.json" if CONTAINER_NAME.fullmatch(name) else None
 
@@ -86,7 +90,7 @@ def fingerprint_of(doc: dict[str, Any] | None) -> fp.Fingerprint | None:
 
 def load_reference(host: Host, plan: LaunchPlan) -> dict[str, Any] | None:
     """The reference record of the plan's checkpoint and precision, if one was proven."""
-    doc = _read(host, f"{record_dir(host)}/ref-{reference_key(plan)}.json")
+    doc = _read(host, _reference_path(host, plan))
     return doc if fingerprint_of(doc) is not None else None
 
 
@@ -143,7 +147,7 @@ def record(
     if path is not None:
         _write(host, path, doc)
     if reference and verdict.ok and load_reference(host, plan) is None:
-        _write(host, f"{record_dir(host)}/ref-{reference_key(plan)}.json", doc)
+        _write(host, _reference_path(host, plan), doc)
     return doc
 
 
