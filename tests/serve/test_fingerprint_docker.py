@@ -1,13 +1,16 @@
 """The fingerprint on the real dockerd path: a container whose answers are right on a short
 prompt but garbage past a context length is caught at start-up, named ``long_context``,
-relaunched once with the AITER switch, proven, and recorded with its image's digest."""
+relaunched once with the AITER switch, proven, and recorded with its image's digest; one
+that drifts while serving is caught by ``watch``'s canary and relaunched the same way."""
 
 from __future__ import annotations
 
 import json
+import time
 
 from instinct_serve import paths
-from tests.serve.conftest import Serve, inspect
+from tests.infra.ports import free_port
+from tests.serve.conftest import Serve, inspect, parse_lines, run_cli
 
 
 def test_garbage_past_a_context_length_is_caught_and_relaunched_with_the_fallback(
@@ -31,3 +34,30 @@ def test_garbage_past_a_context_length_is_caught_and_relaunched_with_the_fallbac
     assert doc["image_digest"] == info["Image"]
     long = next(s for s in doc["fingerprint"]["scores"] if s["name"] == "long")
     assert long["tokens"] > 1000 and long["copy_gain"] > 1.0
+
+
+def test_watch_catches_drift_in_service_and_relaunches_the_container_with_the_fallback(
+    serve: Serve,
+) -> None:
+    name = serve.name("fpw")
+    image = serve.double("healthy", VLLM_DOUBLE_DRIFT_AFTER_S="4")
+    run = serve(image=image, port=free_port(), name=name)
+    assert run.returncode == 0, run.explain()
+    first = inspect(name)
+    assert first is not None
+    time.sleep(4.2)
+    bounded = ["--interval", "0.3", "--canary", "1", "--for", "12", "--timeout", "60"]
+    watch = run_cli(["watch", name, *bounded, "--root", str(serve.root), "--json"], timeout=150)
+    assert watch.returncode == 0, watch.explain()
+    events = parse_lines(watch.stdout)
+    kinds = [e["kind"] for e in events]
+    failed = next(e for e in events if e["kind"] == "canary_failed")
+    assert failed["failure"] == "drift"
+    relaunched = next(e for e in events if e["kind"] == "relaunched")
+    assert relaunched["fixes"] == ["wrong_output"] and relaunched["status"] == "ready"
+    assert "canary_passed" in kinds[kinds.index("recovered") :], kinds
+    info = inspect(name)
+    assert info is not None and info["Id"] != first["Id"]
+    assert "VLLM_ROCM_USE_AITER=0" in info["Config"]["Env"]
+    saved = next(e for e in events if e["kind"] == "crash_log")
+    assert saved["saved"]  # the drifted container's log was kept beside the journal
