@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from instinct_serve.agents import core
+from instinct_serve.agents.inputs import StatusInput
 from instinct_serve.engine import launcher
 from instinct_serve.hosts import LocalHost
 from tests.infra.ports import free_port
@@ -81,6 +83,15 @@ def test_drift_while_serving_is_caught_and_relaunched_once_with_the_fallback(
         assert shown["ok"] is True and shown["last_passed_at"] == shown["last_check_at"]
         human = run_cli(["ps"], env={**env, "COLUMNS": "400"})
         assert "fingerprint passed" in human.stdout, human.stdout
+        with pytest.MonkeyPatch.context() as mp:  # the MCP status: the same figures
+            mp.setenv("INSTINCT_DATA_DIR", env["INSTINCT_DATA_DIR"])
+            doc = core.status(StatusInput(no_health=True)).doc
+        row = next(r for r in doc["endpoints"] if r["name"] == name)
+        assert row["verified"]["fingerprint"]["last_passed_at"] == shown["last_passed_at"]
+        top = run_cli(["top", name, "--once", "--interval", "0", "--no-gpu", "--json"], env=env)
+        assert top.returncode == 0, top.explain()
+        [seen] = [e for e in json.loads(top.stdout)["endpoints"] if e["name"] == name]
+        assert seen["fingerprint"]["last_passed_at"] == shown["last_passed_at"]
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("INSTINCT_DATA_DIR", env["INSTINCT_DATA_DIR"])
             status = launcher.status(LocalHost(), name)
