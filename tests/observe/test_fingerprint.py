@@ -3,10 +3,12 @@ scores parsed from vLLM's real response shapes, and the named failures."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 from instinct_serve.observe import fingerprint as fp
+from tests.infra.paths import LOGS
 
 # vLLM 0.32 (CPU build, SmolLM2-135M-Instruct), POST /v1/completions with
 # {"prompt": "The quick brown fox jumps over", "max_tokens": 1, "prompt_logprobs": 0,
@@ -150,3 +152,28 @@ def test_a_stored_fingerprint_round_trips_and_junk_is_no_fingerprint() -> None:
     assert fp.Fingerprint.from_dict({"schema": 1, "scores": [{"name": "x"}]}) is None
     other_set = fp.Fingerprint(healthy(shift=3).scores, None, probe_set="other")
     assert not fp.check(other_set, healthy(), need_long=False).compared
+
+
+def test_the_real_vllm_measurement_holds_for_the_cpu_tolerance() -> None:
+    """tests/fixtures/logs/real-vllm-cpu/fingerprints.json: the real engine's fingerprints
+    across a restart and eager vs compiled stay within the ``cpu`` row; a wrong RoPE
+    scaling is caught alone (the long probe no longer copies) and against the reference."""
+    runs = json.loads((LOGS / "real-vllm-cpu" / "fingerprints.json").read_text())
+    taken = {k: [fp.Fingerprint.from_dict(d) for d in v] for k, v in runs.items()}
+    reference = taken["eager"][0]
+    assert reference is not None and fp.check(reference).ok
+    tolerance = fp.tolerance_for("cpu")
+    assert tolerance.measured and tolerance.platform == "cpu"
+    for name in ("eager", "eager-restart", "compiled"):
+        for current in taken[name]:
+            assert current is not None
+            verdict = fp.check(current, reference, platform="cpu")
+            assert verdict.ok and verdict.compared, (name, verdict.reasons)
+    compiled = fp.check(taken["compiled"][0], reference, platform="cpu")  # type: ignore[arg-type]
+    assert 0 < compiled.distances["long"].segment < tolerance.segment / 3
+    for broken in taken["broken-rope"]:
+        assert broken is not None
+        assert fp.check(broken).failure == "long_context"
+        against = fp.check(broken, reference, platform="cpu")
+        assert against.failure == "long_context"
+        assert min(d.tail for d in against.distances.values()) > 2 * tolerance.tail
