@@ -9,8 +9,10 @@ The real vLLM is the CPU build of the ``realvllm`` test tier (set up by
 
 - ``eager``: ``--enforce-eager``; ``eager-restart``: the same, started again;
 - ``compiled``: without ``--enforce-eager`` (torch.compile; 2-3 min to start on 2 cores);
-- ``broken-rope``: eager with a wrong RoPE scaling (``--hf-overrides``: linear, factor 4),
-  the kind of mistake a wrong config makes: weights fine, positions wrong.
+- ``broken-rope``, ``rope-2``, ``rope-1.25``: eager with a wrong RoPE scaling
+  (``--hf-overrides``: linear, factor 4, 2, 1.25), the kind of mistake a wrong config
+  makes: weights fine, positions wrong (at 2 and 1.25 greedy still answers the coherence
+  probe right).
 
 It prints each pair's distance (segment / tail, nats a token) against the first eager take,
 the copy gain of the long probe, the greedy continuation's agreement, and each run's verdict
@@ -46,12 +48,20 @@ from instinct_serve.observe import fingerprint as fp  # noqa: E402
 from instinct_serve.runtime.fingerprint import Budget, take  # noqa: E402
 
 CONTEXT = 2048
-ROPE = json.dumps({"rope_scaling": {"rope_type": "linear", "factor": 4.0}})
+
+
+def rope(factor: float) -> list[str]:
+    scaling = {"rope_scaling": {"rope_type": "linear", "factor": factor}}
+    return ["--enforce-eager", "--hf-overrides", json.dumps(scaling)]
+
+
 RUNS: dict[str, tuple[list[str], float]] = {
     "eager": (["--enforce-eager"], EAGER_START_TIMEOUT_S),
     "eager-restart": (["--enforce-eager"], EAGER_START_TIMEOUT_S),
     "compiled": ([], COMPILED_START_TIMEOUT_S),
-    "broken-rope": (["--enforce-eager", "--hf-overrides", ROPE], EAGER_START_TIMEOUT_S),
+    "broken-rope": (rope(4.0), EAGER_START_TIMEOUT_S),
+    "rope-2": (rope(2.0), EAGER_START_TIMEOUT_S),
+    "rope-1.25": (rope(1.25), EAGER_START_TIMEOUT_S),
 }
 
 

@@ -46,8 +46,9 @@ environment, because the argv is produced by the real planner and must stay unch
 ``VLLM_DOUBLE_DIE_AFTER_REQUESTS``
     ``N``: once healthy, exit (with ``VLLM_DOUBLE_EXIT_CODE``, default 1) right after
     answering its N-th completion request (chat or text; serve's warm-up and coherence
-    probe count): a server that dies in service, for ``instinct watch`` and the daemon's
-    restart policy. Each run of the process counts afresh.
+    probe count, the fingerprint's scoring requests, which ask for log-probabilities, do
+    not): a server that dies in service, for ``instinct watch`` and the daemon's restart
+    policy. Each run of the process counts afresh.
 ``VLLM_DOUBLE_HANG_AFTER_REQUESTS``
     ``N``: like ``VLLM_DOUBLE_DIE_AFTER_REQUESTS``, but the process stays up and its HTTP
     server stops answering (requests are read, never answered): a hung server, whose
@@ -922,7 +923,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 text, scored = logprob_fields(body, prompt_text, text, state)
                 options = body.get("stream_options")
                 usage = isinstance(options, dict) and options.get("include_usage") is True
-                with self._counted(prompt_text, start, finish) as times:
+                scoring = "prompt_logprobs" in body or "logprobs" in body  # a fingerprint
+                with self._counted(prompt_text, start, finish, not scoring) as times:
                     if body.get("stream") is True:
                         self._stream(model, prompt_text, text, finish, start, times, usage)
                     else:
@@ -944,8 +946,11 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                     self._send(200, self._chat(model, str(last), text, finish))
 
         @contextlib.contextmanager
-        def _counted(self, prompt: str, start: float, finish: str) -> Iterator[list[float]]:
-            """Count one request in /metrics; the caller appends when each token left."""
+        def _counted(
+            self, prompt: str, start: float, finish: str, toward_death: bool = True
+        ) -> Iterator[list[float]]:
+            """Count one request in /metrics; the caller appends when each token left.
+            ``toward_death``: it counts for ``VLLM_DOUBLE_DIE/HANG_AFTER_REQUESTS``."""
             times: list[float] = []
             state.metrics.started()
             try:
@@ -953,7 +958,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             finally:
                 end = time.monotonic()
                 state.metrics.finished(len(_tokens(prompt)), times, start, end, finish)
-                self._maybe_die()
+                if toward_death:
+                    self._maybe_die()
 
         def _maybe_die(self) -> None:
             """``VLLM_DOUBLE_DIE_AFTER_REQUESTS``: the answer is out, then the process ends."""

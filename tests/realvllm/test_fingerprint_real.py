@@ -1,8 +1,9 @@
 """The fingerprint against the REAL vLLM (CPU build, SmolLM2-135M-Instruct, native): serve
 records it and its checkpoint's reference; the same plan started again computes the same
 numbers (within the ``cpu`` tolerance, measured by bench/fingerprint_tolerance.py); a
-deliberately broken run (a wrong RoPE scaling: weights fine, positions wrong) is caught
-before an upgrade switches and at start-up, and the running endpoint is left untouched.
+deliberately broken run (a wrong RoPE scaling: weights fine, positions wrong, and greedy
+still answers the coherence probe right) is caught before an upgrade switches and at
+start-up, and the running endpoint is left untouched.
 One endpoint for the module; the tests run in file order (about 4 min on 2 cores)."""
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ from tests.realvllm.test_native_serve_real import stop_if_running
 pytestmark = pytest.mark.realvllm
 
 EAGER = ("--max-model-len", "2048", "--enforce-eager")
-ROPE = json.dumps({"rope_scaling": {"rope_type": "linear", "factor": 4.0}})
-BROKEN = (*EAGER, "--hf-overrides", ROPE)
+
+
+def rope(factor: float) -> tuple[str, ...]:
+    """Eager with a wrong (linear) RoPE scaling. Measured on this build: at 2.0 and at 1.25
+    greedy still answers "The capital of France is Paris." (the coherence probe passes); at
+    2.0 the long probe no longer copies (gain 0.54, healthy 1.52); at 1.25 it still does
+    (1.01), and only the reference shows the move (long 1.18 nats a token, short 0.23)."""
+    scaling = {"rope_scaling": {"rope_type": "linear", "factor": factor}}
+    return (*EAGER, "--hf-overrides", json.dumps(scaling))
 
 
 @dataclass
@@ -85,13 +93,13 @@ def test_a_broken_upgrade_does_not_get_the_port(endpoint: Endpoint) -> None:
         port=endpoint.port,
         name=endpoint.name,
         extra=("--upgrade",),
-        vllm_args=BROKEN,
+        vllm_args=rope(2.0),
     )
     run = cli(args, endpoint.env, timeout=900)
     assert run.returncode == 1, run.explain()
     failure = run.result["failure"]
-    assert failure["id"] == "wrong_output", failure
-    assert "Fingerprint:" in failure["cause"] or "differs" in failure["cause"]
+    assert failure["id"] == "wrong_output", failure  # the coherence probe passed
+    assert "long_context" in failure["title"] and "Fingerprint:" in failure["cause"]
     assert any("still serves the old plan, untouched" in n for n in run.result["notes"])
     ps = cli(["ps", "--json"], endpoint.env)
     rows = json.loads(ps.stdout)["endpoints"]
@@ -105,12 +113,13 @@ def test_a_broken_start_is_caught_at_start_up(endpoint: Endpoint) -> None:
     port = free_port()
     name = f"rv-fp-broken-{port}"
     try:
-        args = serve_args(endpoint.model, port=port, name=name, vllm_args=BROKEN)
+        args = serve_args(endpoint.model, port=port, name=name, vllm_args=rope(1.25))
         run = cli(args, endpoint.env, timeout=900)
         assert run.returncode == 1, run.explain()
         failure = run.result["failure"]
         assert failure["id"] == "wrong_output", failure
-        assert "Fingerprint:" in failure["cause"]
+        assert "long_context" in failure["title"]
+        assert "long: moved" in failure["cause"]  # against the reference, not alone
         # the one fallback was tried (the AITER switch: no AITER on a CPU, so no help)
         assert [r["finding"] for r in run.result["relaunches"]] == ["wrong_output"]
     finally:
