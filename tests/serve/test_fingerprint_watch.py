@@ -124,3 +124,22 @@ def test_after_one_fallback_that_did_not_help_the_canary_stops_relaunching(
         assert journal.count("canary_gave_up") == 1, journal  # said once, not each check
     finally:
         _stop(env, name)
+
+
+@pytest.mark.parametrize("key", ["generated", "given"])
+def test_the_canary_uses_the_endpoints_api_key(
+    env: dict[str, str], gpu_root: Path, key: str
+) -> None:
+    port = free_port()
+    name = f"fp-watch-key-{port}"
+    env.pop("VLLM_API_KEY", None)
+    extra = ("--public",) if key == "generated" else ("--env", "VLLM_API_KEY")
+    given = {"VLLM_API_KEY": "canary-test-key"} if key == "given" else {}
+    try:
+        run = run_cli(native_args(gpu_root, port, name, *extra), env={**env, **given})
+        assert run.returncode == 0, run.explain()
+        events = _watch(name, 1.5, env)  # the watch is not given the key: it finds it
+        kinds = [e["kind"] for e in events]
+        assert "canary_passed" in kinds and "canary_error" not in kinds, events
+    finally:
+        _stop(env, name)

@@ -70,16 +70,22 @@ def reference_of(host: Host, name: str, plan: LaunchPlan) -> fp.Fingerprint | No
 
 
 def check(
-    host: Host, name: str, plan: LaunchPlan, *, max_tokens: int, seconds: float
+    host: Host,
+    name: str,
+    plan: LaunchPlan,
+    *,
+    max_tokens: int,
+    seconds: float,
+    api_key: str | None = None,
 ) -> CanaryResult:
     """Fingerprint the endpoint ``name`` (serving ``plan``) now and judge it; the result is
-    kept on its record."""
+    kept on its record. ``api_key``: the key the caller gave it (else its generated one)."""
     reference = reference_of(host, name, plan)
     budget = budget_for(reference, max_tokens, seconds)
     tunnel = LazyTunnel(host)
     try:
         found = keys.endpoint_key(host, plan, create=False)
-        key = found[1] if found else None
+        key = found[1] if found else api_key
         taken = take(tunnel.url(plan.port), plan.served_model_name, budget, api_key=key)
     except InstinctError as exc:
         return CanaryResult(None, error=exc)

@@ -81,6 +81,7 @@ class Memory:
     last_canary_at: float | None = None  # the last fingerprint check (runtime.canary)
     fallback_done: bool = False  # the one kernel fallback for wrong numbers was applied
     gave_up_on: str | None = None  # the instance whose wrong numbers were left as they are
+    canary_error_said: bool = False  # a check that could not be taken was journaled
 
 
 @dataclass(frozen=True)
@@ -335,16 +336,24 @@ class Watcher:
         if plan is None:
             return
         serve = self.settings.serve
+        given = plan.api_key_env  # a key passed by name: the one the endpoint was given
+        values = self.backend.secret_values(target.handle, [given]) if given else {}
         result = canary.check(
             self.host,
             self.name,
             plan,
             max_tokens=self.settings.canary_tokens,
             seconds=serve.fingerprint_s,
+            api_key=values.get(given) if given else None,
         )
         if result.verdict is None:
-            self.record("canary_error", **result.fields())
-        elif result.verdict.ok:
+            if not self.memory.canary_error_said:  # once until a check is taken again
+                self.record("canary_error", **result.fields())
+            self.memory.canary_error_said = True
+            self.memory.last_canary_at = time.monotonic()
+            return
+        self.memory.canary_error_said = False
+        if result.verdict.ok:
             self.sink(
                 {
                     "event": "canary_passed",
