@@ -245,7 +245,7 @@ def upgrade(
         cand, proven = on_spare_ports(host, plan.port, 1, launch, sink)
         if proven.status not in ("ready", "reused"):
             return _candidate_failed(host, backend, kind, cand, proven)
-        if _differs(host, old_plan, cand, proven, settings, sink):
+        if differs(host, old_plan, cand, proven, settings, sink):
             return _candidate_failed(host, backend, kind, cand, proven)
         cand_target = backend.target(cand.container_name)
         if cand_target is not None:
@@ -255,7 +255,7 @@ def upgrade(
         return _switch(host, change, old, backend, settings, sink, kind)
 
 
-def _differs(
+def differs(
     host: Host,
     old_plan: LaunchPlan,
     cand: LaunchPlan,
