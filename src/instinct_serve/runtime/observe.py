@@ -58,10 +58,17 @@ class Endpoint:
     entrypoint: list[str] | None = None  # docker: the container's entrypoint
     container_env: dict[str, str] | None = None  # docker: Config.Env (never printed)
     command: list[str] | None = None  # native: the argv it was launched with
+    fingerprint: dict[str, Any] | None = None  # when it last passed (runtime.fingerprints)
 
     def view(self) -> EndpointView:
         return EndpointView(
-            self.name, self.engine, self.model, self.port, self.plan_hash, self.gpu_indices
+            self.name,
+            self.engine,
+            self.model,
+            self.port,
+            self.plan_hash,
+            self.gpu_indices,
+            fingerprint=self.fingerprint,
         )
 
 
@@ -164,6 +171,7 @@ def endpoints(host: Host, names: Sequence[str] = ()) -> list[Endpoint]:
                 entrypoint=entry,
                 container_env=env,
                 command=command,
+                fingerprint=(row.verified or {}).get("fingerprint"),
             )
         )
     return found
