@@ -130,6 +130,17 @@ def test_lists_the_tools_with_flat_validated_schemas() -> None:
     assert rollback["properties"]["timeout_s"]["minimum"] >= 1
     assert tools["plan"].annotations is not None
     assert tools["plan"].annotations.read_only_hint is True
+    # inputs for tests and chroots are accepted but not offered (issue 30)
+    for tool in tools.values():
+        hidden = {"root", "sysfs_root"} & set(tool.input_schema["properties"])
+        assert not hidden, (tool.name, hidden)
+
+
+def test_test_only_inputs_are_accepted_though_not_in_the_schema() -> None:
+    from instinct_serve.agents.inputs import DetectInput, ServeInput
+
+    assert ServeInput(root="/chroot").root == "/chroot"
+    assert DetectInput(sysfs_root="/fixture").sysfs_root == "/fixture"
 
 
 # --------------------------------------------------------------------------- documents

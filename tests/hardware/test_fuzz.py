@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from instinct_serve.gather.detect import detect
@@ -107,9 +107,13 @@ FULL_STATIC = [
 @settings(max_examples=200, deadline=None)
 @given(which=st.integers(0, len(FULL_STATIC) - 1), data=st.data())
 def test_truncated_static_is_all_or_nothing(which: int, data: st.DataObject) -> None:
-    """A cut amd-smi output gives every GPU or none: never a partial count."""
+    """A cut amd-smi output gives every GPU or none: never a partial count. Except where
+    nothing can tell: output of one JSON document per GPU line cut exactly at the end of a
+    line (its newline lost too) is a smaller host's whole output, so such cuts are left out
+    (``assume``); a cut anywhere else in it is refused."""
     full = FULL_STATIC[which]
     cut = data.draw(st.integers(0, len(full.rstrip()) - 1))
+    assume(full[cut : cut + 1] != "\n")
     try:
         parsed = amdsmi.parse_static(full[:cut])
     except Unparsable:

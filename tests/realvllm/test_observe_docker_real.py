@@ -28,11 +28,20 @@ def served(docker_endpoint: DockerServed) -> tuple[str, int, dict[str, str]]:
 
 
 def _json(args: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, Any]:
+    """The command's JSON document: ``top``'s one document, or the result line that ends
+    ``bench``'s JSON lines (one ``step`` event per step before it)."""
     run = cli(args, env, timeout=timeout)
     try:
         return run.returncode, json.loads(run.stdout)
+    except ValueError:
+        pass
+    try:
+        lines = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
     except ValueError as exc:
         raise AssertionError(run.explain()) from exc
+    assert lines and lines[-1].get("event") == "result", run.explain()
+    assert all(line.get("event") == "step" for line in lines[:-1]), run.explain()
+    return run.returncode, lines[-1]
 
 
 def test_top_reads_the_live_real_metrics(

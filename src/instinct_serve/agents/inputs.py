@@ -20,6 +20,7 @@ from pydantic import (
     create_model,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from instinct_serve.errors import UsageError
 from instinct_serve.names import CONTAINER_NAME, ENV_NAME, MAX_ENV_NAME
@@ -37,6 +38,9 @@ MAX_LOG_TEXT = 4_000_000  # characters of pasted log kept (the end: failures are
 MAX_LOG_LINES = 500  # `logs` tail, at most
 DEFAULT_LOG_LINES = 200
 ROOT_HELP = "Tests and chroots only (the CLI's hidden --root): prefix of /dev, /proc, /sys."
+# Inputs for tests and chroots (the CLI's hidden options): accepted, not in the public schema
+# an agent loads.
+TestOnly = SkipJsonSchema[str]
 
 
 def _keep_end(value: str | None) -> str | None:
@@ -70,7 +74,7 @@ class ToolInput(BaseModel):
 class DetectInput(ToolInput):
     """``instinct detect``."""
 
-    sysfs_root: str = Field(
+    sysfs_root: TestOnly = Field(
         default="/", max_length=4096, description="Read /sys and /opt/rocm under this directory."
     )
 
@@ -93,7 +97,7 @@ class CheckInput(ToolInput):
         default=False,
         description="With auto_fix: also run fixes needing root (ask the user first).",
     )
-    root: str = Field(default="", max_length=4096, description=ROOT_HELP)
+    root: TestOnly = Field(default="", max_length=4096, description=ROOT_HELP)
 
 
 class RecipesShowInput(ToolInput):
@@ -230,10 +234,12 @@ def job_input(
     for field_name, spec, default in declared(options_type):
         if not spec.mcp:
             continue
-        kind_type = _JSON_TYPES[spec.kind]
+        annotation: Any = _JSON_TYPES[spec.kind] | None
+        if spec.hidden:  # tests and chroots: accepted, not in the public schema
+            annotation = Annotated[annotation, SkipJsonSchema()]  # type: ignore[type-arg]
         empty = default in ([], {}) or default is None
         fields[field_name] = (
-            kind_type | None,
+            annotation,
             Field(
                 default=None if empty else default,
                 description=spec.help,
@@ -264,7 +270,7 @@ class RollbackExtras(JobInput, Approval):
     )
 
     name: ContainerName = Field(description="The endpoint whose last good plan to serve again.")
-    root: str = Field(default="", max_length=4096, description=ROOT_HELP)
+    root: TestOnly = Field(default="", max_length=4096, description=ROOT_HELP)
 
 
 RollbackInput = job_input("RollbackInput", RollbackOptions, base=RollbackExtras)

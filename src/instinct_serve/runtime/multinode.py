@@ -339,13 +339,14 @@ class GroupRunner:
     def _unanswered(self, exc: InstinctError) -> GroupOutcome:
         """The first completion failed: the rank whose log names a known failure (dead or
         not), else a rank that exits within a few seconds, else the head."""
+        dead: list[tuple[int, float | None]] = []
         for _ in range(UNANSWERED_POLLS):
             self._pump_logs()
-            if self._dead():
+            if dead := self._dead():
                 break
             time.sleep(POLL_S)
-        rank = self._culprit(self._dead())
-        if rank in {r for r, _ in self._dead()}:
+        rank = self._culprit(dead)
+        if rank in {r for r, _ in dead}:
             return self._rank_failed(rank)
         from instinct_serve.diagnose import diagnose
 
