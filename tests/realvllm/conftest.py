@@ -115,8 +115,9 @@ def docker_serve_args(
     from the tier's mounted HF cache, offline (the container has no way to the Hub).
 
     The image stands in for a ROCm image, which has a C++ compiler; this one has none, and
-    vLLM's CPU build compiles the sampler's logprob ranks even in eager mode, so an eager
-    run gets ``TORCHDYNAMO_DISABLE=1`` as a user of that image would (real-vllm-cpu/20).
+    vLLM's CPU build compiles the sampler's logprob ranks even in eager mode, so a run that
+    compiles nothing else (eager, or the eager backend pipeline stages need) gets
+    ``TORCHDYNAMO_DISABLE=1`` as a user of that image would (real-vllm-cpu/20).
     Without it the fingerprint's first request kills the engine and serve relaunches once
     with it (tests/serve/test_fingerprint_serve.py); a compiled run goes through that retry
     for real (test_compile_cache_real)."""
@@ -130,7 +131,8 @@ def docker_serve_args(
         "--env-literal",
         "HF_HUB_OFFLINE=1",
     ]
-    if "--enforce-eager" in args[args.index("--") :]:
+    engine_args = args[args.index("--") :]
+    if "--enforce-eager" in engine_args or any('"backend":"eager"' in a for a in engine_args):
         args[at:at] = ["--env-literal", "TORCHDYNAMO_DISABLE=1"]
     return args
 

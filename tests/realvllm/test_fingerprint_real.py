@@ -99,7 +99,9 @@ def test_a_broken_upgrade_does_not_get_the_port(endpoint: Endpoint) -> None:
     assert run.returncode == 1, run.explain()
     failure = run.result["failure"]
     assert failure["id"] == "wrong_output", failure  # the coherence probe passed
-    assert "long_context" in failure["title"] and "Fingerprint:" in failure["cause"]
+    # factor 2 moves the short probe as well (1.03 nats a token, measured): the whole model
+    # computes something else, named drift; the milder 1.25 moves the long one alone (below)
+    assert "drift" in failure["title"] and "Fingerprint:" in failure["cause"]
     assert any("still serves the old plan, untouched" in n for n in run.result["notes"])
     ps = cli(["ps", "--json"], endpoint.env)
     rows = json.loads(ps.stdout)["endpoints"]

@@ -226,11 +226,15 @@ def _pipeline_warm_up(plan: LaunchPlan) -> None:
 
 
 def _eager_compiles_nothing(plan: LaunchPlan) -> None:
-    """An eager CPU plan turns torch.compile off (``NO_DYNAMO``): eager mode still compiles
-    the sampler's logprob ranks, which kills an engine without a C++ compiler on the first
-    logprobs request (a user's, or the fingerprint's). Compiled plans need the compiler
+    """An eager CPU plan (``--enforce-eager``, or the eager backend of ``CPU_PP_COMPILATION``)
+    turns torch.compile off (``NO_DYNAMO``): it still compiles the sampler's logprob ranks,
+    which kills an engine without a C++ compiler on the first logprobs request (a user's, or
+    the fingerprint's). Measured on the real vLLM 0.32 with no compiler: eager and the
+    pipeline-parallel mode both answer logprobs with it. Compiled plans need the compiler
     anyway; a value the user gave stays."""
-    if NO_DYNAMO in plan.env or not vllm_args.has(plan.vllm_args, "--enforce-eager"):
+    compiled = vllm_args.value(plan.vllm_args, "--compilation-config", "-cc", "-O")
+    eager = vllm_args.has(plan.vllm_args, "--enforce-eager") or compiled == CPU_PP_COMPILATION
+    if NO_DYNAMO in plan.env or not eager:
         return
     plan.env[NO_DYNAMO] = "1"
     plan.reasons.append(
