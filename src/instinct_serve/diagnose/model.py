@@ -34,9 +34,24 @@ class RetryHint(TypedDict, total=False):
 
 
 # Situations serve observes itself and asks ``diagnose`` to explain: no new log line while
-# capturing graphs, and a healthy endpoint whose coherence probe returned garbage.
-Signal = Literal["graph_capture_hang", "incoherent_output"]
-SIGNALS: tuple[Signal, ...] = ("graph_capture_hang", "incoherent_output")
+# capturing graphs, a healthy endpoint whose coherence probe returned garbage, and one whose
+# fingerprint (``observe.fingerprint``) failed, by the failure's name.
+Signal = Literal[
+    "graph_capture_hang",
+    "incoherent_output",
+    "fingerprint_nan",
+    "fingerprint_repetition",
+    "fingerprint_long_context",
+    "fingerprint_drift",
+]
+SIGNALS: tuple[Signal, ...] = (
+    "graph_capture_hang",
+    "incoherent_output",
+    "fingerprint_nan",
+    "fingerprint_repetition",
+    "fingerprint_long_context",
+    "fingerprint_drift",
+)
 
 
 @dataclass(frozen=True)
