@@ -30,6 +30,7 @@ from typing import Any
 from instinct_serve import servers
 from instinct_serve.diagnose import Diagnosis, Finding, diagnose
 from instinct_serve.errors import InstinctError
+from instinct_serve.paths import hf_home
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import health, intent, plans, verified
 from instinct_serve.runtime.backend import Target
@@ -330,6 +331,7 @@ class Deployer(ServeRun):
             engine=self.backend.engine,
             secrets=self.secrets,
             signals=signals,
+            hf_home=hf_home(self.host, self.plan.env) if self.backend.engine == "native" else None,
         )
         return diagnose(text, context)
 
