@@ -70,8 +70,41 @@ class Deployer(ServeRun):
         self._check_own_key()
         existing = self.backend.same_plan(self.plan)
         if existing is None:
-            return None
+            return self._reuse_foreign()
         return self._reuse(existing)
+
+    def _reuse_foreign(self) -> ServeOutcome | None:
+        """Something this tool did not start holds the plan's port and serves the plan's
+        model over the OpenAI API (``/health`` 200, the model in ``/v1/models``): offered
+        as it is, untouched and unmanaged, rather than refused as ``port_in_use``; None
+        when nothing foreign holds the port or it serves something else."""
+        foreign = [o for o in self.backend.occupants(self.plan) if not o.managed]
+        if not foreign or any(o.target is not None for o in foreign):
+            return None  # free, ours, or a foreign holder of the name: the usual path
+        routes = servers.of(self.plan).routes
+        if not health.probe_health(self.base_url, timeout=3.0, routes=routes).ok:
+            return None
+        try:
+            models = health.list_models(self.base_url, api_key=self.api_key, routes=routes)
+        except InstinctError:
+            return None
+        wanted = {self.plan.served_model_name, self.plan.model}
+        match = next((m for m in models if m.id in wanted), None)
+        if match is None:
+            return None
+        holder = foreign[0].description
+        endpoint = self._endpoint(warmup_s=None, coherence=None)
+        endpoint.container, endpoint.image, endpoint.model = holder, None, match.id
+        endpoint.max_model_len = match.max_model_len
+        self.note(
+            f"{holder} already serves {match.id} on port {self.plan.port}, and instinct-serve "
+            "did not start it: reused as it is (not managed: stop, upgrade and watch leave "
+            "it alone; serve on another port for an endpoint of this plan)"
+        )
+        self.emit(Reused(container=holder, message=f"{holder} serves {match.id}: reusing it"))
+        outcome = self._outcome("reused", endpoint=endpoint)
+        outcome.phase = "ready"
+        return outcome
 
     def _reuse(self, existing: Target) -> ServeOutcome:
         """Reuse ``existing`` once it proves to run this plan; an impostor is an error that
