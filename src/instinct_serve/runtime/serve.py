@@ -33,7 +33,7 @@ from instinct_serve.errors import InstinctError
 from instinct_serve.paths import hf_home
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import health, intent, plans, verified
-from instinct_serve.runtime.backend import Target
+from instinct_serve.runtime.backend import Occupant, Target
 from instinct_serve.runtime.claim import clear_the_way, impostor, refuse_foreign
 from instinct_serve.runtime.documents import Endpoint, Relaunch, ServeOutcome
 from instinct_serve.runtime.events import (
@@ -78,11 +78,16 @@ class Deployer(ServeRun):
         model over the OpenAI API (``/health`` 200, the model in ``/v1/models``): offered
         as it is, untouched and unmanaged, rather than refused as ``port_in_use``; None
         when nothing foreign holds the port or it serves something else."""
-        foreign = [o for o in self.backend.occupants(self.plan) if not o.managed]
-        if not foreign or any(o.target is not None for o in foreign):
-            return None  # free, ours, or a foreign holder of the name: the usual path
         routes = servers.of(self.plan).routes
+        # here a free port refuses the probe at once; on another host the probe needs an
+        # ssh forward, so who holds the port is looked at first there
+        remote = not self.host.is_local
+        if remote and not self._foreign_port_holders():
+            return None
         if not health.probe_health(self.base_url, timeout=3.0, routes=routes).ok:
+            return None
+        foreign = self._foreign_port_holders()
+        if not foreign:
             return None
         try:
             models = health.list_models(self.base_url, api_key=self.api_key, routes=routes)
@@ -105,6 +110,14 @@ class Deployer(ServeRun):
         outcome = self._outcome("reused", endpoint=endpoint)
         outcome.phase = "ready"
         return outcome
+
+    def _foreign_port_holders(self) -> list[Occupant]:
+        """What this tool did not start and holds the plan's port; [] when anything holds
+        the plan's name, or one of ours is there (the usual path decides)."""
+        occupants = self.backend.occupants(self.plan)
+        if any(o.managed or o.target is not None for o in occupants):
+            return []
+        return occupants
 
     def _reuse(self, existing: Target) -> ServeOutcome:
         """Reuse ``existing`` once it proves to run this plan; an impostor is an error that
