@@ -30,7 +30,7 @@ from instinct_serve.runtime.secret_env import give, given, local_secrets
 
 CLI = [sys.executable, "-m", "instinct_serve"]
 HF = "/srv/hf-cache"
-FORMATS = ("docker", "shell", "compose", "k8s", "native")
+FORMATS = ("docker", "argv", "shell", "compose", "k8s", "native")
 
 
 # Fixed draws: pytest-xdist workers must collect the same parametrized ids.
@@ -196,8 +196,9 @@ def test_a_value_given_with_env_goes_by_name_in_every_format() -> None:
     for fmt, out in outputs.items():
         assert out.returncode == 0, (fmt, out.stderr)
         assert value not in out.stdout + out.stderr, fmt
-    docker = outputs["docker"].stdout.splitlines()
-    assert docker[docker.index("MY_SETTING") - 1] == "--env"
+    argv = outputs["argv"].stdout.splitlines()
+    assert argv[argv.index("MY_SETTING") - 1] == "--env"
+    assert "  --env MY_SETTING \\\n" in outputs["docker"].stdout  # the pasteable script
     assert "export MY_SETTING=" in outputs["docker"].stderr  # how to provide it
     assert "export MY_SETTING=" in outputs["shell"].stderr
     compose_text = outputs["compose"].stdout

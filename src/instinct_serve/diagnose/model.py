@@ -69,6 +69,8 @@ class DiagnoseContext:
     hf_token_set: bool | None = None  # whether HF_TOKEN was passed (never its value)
     is_moe: bool | None = None
     signals: frozenset[Signal] = frozenset()
+    launcher: str = "docker"  # docker | native: the words of the findings (``wording``)
+    hf_home: str | None = None  # native: the HF_HOME the process reads, where one is set
 
     def arg(self, *names: str) -> str | None:
         """The value of a vLLM option in ``args`` (``--x v`` or ``--x=v``), last one wins."""

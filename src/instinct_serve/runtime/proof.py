@@ -434,9 +434,12 @@ def serve_context(
     engine: str,
     secrets: Mapping[str, str],
     signals: frozenset[Any],
+    hf_home: str | None = None,
 ) -> DiagnoseContext:
     """What serve knows about the endpoint it diagnoses: the plan's argv (its tensor
-    parallel size spelled out), environment, GPUs and what the wait saw (``signals``)."""
+    parallel size spelled out), environment, GPUs, what the wait saw (``signals``), and
+    the route that ran it (``engine``: the findings' words; ``hf_home``: the native
+    process's HF_HOME, where one is set)."""
     args = list(plan.vllm_args)
     if not vllm_args.has(args, "--tensor-parallel-size", "-tp"):
         args += ["--tensor-parallel-size", str(plan.tensor_parallel_size)]
@@ -449,4 +452,6 @@ def serve_context(
         gpu_count=plan.gpu_count,
         hf_token_set=bool(secrets) or None,
         signals=signals,
+        launcher=engine,
+        hf_home=hf_home if engine == "native" else None,
     )

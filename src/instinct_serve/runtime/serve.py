@@ -30,9 +30,10 @@ from typing import Any
 from instinct_serve import servers
 from instinct_serve.diagnose import Diagnosis, Finding, diagnose
 from instinct_serve.errors import InstinctError
+from instinct_serve.paths import hf_home
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import fingerprints, health, intent, plans, verified
-from instinct_serve.runtime.backend import Target
+from instinct_serve.runtime.backend import Occupant, Target
 from instinct_serve.runtime.claim import clear_the_way, impostor, refuse_foreign
 from instinct_serve.runtime.documents import Endpoint, Relaunch, ServeOutcome
 from instinct_serve.runtime.events import (
@@ -72,8 +73,54 @@ class Deployer(ServeRun):
         self._check_own_key()
         existing = self.backend.same_plan(self.plan)
         if existing is None:
-            return None
+            return self._reuse_foreign()
         return self._reuse(existing)
+
+    def _reuse_foreign(self) -> ServeOutcome | None:
+        """Something this tool did not start holds the plan's port and serves the plan's
+        model over the OpenAI API (``/health`` 200, the model in ``/v1/models``): offered
+        as it is, untouched and unmanaged, rather than refused as ``port_in_use``; None
+        when nothing foreign holds the port or it serves something else."""
+        routes = servers.of(self.plan).routes
+        # here a free port refuses the probe at once; on another host the probe needs an
+        # ssh forward, so who holds the port is looked at first there
+        remote = not self.host.is_local
+        if remote and not self._foreign_port_holders():
+            return None
+        if not health.probe_health(self.base_url, timeout=3.0, routes=routes).ok:
+            return None
+        foreign = self._foreign_port_holders()
+        if not foreign:
+            return None
+        try:
+            models = health.list_models(self.base_url, api_key=self.api_key, routes=routes)
+        except InstinctError:
+            return None
+        wanted = {self.plan.served_model_name, self.plan.model}
+        match = next((m for m in models if m.id in wanted), None)
+        if match is None:
+            return None
+        holder = foreign[0].description
+        endpoint = self._endpoint(warmup_s=None, coherence=None)
+        endpoint.container, endpoint.image, endpoint.model = holder, None, match.id
+        endpoint.max_model_len = match.max_model_len
+        self.note(
+            f"{holder} already serves {match.id} on port {self.plan.port}, and instinct-serve "
+            "did not start it: reused as it is (not managed: stop, upgrade and watch leave "
+            "it alone; serve on another port for an endpoint of this plan)"
+        )
+        self.emit(Reused(container=holder, message=f"{holder} serves {match.id}: reusing it"))
+        outcome = self._outcome("reused", endpoint=endpoint)
+        outcome.phase = "ready"
+        return outcome
+
+    def _foreign_port_holders(self) -> list[Occupant]:
+        """What this tool did not start and holds the plan's port; [] when anything holds
+        the plan's name, or one of ours is there (the usual path decides)."""
+        occupants = self.backend.occupants(self.plan)
+        if any(o.managed or o.target is not None for o in occupants):
+            return []
+        return occupants
 
     def _reuse(self, existing: Target) -> ServeOutcome:
         """Reuse ``existing`` once it proves to run this plan; an impostor is an error that
@@ -333,6 +380,7 @@ class Deployer(ServeRun):
             engine=self.backend.engine,
             secrets=self.secrets,
             signals=signals,
+            hf_home=hf_home(self.host, self.plan.env) if self.backend.engine == "native" else None,
         )
         return diagnose(text, context)
 
