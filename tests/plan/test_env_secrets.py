@@ -252,7 +252,8 @@ def test_the_mcp_plan_has_the_same_semantics() -> None:
     plan = doc.get("plan", doc)
     assert "MY_SETTING" in plan["secret_env"] and plan["env"]["PLAIN"] == "1"
     schema = inputs.ServeInput.model_json_schema()["properties"]
-    assert "env_literal" in schema and "by name" in schema["extra_env"]["description"]
+    said = schema["extra_env"]["description"]  # the agent's wording (agents/schema.py)
+    assert "env_literal" in schema and "never written in the plan" in said and "NAME" in said
     for name, value in LISTED[:2]:
         with pytest.raises(UsageError) as refused:
             inputs.ServeInput.model_validate({"env_literal": {name: value}}).options()
