@@ -370,6 +370,11 @@ ERRORS: dict[str, ErrorId] = {
     # what was asked failed (exit 1)
     "bench_failed": ErrorId(FAILED, "read the bench client's output in the error's details"),
     "blacklisted": ErrorId(FAILED, "serve a text-generation model (the fix names an alternative)"),
+    "cache_seed_failed": ErrorId(
+        FAILED,
+        "the node compiles for itself: check that tar runs on both nodes and the node's cache "
+        "directory is writable",
+    ),
     "cache_write_failed": ErrorId(
         FAILED,
         "check the permissions and free space of the cache directory (INSTINCT_CACHE_DIR), or "

@@ -52,3 +52,15 @@ def token_count(text: str) -> int | None:
 def plural(count: int, noun: str) -> str:
     """``1 recipe``, ``2 recipes``, ``0 recipes``: a count and its noun, in English."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def byte_size(n: int | None) -> str:
+    """Bytes as a person reads them: ``512 B``, ``1.5 KiB`` ... ``3.2 GiB`` (``?``: unknown)."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

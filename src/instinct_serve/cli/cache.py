@@ -14,6 +14,7 @@ import click
 
 from instinct_serve.cli.common import emit, get_host, host_option, json_option
 from instinct_serve.errors import NotReadyError, UsageError
+from instinct_serve.units import byte_size
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,17 +38,6 @@ def _listing(host: Host, setting: str | None) -> Listing:
     from instinct_serve.runtime.caches import listing_for
 
     return listing_for(host, setting)
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB"):
-        if value < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 @click.group("cache")
@@ -92,7 +82,7 @@ def ls(setting: str | None, host_spec: str | None, as_json: bool) -> int:
                 image += " (gone)"
             table.add(
                 escape(e.key),
-                _size(e.size_bytes),
+                byte_size(e.size_bytes),
                 escape(image),
                 escape(str(e.meta.get("last_used") or "-")),
                 escape(", ".join(e.used_by) or "-"),
@@ -193,7 +183,7 @@ def _prune_summary(
         con.print("Nothing to prune.")
     for e in chosen:
         verb = "removed" if yes else "would remove"
-        con.print(f"{verb} {escape(e.path)} ({_size(e.size_bytes)})")
+        con.print(f"{verb} {escape(e.path)} ({byte_size(e.size_bytes)})")
     for e, why in kept:
         con.print(f"kept {escape(e.path)}: {escape(why)}")
     if chosen and not yes:

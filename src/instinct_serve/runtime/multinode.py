@@ -208,8 +208,25 @@ class GroupRunner:
                     removed.append(info.name)
         return removed
 
+    def seed_caches(self) -> None:
+        """Each other node's empty compile caches from the head's (``runtime.cache_seed``):
+        said as a note each, and one ``cache_seeded`` event with the figures."""
+        from instinct_serve.runtime.cache_seed import seed_nodes
+
+        pairs = list(zip(self.plan.nodes, self.hosts, strict=True))
+        head = next(((n, h) for n, h in pairs if n.rank == 0), None)
+        nodes = [(n.rank, h, n.plan.cache) for n, h in pairs if n.rank > 0 and n.plan.cache]
+        if head is None or head[0].plan.cache is None or not nodes:
+            return
+        seeded = seed_nodes(
+            head[1], head[0].plan.cache, nodes, lambda m: self.event("note", message=m)
+        )
+        if seeded:
+            self.event("cache_seeded", seeded=[s.to_dict() for s in seeded])
+
     def start(self) -> GroupOutcome | None:
         """Rank 0, then each other rank once its node reaches the rendezvous port."""
+        self.seed_caches()
         for node, host, docker in zip(self.plan.nodes, self.hosts, self.docker, strict=True):
             if node.rank > 0:
                 why = self._reachable(node.rank)

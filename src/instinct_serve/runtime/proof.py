@@ -455,3 +455,47 @@ def serve_context(
         launcher=engine,
         hf_home=hf_home if engine == "native" else None,
     )
+
+
+def fingerprint_spec(
+    host: Host, plan: LaunchPlan, settings: ServeSettings
+) -> FingerprintSpec | None:
+    """The fingerprint check of a vLLM endpoint (none when skipped with the probe, or for
+    another server kind): the reference of its checkpoint and precision, if any."""
+    from instinct_serve import servers
+    from instinct_serve.runtime import fingerprints
+
+    if not (settings.fingerprint and settings.coherence):
+        return None
+    if servers.of(plan).name != "vllm":
+        return None
+    reference = fingerprints.fingerprint_of(fingerprints.load_reference(host, plan))
+    return FingerprintSpec(
+        Budget(long_tokens=0, seconds=settings.fingerprint_s),
+        reference,
+        fingerprints.platform_of(plan),
+    )
+
+
+def record_fingerprint(
+    host: Host, name: str, plan: LaunchPlan, proof: Proof, settings: ServeSettings
+) -> None:
+    """Keep a proven endpoint's fingerprint, with its image's digest (docker)."""
+    from instinct_serve.runtime import fingerprints
+
+    if proof.fingerprint is None or proof.verdict is None:
+        return
+    digest = None
+    if plan.launcher == "docker":
+        from instinct_serve.gather.caches import image_id
+
+        digest = image_id(host, plan.image)
+    fingerprints.record(
+        host,
+        name,
+        plan,
+        proof.fingerprint,
+        proof.verdict,
+        image_digest=digest,
+        reference=settings.fingerprint_reference,
+    )

@@ -32,7 +32,7 @@ from instinct_serve.diagnose import Diagnosis, Finding, diagnose
 from instinct_serve.errors import InstinctError
 from instinct_serve.paths import hf_home
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime import fingerprints, health, intent, plans, verified
+from instinct_serve.runtime import health, intent, plans, verified
 from instinct_serve.runtime.backend import Occupant, Target
 from instinct_serve.runtime.claim import clear_the_way, impostor, refuse_foreign
 from instinct_serve.runtime.documents import Endpoint, Relaunch, ServeOutcome
@@ -41,13 +41,13 @@ from instinct_serve.runtime.events import (
     Relaunching,
     Reused,
 )
-from instinct_serve.runtime.fingerprint import Budget
 from instinct_serve.runtime.proof import (
-    FingerprintSpec,
     Proof,
     Prover,
     failure_from,
+    fingerprint_spec,
     not_listed,
+    record_fingerprint,
     record_proof,
     serve_context,
 )
@@ -395,7 +395,7 @@ class Deployer(ServeRun):
             emit=self.emit,
             note=self.note,
             gone=lambda: self.backend.exit_info(handle) is not None,
-            fingerprint=self._fingerprint_spec(),
+            fingerprint=fingerprint_spec(self.host, self.plan, self.settings),
         ).run(endpoint)
         self.use_chat = endpoint.use_chat
         if proof.died:
@@ -433,21 +433,6 @@ class Deployer(ServeRun):
         said = "; ".join(proof.verdict.reasons)
         return f"fingerprint_{proof.verdict.failure}", "wrong_output", f" Fingerprint: {said}."
 
-    def _fingerprint_spec(self) -> FingerprintSpec | None:
-        """The fingerprint check of a vLLM endpoint (none when skipped with the probe, or
-        for another server kind): the reference of its checkpoint and precision, if any."""
-        settings = self.settings
-        if not (settings.fingerprint and settings.coherence):
-            return None
-        if servers.of(self.plan).name != "vllm":
-            return None
-        reference = fingerprints.fingerprint_of(fingerprints.load_reference(self.host, self.plan))
-        return FingerprintSpec(
-            Budget(long_tokens=0, seconds=settings.fingerprint_s),
-            reference,
-            fingerprints.platform_of(self.plan),
-        )
-
     def _record(self, endpoint: Endpoint, proof: Proof | None = None) -> None:
         """Keep what was proven (warm-up, coherence, fingerprint) for the next serve and
         ``ps``."""
@@ -457,22 +442,5 @@ class Deployer(ServeRun):
             plans.save(self.host, self.plan)
             intent.settled(self.host, self.plan)  # a replace bringing this plan is over
             record_proof(self.host, target.name, target.instance, self.plan.plan_hash, endpoint)
-            if proof is not None and proof.fingerprint is not None and proof.verdict is not None:
-                self._record_fingerprint(target.name, proof)
-
-    def _record_fingerprint(self, name: str, proof: Proof) -> None:
-        assert proof.fingerprint is not None and proof.verdict is not None
-        digest = None
-        if self.plan.launcher == "docker":
-            from instinct_serve.gather.caches import image_id
-
-            digest = image_id(self.host, self.plan.image)
-        fingerprints.record(
-            self.host,
-            name,
-            self.plan,
-            proof.fingerprint,
-            proof.verdict,
-            image_digest=digest,
-            reference=self.settings.fingerprint_reference,
-        )
+            if proof is not None:
+                record_fingerprint(self.host, target.name, self.plan, proof, self.settings)
