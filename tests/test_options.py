@@ -410,7 +410,7 @@ def test_the_clis_own_choices_and_click_errors(capsys: pytest.CaptureFixture[str
     assert code == 2 and out == ""
     assert err.splitlines() == [
         "Error: invalid value for '--format': 'xml' is not one of 'summary', 'json', "
-        "'docker', 'shell', 'native', 'compose', 'k8s'.",
+        "'docker', 'argv', 'shell', 'native', 'compose', 'k8s'.",
         "Fix: see `instinct plan --help`",
     ]
     code, out, _ = cli(["plan", MODEL, "--nope", "--format=JSON"], capsys)
