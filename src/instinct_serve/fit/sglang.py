@@ -247,13 +247,19 @@ def estimate_sglang(
 
 
 def from_report(
-    report: FitReport, launch: SglangLaunch | None = None, *, pre_load_bytes: int | None = None
+    report: FitReport,
+    launch: SglangLaunch | None = None,
+    *,
+    pre_load_bytes: int | None = None,
+    kv_cache_dtype: str | None = None,
 ) -> SglangMemory:
     """SGLang's sizing of what ``fit`` sized for vLLM: the same GPU, TP, loaded weights per
-    rank and KV layers (one weight model for both servers), SGLang's fraction and pool."""
+    rank and KV layers (one weight model for both servers), SGLang's fraction and pool.
+    ``kv_cache_dtype``: SGLang's ``--kv-cache-dtype`` when the launch sets its own."""
     from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
 
-    kv_bytes = kv_cache_dtype_bytes(report.options.kv_cache_dtype, report.layers.model_dtype_bytes)
+    dtype = kv_cache_dtype or report.options.kv_cache_dtype
+    kv_bytes = kv_cache_dtype_bytes(dtype, report.layers.model_dtype_bytes)
     return estimate_sglang(
         vram_bytes=report.hardware.vram_bytes,
         platform=report.hardware.platform,
