@@ -62,6 +62,8 @@ MATRIX: list[tuple[str, str, tuple[str, ...], dict[str, str], tuple[str, ...]]] 
         SHARED,
     ),
     ("tp", "--tp", ("1", "2"), {"3": "bad_tp", "0": "bad_tp", "two": "bad_tp"}, SHARED),
+    # fit sizes vllm or sglang (fit/sglang.py); sglang for this model has no AMD config to plan
+    ("server", "--server", ("vllm",), {"a b": "bad_server", "x" * 65: "bad_server"}, SHARED),
     (
         "speculative_mtp",
         "--speculative-mtp",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from instinct_serve.fit.alternatives import Alternative
     from instinct_serve.fit.estimate import FitReport
     from instinct_serve.fit.estimated import EstimatedFit
+    from instinct_serve.fit.sglang import SglangMemory
 
 
 @click.command("fit")
@@ -135,6 +136,22 @@ def render_estimated(con: Console, rough: EstimatedFit) -> None:
         con.print(f"[dim]note: {escape(note)}[/]")
 
 
+def _sglang_rows(table: Any, mem: SglangMemory) -> None:
+    """``--server sglang``: SGLang's own sizing first (the vLLM rows follow)."""
+    table.add(
+        "SGLang",
+        f"mem-fraction-static {mem.mem_fraction_static:g} ({mem.fraction_source}); "
+        f"before loading {_gib(mem.pre_load_bytes)}, weights {_gib(mem.weights_bytes)}, "
+        f"outside the static share {_gib(mem.slack_bytes)} (activations, graphs)",
+    )
+    table.add(
+        "SGLang KV pool",
+        f"{_gib(max(0, mem.kv_pool_bytes))}: max_total_num_tokens {mem.max_total_num_tokens:,} "
+        f"({mem.cell_bytes:,} B per token per GPU)"
+        + ("; " + "; ".join(mem.notes) if mem.notes else ""),
+    )
+
+
 def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
     from rich.markup import escape
     from rich.text import Text
@@ -156,6 +173,8 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
         f"vLLM {report.vllm.version}, TP {report.tp}"
     )
     table = Rows([Column("", key=True), Column("", prose=True)], header=False)
+    if report.sglang is not None:
+        _sglang_rows(table, report.sglang)
     w = report.weights
     table.add("attention", escape(report.layers.attention_kind))
     table.add(

@@ -27,6 +27,7 @@ from instinct_serve.fit.kv import KvLayout, LayerKind, ModelLayers, describe_lay
 from instinct_serve.fit.meta import ModelMeta
 from instinct_serve.fit.overhead import CudagraphConfig, Overhead, estimate_overhead, topology
 from instinct_serve.fit.overhead_table import terms
+from instinct_serve.fit.sglang import SglangMemory
 from instinct_serve.fit.vllm import ENGINES, VllmBehaviour, behaviour, v0_chunks_by_default
 from instinct_serve.fit.weights import MOE_ALIGNMENT, WeightEstimate, estimate_weights
 
@@ -255,6 +256,7 @@ class FitReport:
     verdict_reason: str
     headroom: str
     notes: list[str] = field(default_factory=list)
+    sglang: SglangMemory | None = None  # ``fit --server sglang``: SGLang's sizing (fit/sglang.py)
 
     @property
     def fits(self) -> bool:
@@ -319,6 +321,7 @@ class FitReport:
             "vllm": self._vllm_doc(),
             "options": self._options_doc(),
             "notes": list(self.notes),
+            **({"server": "sglang", "sglang": self.sglang.to_dict()} if self.sglang else {}),
         }
 
     def _metadata_doc(self) -> dict[str, Any]:

@@ -84,6 +84,13 @@ def fit_request(
     )
     if planned is not None:
         answer = planned.apply(answer, same_launch=not (req.vllm_version or req.platform))
+    if req.server == "sglang" and answer.report is not None:
+        # SGLang's sizing of the same GPU, TP, weights and KV layers; the utilization given
+        # is SGLang's --mem-fraction-static, else SGLang's default for the GPU and TP
+        from instinct_serve.fit.sglang import SglangLaunch, from_report
+
+        launch = SglangLaunch(mem_fraction_static=req.gpu_memory_utilization)
+        answer.report.sglang = from_report(answer.report, launch)
     return answer, target.notes
 
 

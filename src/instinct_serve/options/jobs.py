@@ -53,6 +53,13 @@ def _server_name(value: str) -> str | None:
     return None
 
 
+def _server_option(help_text: str) -> Any:
+    """The ``--server`` option of plan (and serve) and fit: one declaration."""
+    return opt(
+        "vllm", kind="text", metavar="NAME", help=help_text, check=_server_name, max_length=64
+    )
+
+
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
 DEFAULT_PORT = 8000
 
@@ -238,6 +245,10 @@ class FitRequest(SizingOptions):
         "and, before vLLM 0.11, NCCL buffers at TP > 1 (an SXM name: NVSwitch).",
         max_length=128,
     )
+    server: str = _server_option(
+        "Whose memory model: vllm (default) or sglang (SGLang's static fraction, KV pool "
+        "and graph reserve; --gpu-memory-utilization is its --mem-fraction-static)."
+    )
     platform: str | None = opt(
         kind="choice",
         choices=PLATFORMS,
@@ -281,6 +292,13 @@ class FitRequest(SizingOptions):
         if not self.model:
             raise UsageError(
                 "fit needs a MODEL", fix="instinct fit Qwen/Qwen3.5-9B", id="bad_model"
+            )
+        if self.server not in ("vllm", "sglang"):
+            raise UsageError(
+                f"fit sizes a launch of vllm or sglang, not {self.server!r}",
+                fix="use --server vllm or --server sglang",
+                id="bad_server",
+                details={"option": "server"},
             )
 
     def estimate_kwargs(self) -> dict[str, Any]:
@@ -326,15 +344,10 @@ class PlanOptions(SizingOptions):
         help="Container image (default: newest vllm/vllm-openai-rocm).",
         max_length=512,
     )
-    server: str = opt(
-        "vllm",
-        kind="text",
-        metavar="NAME",
-        help="The inference server: vllm (default), sglang, auto (AMD's reference config's "
+    server: str = _server_option(
+        "The inference server: vllm (default), sglang, auto (AMD's reference config's "
         "server for this model and GPU, else vllm), or one a package registers "
-        "(entry points `instinct_serve.servers`).",
-        check=_server_name,
-        max_length=64,
+        "(entry points `instinct_serve.servers`)."
     )
     precision: str | None = opt(
         kind="text",

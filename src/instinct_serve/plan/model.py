@@ -127,6 +127,7 @@ class FitSummary(NamedTuple):
     min_tp_if_more_gpus: int | None
     max_seq_len_fp8_kv: int
     headroom: str
+    sglang: dict[str, Any] | None = None  # an SGLang plan: SGLang's own sizing (fit.sglang)
 
     @classmethod
     def of(cls, report: FitReport) -> FitSummary:
@@ -153,6 +154,7 @@ class FitSummary(NamedTuple):
             min_tp_if_more_gpus=report.min_tp_unbounded,
             max_seq_len_fp8_kv=report.max_seq_len_fp8_kv,
             headroom=report.headroom,
+            sglang=doc.get("sglang"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +182,7 @@ class FitSummary(NamedTuple):
                 "max_seq_len_fp8_kv": self.max_seq_len_fp8_kv,
                 "headroom": self.headroom,
             },
+            **({"sglang": self.sglang} if self.sglang is not None else {}),
         }
 
 

@@ -17,7 +17,7 @@ different values is reported in ``conflicts``):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from instinct_serve import __version__, servers
@@ -172,7 +172,7 @@ def _build_sglang(b: PlanBuilder, inp: PlanInputs, tp: TpDecision) -> LaunchPlan
     """An SGLang plan (``plan.sglang``): AMD's SGLang config is its configuration (no recipe
     layer); the devices, secrets, image, mounts and group as for any plan."""
     from instinct_serve.plan.reference import other_servers_line
-    from instinct_serve.plan.sglang import follow, refuse_public
+    from instinct_serve.plan.sglang import follow, memory, refuse_public
 
     refuse_public(inp.options)
     gpu_indices, partitions = _devices(b, inp, tp.tp)
@@ -182,6 +182,7 @@ def _build_sglang(b: PlanBuilder, inp: PlanInputs, tp: TpDecision) -> LaunchPlan
     if line:
         b.reason("other servers", "AMD reference", line)
     follow(b, inp.reference, inp.options, tp)
+    inp = replace(inp, fit=memory(b, inp.fit))
     _check_env(b.env)
     b.flag_conflicts()
     b.reason(inp.image, "image", inp.image_reason)

@@ -14,7 +14,7 @@ no recipe layer: AMD's config is its whole configuration, and its image is the c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from instinct_serve import vllm_args
@@ -23,6 +23,7 @@ from instinct_serve.errors import UsageError
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.reference import References
+    from instinct_serve.fit.estimate import FitReport
     from instinct_serve.options import PlanOptions
     from instinct_serve.plan.builder import PlanBuilder
     from instinct_serve.plan.decisions import TpDecision
@@ -211,3 +212,30 @@ def _parallelism(b: PlanBuilder, choice: ReferenceChoice, tp: TpDecision) -> Non
         b.flag(["--ep-size", str(row.ep)], choice.source, why)
     if row.dp_attn:
         b.flag(["--dp-size", str(row.tp), "--enable-dp-attention"], choice.source, why)
+
+
+def memory(b: PlanBuilder, fit: FitReport | None) -> FitReport | None:
+    """An SGLang plan's fit figures as SGLang sizes them (``fit.sglang``): the planned
+    ``--mem-fraction-static`` (else SGLang's default for the GPU and TP), its KV pool and
+    ``max_total_num_tokens``, as a reason; the report returned carries them."""
+    if fit is None:
+        return None
+    from instinct_serve.fit.sglang import SglangLaunch, from_report
+
+    given = b.args.value("--mem-fraction-static")
+    try:
+        fraction = float(given) if given is not None else None
+    except ValueError:
+        fraction = None
+    launch = SglangLaunch(mem_fraction_static=fraction)
+    mem = from_report(fit, launch, kv_cache_dtype=b.args.value("--kv-cache-dtype"))
+    pool = max(0, mem.kv_pool_bytes) / 2**30
+    b.reason(
+        "KV pool",
+        "fit (SGLang)",
+        f"{mem.max_total_num_tokens:,} tokens ({pool:.1f} GiB per GPU) at "
+        f"--mem-fraction-static {mem.mem_fraction_static:g}: SGLang's pool is the free memory "
+        f"before loading x the fraction - the weights ({mem.weights_bytes / 2**30:.1f} GiB)"
+        + ("; " + "; ".join(mem.notes) if mem.notes else ""),
+    )
+    return replace(fit, sglang=mem)
