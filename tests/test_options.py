@@ -348,6 +348,8 @@ WATCH_MATRIX = [
     ("max_checks", "--checks", ("4",), {"0": "bad_max_checks"}),
     ("duration_s", "--for", ("60",), {"0": "bad_duration_s", "-5": "bad_duration_s"}),
     ("timeout_s", "--timeout", ("600",), {"inf": "bad_timeout_s", "0.5": "bad_timeout_s"}),
+    ("canary_s", "--canary", ("0", "60"), {"-1": "bad_canary_s", "86401": "bad_canary_s"}),
+    ("canary_tokens", "--canary-tokens", ("1024",), {"10": "bad_canary_tokens"}),
 ]
 
 

@@ -432,6 +432,14 @@ ERRORS: dict[str, ErrorId] = {
     "failed": ErrorId(
         FAILED, "read the message; `instinct check` and `instinct diagnose` help find the cause"
     ),
+    "fingerprint_failed": ErrorId(
+        FAILED,
+        "the endpoint did not answer the fingerprint's scoring requests: read the server log "
+        "(`instinct logs NAME`); a server without prompt log-probabilities cannot be checked",
+    ),
+    "fingerprint_timeout": ErrorId(
+        FAILED, "the endpoint is busy or slow: raise the fingerprint's time bound, or retry"
+    ),
     "git_failed": ErrorId(
         FAILED,
         "check --repo-url and the network; a broken checkout can be deleted and synced again",

@@ -14,7 +14,10 @@ import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from instinct_serve.hosts import Host
 
 APP = "instinct-serve"
 
@@ -153,6 +156,16 @@ def hf_locations(env: Mapping[str, str]) -> HfLocations:
         home_from=home_from,
         hub_cache_from=hub_from,
     )
+
+
+def hf_home(host: Host, env: Mapping[str, str] | None = None) -> str | None:
+    """The HF_HOME a native vLLM process on ``host`` reads (``env``: what its launch sets
+    over the host's environment), where HF_HOME is set; None: huggingface_hub's default
+    (the native route's failures name it: ``diagnose.wording``)."""
+    values = host.env(HF_ENV_NAMES)
+    values.update({k: v for k, v in (env or {}).items() if k in HF_ENV_NAMES})
+    places = hf_locations(values)
+    return places.home if places.home_from == "HF_HOME" else None
 
 
 def local_hf_locations() -> HfLocations:

@@ -84,7 +84,10 @@ def test_a_missing_cxx_compiler_in_a_sentence_is_torch_compiles() -> None:
     finding = diagnose_symptom("torch.compile fails: no working C++ compiler").primary
     assert finding is not None and finding.id == "jit_build_failed"
     assert finding.details["component"] == "torch.compile (inductor)"
-    assert finding.retry == {"add_args": ["--enforce-eager"]}
+    assert finding.retry == {
+        "add_args": ["--enforce-eager"],
+        "set_env": {"TORCHDYNAMO_DISABLE": "1"},
+    }
 
 
 def test_a_glibcxx_error_is_not_a_missing_compiler() -> None:

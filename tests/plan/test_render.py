@@ -291,6 +291,34 @@ def test_a_real_sh_runs_the_printed_scripts_and_nothing_else(tmp_path: Path) -> 
     assert docker["argv"] == docker_argv(plan)[1:]
 
 
+def test_the_docker_format_is_a_script_sh_runs_seed_first(tmp_path: Path) -> None:
+    """``plan --format docker`` (and the summary's Command block) is pasted into a shell as
+    it is: the AITER seeding, then the one ``docker run`` over continued lines, every
+    hostile value intact and nothing else run; ``--format argv`` keeps one word a line."""
+    from instinct_serve.plan import caches
+
+    marker = tmp_path / "ran"
+    marker.mkdir()
+    bin_dir, record = _recorders(tmp_path)
+    plan = _hostile_plan(marker)
+    plan.cache = caches.layout_for(str(tmp_path / "cc"), "gfx942", plan.image, None)
+    script = render(plan, "docker")
+    assert [ln.split()[:3] for ln in script.splitlines() if ln.startswith("docker")] == [
+        ["docker", "run", "--rm"],
+        ["docker", "run", "-d"],
+    ]
+    assert script.splitlines()[0].startswith("# once per image and gfx")
+    assert "  --env HF_TOKEN \\\n" in script  # a flag a line, the secret by name
+
+    done = _run_sh(script, bin_dir, record, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list(marker.iterdir()) == []
+    calls = [json.loads(line)["argv"] for line in record.read_text().splitlines()]
+    seed = caches.seed_argv(plan.cache, plan.image)
+    assert seed is not None and calls == [seed[1:], docker_argv(plan)[1:]]
+    assert render(plan, "argv") == "\n".join(docker_argv(plan)) + "\n"
+
+
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "json"])
 def test_an_environment_name_that_is_not_a_name_is_refused(name: str, fmt: str) -> None:

@@ -162,7 +162,7 @@ def test_moe_uses_vllm_data_parallelism_with_amds_rocm_settings(gpu: str) -> Non
     assert p.env["VLLM_ALL2ALL_BACKEND"] == "allgather_reducescatter"
     assert group.router is None and not group.members
     # one endpoint: the single-endpoint renderings still work, with vLLM's DP flags
-    argv = render(p, "docker").split("\n")
+    argv = render(p, "argv").split("\n")
     assert "--data-parallel-size" in argv and "VLLM_ALL2ALL_BACKEND=allgather_reducescatter" in argv
 
 

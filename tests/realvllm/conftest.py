@@ -112,7 +112,15 @@ def docker_serve_args(
     setup: Setup, image: str, model: str | None = None, **kwargs: Any
 ) -> list[str]:
     """``serve_args`` through docker with the tier's image, the model served by its Hub id
-    from the tier's mounted HF cache, offline (the container has no way to the Hub)."""
+    from the tier's mounted HF cache, offline (the container has no way to the Hub).
+
+    The image stands in for a ROCm image, which has a C++ compiler; this one has none, and
+    vLLM's CPU build compiles the sampler's logprob ranks even in eager mode, so a run that
+    compiles nothing else (eager, or the eager backend pipeline stages need) gets
+    ``TORCHDYNAMO_DISABLE=1`` as a user of that image would (real-vllm-cpu/20).
+    Without it the fingerprint's first request kills the engine and serve relaunches once
+    with it (tests/serve/test_fingerprint_serve.py); a compiled run goes through that retry
+    for real (test_compile_cache_real)."""
     args = serve_args(model or setup.model_id, engine="docker", **kwargs)
     at = args.index("--yes") + 1
     args[at:at] = [
@@ -123,6 +131,9 @@ def docker_serve_args(
         "--env-literal",
         "HF_HUB_OFFLINE=1",
     ]
+    engine_args = args[args.index("--") :]
+    if "--enforce-eager" in engine_args or any('"backend":"eager"' in a for a in engine_args):
+        args[at:at] = ["--env-literal", "TORCHDYNAMO_DISABLE=1"]
     return args
 
 

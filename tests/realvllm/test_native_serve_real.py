@@ -127,6 +127,7 @@ def test_it_was_planned_for_the_cpu_backend(served: Served) -> None:
     expected = [
         "INSTINCT_NATIVE_NAME",
         "INSTINCT_NATIVE_RUN",
+        "TORCHDYNAMO_DISABLE",  # eager on the CPU backend: no C++ compiler needed at all
         "VLLM_CACHE_ROOT",
         "VLLM_CPU_KVCACHE_SPACE",
     ]

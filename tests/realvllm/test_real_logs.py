@@ -36,6 +36,7 @@ FAILURES = [
     ("16_compiled_without_cxx_compiler.log", "jit_build_failed"),
     ("17_docker_default_shm_64m_too_small.log", "shm_too_small"),
     ("18_pp2_eager_first_request_kills_engine.log", "pp_rank_without_warmup"),
+    ("20_eager_logprobs_without_cxx_compiler.log", "jit_build_failed"),
 ]
 
 
@@ -63,8 +64,20 @@ def test_no_cxx_compiler_is_fixed_by_eager_mode() -> None:
     finding = _finding("16_compiled_without_cxx_compiler.log", "jit_build_failed")
     assert finding["details"]["component"] == "torch.compile (inductor)"
     assert "InvalidCxxCompiler: No working C++ compiler found" in finding["line"]
-    assert finding["retry"] == {"add_args": ["--enforce-eager"]} and finding["auto_retry"]
-    assert "g++" in finding["fix"]
+    assert finding["retry"] == {
+        "add_args": ["--enforce-eager"],
+        "set_env": {"TORCHDYNAMO_DISABLE": "1"},
+    }
+    assert finding["auto_retry"] and "g++" in finding["fix"]
+
+
+def test_an_eager_engine_without_compiler_dies_on_logprobs_and_gets_no_compilation_at_all() -> None:
+    """Eager mode alone is no fix: the first logprobs request compiles the sampler's ranks
+    and kills the engine (real-vllm-cpu/20); the retry turns torch.compile off as well."""
+    finding = _finding("20_eager_logprobs_without_cxx_compiler.log", "jit_build_failed")
+    assert "enforce_eager=True" in captured.text("20_eager_logprobs_without_cxx_compiler.log")
+    assert finding["retry"]["set_env"] == {"TORCHDYNAMO_DISABLE": "1"}
+    assert "first request that asks for logprobs" in finding["cause"]
 
 
 def test_a_pipeline_rank_without_warm_up_names_the_compiled_mode_that_fixes_it() -> None:

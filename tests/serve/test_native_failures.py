@@ -72,3 +72,43 @@ def test_a_failed_engine_whose_server_stays_up_ends_promptly_and_is_diagnosed(
     finally:
         if launcher.load(host, name) is not None:
             launcher.stop(host, name, timeout=5)
+
+
+DOCKER_WORDS = ("container", "image", "docker", "--ipc", "--shm-size")
+
+
+def test_a_native_failure_is_worded_for_processes_and_directories(
+    env: dict[str, str], gpu_root: Path, tmp_path: Path
+) -> None:
+    """The real vLLM's /dev/shm failure (real-vllm-cpu/17), served natively: the failure and
+    ``diagnose --container`` speak of the host and its processes, not of a container's
+    flags; the docker route's words for the same log are the rules' own."""
+    port = free_port()
+    name = f"native-words-{port}"
+    env = {**env, "HF_HOME": str(tmp_path / "hf-home")}  # the native process's own cache
+    args = ["serve", MODEL, "--engine", "native", "--gpu", "mi300x", "--gpus", "1"]
+    args += ["--port", str(port), "--name", name, "--root", str(gpu_root)]
+    args += ["--timeout", "60", "--yes", "--json"]
+    args += ["--env", "VLLM_DOUBLE_MODE=die", "--env", f"VLLM_DOUBLE_REPLAY={SHM_LOG}"]
+    host = LocalHost()
+    try:
+        run = run_cli(args, env=env, timeout=120)
+        assert run.returncode == 1, run.explain()
+        failure = run.result["failure"]
+        assert failure["id"] == "shm_too_small", failure
+        said = " ".join([failure["title"], failure["cause"], failure["fix"]])
+        assert not [w for w in DOCKER_WORDS if w in said.lower()], said
+        assert "/dev/shm on this host" in failure["cause"]
+        assert "Make /dev/shm larger on the host" in failure["fix"]
+
+        diagnosis = run_cli(["diagnose", "--container", name, "--json"], env=env)
+        assert diagnosis.returncode == 0, diagnosis.explain()
+        found = json.loads(diagnosis.stdout)["findings"][0]
+        assert found["id"] == "shm_too_small" and found["fix"] == failure["fix"]
+        log = launcher.load(host, name)
+        assert log is not None
+        docker_words = run_cli(["diagnose", "--log", log.log_path, "--json"], env=env)
+        assert "--ipc=host" in json.loads(docker_words.stdout)["findings"][0]["fix"]
+    finally:
+        if launcher.load(host, name) is not None:
+            launcher.stop(host, name, timeout=5)

@@ -237,6 +237,11 @@ def _proven(verified: dict[str, object] | None) -> str:
     parts = [str(verified.get("coherence") or "warmed up")]
     if isinstance(warmup, int | float):
         parts.append(f"warm-up {warmup:.1f} s")
+    prints = verified.get("fingerprint")
+    if isinstance(prints, dict) and prints.get("ok") is False:
+        parts.append(f"fingerprint failed: {prints.get('failure')}")
+    elif isinstance(prints, dict) and prints.get("last_passed_at"):
+        parts.append(f"fingerprint passed {str(prints['last_passed_at'])[11:19]}")
     return ", ".join(parts)
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-FORMATS = ("summary", "json", "docker", "shell", "native", "compose", "k8s")
+FORMATS = ("summary", "json", "docker", "argv", "shell", "native", "compose", "k8s")
 
 
 def print_summary(con: Console, result: PlanResult, title: str = "Launch plan") -> None:
@@ -73,10 +73,11 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     GPU the plan is made for an MI300X profile. Arguments after `--` are passed to
     `vllm serve` as they are, e.g.:  instinct plan MODEL -- --max-num-seqs 64
     \b
-    Formats: summary (default: the table and a shell line), json, docker (argv, one per
-    line), shell, native (`vllm serve` with exports), compose, k8s (PVC, Deployment or
-    LeaderWorkerSet with --nodes, Service, PodDisruptionBudget, KEDA ScaledObject with
-    --autoscale).
+    Formats: summary (default: the table and the command), json, docker (a script to
+    paste: the cache seeding, then `docker run`), argv (docker run's arguments, one per
+    line), shell (one line per command), native (`vllm serve` with exports), compose, k8s
+    (PVC, Deployment or LeaderWorkerSet with --nodes, Service, PodDisruptionBudget, KEDA
+    ScaledObject with --autoscale).
     """
     from instinct_serve.gather.plan import plan_for
     from instinct_serve.plan.render import render
@@ -124,21 +125,9 @@ def plan(fmt: str, as_list: bool, as_json: bool, host_spec: str | None, **kwargs
     def human(con: Console) -> None:
         print_summary(con, result)
         con.print()
-        con.print("[bold]Command[/] (instinct plan --format docker|native|compose|k8s for more):")
-        plan = result.plan
-        if plan.group is not None and plan.group.mode == "replicas":
-            con.print(render(plan, "shell").rstrip("\n"), markup=False, soft_wrap=True)
-            return
-        from instinct_serve.plan.caches import seed_argv
-        from instinct_serve.plan.render import shell_line
-
-        if seed_argv(plan.cache, plan.image) is not None:
-            # the seed step is a script of its own: shown by --format shell, run by serve
-            con.print(
-                "[dim]once per image and gfx, first: seed the AITER cache from the image "
-                "(`--format shell` prints that step; `instinct serve` runs it)[/]"
-            )
-        con.print(shell_line(plan), markup=False, soft_wrap=True)
+        # the block is a script: pasted into a shell, it runs as it is (seeding included)
+        con.print("[bold]Command[/] (paste it into a shell; --format argv|native|compose|k8s):")
+        con.print(render(result.plan, "docker").rstrip("\n"), markup=False, soft_wrap=True)
 
     emit(result, False, human)
     return 0

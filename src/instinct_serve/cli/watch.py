@@ -132,6 +132,8 @@ def watch(
         max_restarts=opts.max_restarts,
         max_checks=opts.max_checks,
         duration_s=opts.duration_s,
+        canary_s=opts.canary_s,
+        canary_tokens=opts.canary_tokens,
         serve=ServeSettings(timeout_s=opts.timeout_s),
     )
     watcher = Watcher(host, name, backend_for(host, name, root), settings, sink=_printer(as_json))

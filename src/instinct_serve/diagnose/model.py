@@ -34,9 +34,24 @@ class RetryHint(TypedDict, total=False):
 
 
 # Situations serve observes itself and asks ``diagnose`` to explain: no new log line while
-# capturing graphs, and a healthy endpoint whose coherence probe returned garbage.
-Signal = Literal["graph_capture_hang", "incoherent_output"]
-SIGNALS: tuple[Signal, ...] = ("graph_capture_hang", "incoherent_output")
+# capturing graphs, a healthy endpoint whose coherence probe returned garbage, and one whose
+# fingerprint (``observe.fingerprint``) failed, by the failure's name.
+Signal = Literal[
+    "graph_capture_hang",
+    "incoherent_output",
+    "fingerprint_nan",
+    "fingerprint_repetition",
+    "fingerprint_long_context",
+    "fingerprint_drift",
+]
+SIGNALS: tuple[Signal, ...] = (
+    "graph_capture_hang",
+    "incoherent_output",
+    "fingerprint_nan",
+    "fingerprint_repetition",
+    "fingerprint_long_context",
+    "fingerprint_drift",
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,8 @@ class DiagnoseContext:
     hf_token_set: bool | None = None  # whether HF_TOKEN was passed (never its value)
     is_moe: bool | None = None
     signals: frozenset[Signal] = frozenset()
+    launcher: str = "docker"  # docker | native: the words of the findings (``wording``)
+    hf_home: str | None = None  # native: the HF_HOME the process reads, where one is set
 
     def arg(self, *names: str) -> str | None:
         """The value of a vLLM option in ``args`` (``--x v`` or ``--x=v``), last one wins."""

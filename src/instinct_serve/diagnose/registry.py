@@ -22,6 +22,7 @@ from typing import Any
 
 from instinct_serve.diagnose.model import DiagnoseContext, Finding
 from instinct_serve.diagnose.scan import Scan
+from instinct_serve.diagnose.wording import worded
 
 Detector = Callable[[Scan, DiagnoseContext], Finding | None]
 Builder = Callable[..., Finding]
@@ -86,12 +87,12 @@ class Rule:
         finding = self.detect(scan, ctx)
         if finding is None:
             return None
-        return replace(finding, rank=finding.rank or self.rank)
+        return worded(replace(finding, rank=finding.rank or self.rank), ctx)
 
     def build_ranked(self, ctx: DiagnoseContext, **kwargs: Any) -> Finding:
         """The builder's finding, ranked like the detector's."""
         finding = self.build(ctx, **kwargs)
-        return replace(finding, rank=finding.rank or self.rank)
+        return worded(replace(finding, rank=finding.rank or self.rank), ctx)
 
 
 def in_order(order: Sequence[str], rules: Iterable[Rule]) -> list[Rule]:

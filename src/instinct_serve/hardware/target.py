@@ -34,6 +34,12 @@ CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 # engine (cpu_model_runner.warming_up_model, vLLM 0.32). This compiled mode needs no C++
 # compiler and warms up (seconds): what a CPU plan with pipeline parallelism runs instead.
 CPU_PP_COMPILATION = '{"mode":2,"backend":"eager"}'
+# torch's switch that turns every torch.compile into plain eager calls. vLLM's CPU build
+# compiles the sampler's rank count (vllm/v1/sample/ops/logprobs.py batched_count_greater_than,
+# backend=current_platform.simple_compile_backend: inductor) even under --enforce-eager, so an
+# eager engine with no C++ compiler dies on its first logprobs request (real-vllm-cpu/20:
+# "Worker failed with error 'InvalidCxxCompiler ...'"); with it set the request is answered.
+NO_DYNAMO = "TORCHDYNAMO_DISABLE"
 
 
 @dataclass

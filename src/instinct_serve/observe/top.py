@@ -27,6 +27,7 @@ class EndpointView:
     gpu_indices: list[int] | None = None
     reading: Reading | None = None
     error: str | None = None
+    fingerprint: dict[str, Any] | None = None  # when its fingerprint last passed (watch)
 
     @property
     def generation_tokens_per_s(self) -> float | None:
@@ -45,6 +46,7 @@ class EndpointView:
             "gpu_indices": self.gpu_indices,
             "status": "ok" if self.reading is not None else "unreachable",
             "error": self.error,
+            "fingerprint": self.fingerprint,
         }
         if self.reading is not None and not self.reading.now.is_vllm:
             doc["status"] = "not_vllm"

@@ -214,6 +214,26 @@ class WatchOptions(JobOptions):
         low_open=True,
         mcp=False,
     )
+    canary_s: float = opt(
+        300.0,
+        kind="float",
+        flag="--canary",
+        metavar="SECONDS",
+        help="Seconds between fingerprint checks of a healthy endpoint (its arithmetic, "
+        "against what it computed when proven); 0: none.",
+        low=0.0,
+        high=86400.0,
+        mcp=False,
+    )
+    canary_tokens: int = opt(
+        8192,
+        kind="int",
+        metavar="N",
+        help="Tokens one fingerprint check may cost (its long prompt is shortened to fit).",
+        low=128,
+        high=10**6,
+        mcp=False,
+    )
     timeout_s: float | None = _relaunch_timeout()
 
 

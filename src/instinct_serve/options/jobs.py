@@ -704,6 +704,12 @@ class ServeOptions(PlanOptions):
         flag="--no-coherence",
         help="Skip the known-answer coherence probe after the warm-up.",
     )
+    skip_fingerprint: bool = opt(
+        False,
+        kind="bool",
+        flag="--no-fingerprint",
+        help="Skip the fingerprint (log-probabilities of fixed prompts) after the probe.",
+    )
     engine: str = opt(
         "docker",
         kind="choice",

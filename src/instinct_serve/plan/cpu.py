@@ -22,6 +22,7 @@ from instinct_serve.hardware.target import (
     CPU_KV_ENV,
     CPU_PP_COMPILATION,
     CPU_SOURCE,
+    NO_DYNAMO,
     cpu_kv_cache_gib,
 )
 from instinct_serve.plan.labels import LABEL_PLAN_HASH
@@ -200,6 +201,7 @@ def on_cpu(
             f"({kv.bytes / GIB:.1f} GiB) need more than the {memory_bytes / GIB:.1f} GiB of RAM"
         )
     _pipeline_warm_up(plan)
+    _eager_compiles_nothing(plan)
     plan.labels[LABEL_PLAN_HASH] = plan.plan_hash
 
 
@@ -221,6 +223,29 @@ def _pipeline_warm_up(plan: LaunchPlan) -> None:
     )
     plan.reasons.append(Reason(f"--compilation-config {CPU_PP_COMPILATION}", SOURCE, why))
     plan.warnings.append(why)
+
+
+def _eager_compiles_nothing(plan: LaunchPlan) -> None:
+    """An eager CPU plan (``--enforce-eager``, or the eager backend of ``CPU_PP_COMPILATION``)
+    turns torch.compile off (``NO_DYNAMO``): it still compiles the sampler's logprob ranks,
+    which kills an engine without a C++ compiler on the first logprobs request (a user's, or
+    the fingerprint's). Measured on the real vLLM 0.32 with no compiler: eager and the
+    pipeline-parallel mode both answer logprobs with it. Compiled plans need the compiler
+    anyway; a value the user gave stays."""
+    compiled = vllm_args.value(plan.vllm_args, "--compilation-config", "-cc", "-O")
+    eager = vllm_args.has(plan.vllm_args, "--enforce-eager") or compiled == CPU_PP_COMPILATION
+    if NO_DYNAMO in plan.env or not eager:
+        return
+    plan.env[NO_DYNAMO] = "1"
+    plan.reasons.append(
+        Reason(
+            f"{NO_DYNAMO}=1",
+            SOURCE,
+            "eager mode on vLLM's CPU backend still compiles the sampler's log-probability "
+            "ranks with torch.compile (a C++ compiler needed on the first logprobs request); "
+            "this runs them uncompiled too",
+        )
+    )
 
 
 def _fit_context(plan: LaunchPlan, tokens: int, native: int | None, kv_item: str) -> None:

@@ -32,12 +32,61 @@ from instinct_serve.plan.model import docker_argv as docker_argv
 from instinct_serve.plan.model import publish_arg as publish_arg
 from instinct_serve.plan.model import split_flag as split_flag
 
-FORMATS = ("json", "docker", "shell", "native", "compose", "k8s")
+FORMATS = ("json", "docker", "argv", "shell", "native", "compose", "k8s")
+
+# docker run's flags that take no value (every other ``-x``/``--xx`` without ``=`` is followed
+# by its value): only the line layout of ``docker_script`` reads it
+_BARE_FLAGS = frozenset({"-d", "--rm", "-i", "-t", "-it", "--init", "--privileged"})
 
 
 def shell_line(plan: LaunchPlan) -> str:
     """One copy-pasteable line; ``shlex.split`` of it gives back ``docker_argv`` exactly."""
     return shlex.join(docker_argv(plan))
+
+
+def continued(argv: list[str], image_at: int) -> str:
+    """One ``docker run`` argv as one shell command over several lines (`` \\``
+    continuations): ``docker run`` and its first flag, then a flag and its value a line,
+    the image alone, and what follows it a flag a line. Every word is ``shlex.quote``d, so
+    the shell reads back exactly ``argv``."""
+    lines = [argv[:5], *_flag_lines(argv[5:image_at]), argv[image_at : image_at + 1]]
+    lines += _flag_lines(argv[image_at + 1 :])
+    return " \\\n  ".join(shlex.join(words) for words in lines if words)
+
+
+def _flag_lines(tokens: list[str]) -> list[list[str]]:
+    """A flag with its value on one line (``--name X``, ``-e K=V``); anything else alone."""
+    lines: list[list[str]] = []
+    for token in tokens:
+        last = lines[-1] if lines else []
+        flag = len(last) == 1 and last[0].startswith("-") and "=" not in last[0]
+        if flag and last[0] not in _BARE_FLAGS and not token.startswith("-"):
+            last.append(token)
+        else:
+            lines.append([token])
+    return lines
+
+
+def docker_script(plan: LaunchPlan) -> str:
+    """The launch as a shell script to paste as it is (``plan --format docker`` and the
+    summary's Command block): the AITER cache seeding first where the plan mounts one (a
+    no-op once done: serve runs the same ``seed_argv``), then the ``docker run``; secrets
+    are named, never carried (docker copies them from the caller's environment)."""
+    argv = docker_argv(plan)
+    out = []
+    seed = caches.seed_argv(plan.cache, plan.image)
+    if seed is not None:
+        out.append(
+            "# once per image and gfx: seed the AITER compile cache from the image (a no-op after)"
+        )
+        out.append(continued(seed, seed.index(plan.image)) + " &&")
+    if plan.secret_env:
+        out.append(
+            f"# taken by name from your environment: {', '.join(plan.secret_env)} "
+            "(export it first where the model needs it)"
+        )
+    out.append(continued(argv, len(argv) - len(container_args(plan)) - 1))
+    return "\n".join(out) + "\n"
 
 
 def native_argv(plan: LaunchPlan) -> list[str]:
@@ -224,6 +273,8 @@ def render(plan: LaunchPlan, fmt: str, k8s: KubernetesOptions | None = None) -> 
     if plan.group is not None and plan.group.mode == "replicas":
         return _group(plan, fmt)
     if fmt == "docker":
+        return docker_script(plan)
+    if fmt == "argv":  # one argument a line: for tools that read it, not a shell
         return "\n".join(docker_argv(plan)) + "\n"
     if fmt == "shell":
         seed = caches.seed_argv(plan.cache, plan.image)

@@ -67,6 +67,7 @@ class Endpoint:
     use_chat: bool
     warmup_latency_s: float | None = None
     coherence: dict[str, Any] | None = None
+    fingerprint: dict[str, Any] | None = None  # its check (observe.fingerprint), when taken
     api_key_env: str | None = None  # the variable that carries the key (VLLM_API_KEY)
     api_key_source: str | None = None  # "generated" (in api_key_file) or "environment"
     api_key_file: str | None = None  # where a generated key is, on the endpoint's host
@@ -103,6 +104,7 @@ class Endpoint:
             "api": "chat" if self.use_chat else "completions",
             "warmup_latency_s": self.warmup_latency_s,
             "coherence": self.coherence,
+            "fingerprint": self.fingerprint,
             "bind_address": self.bind_address,
             "api_key": self.api_key_doc(),
             "tunnel": self.tunnel,

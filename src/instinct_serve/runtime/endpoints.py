@@ -267,13 +267,16 @@ def list_endpoints(
 
 def _add_verified(host: Host, rows: list[Row]) -> None:
     """What serve proved about each running endpoint (this very instance of it)."""
-    from instinct_serve.runtime import verified
+    from instinct_serve.runtime import fingerprints, verified
 
     records = verified.load_all(host)
+    prints = fingerprints.load_all(host)
     for row in rows:
         record = records.get(row.name)
         if row.running and record is not None and record["instance"] == row.instance:
             row.verified = verified.summary(record)
+            # its fingerprint: when it last passed (watch's canary), what last failed
+            row.verified["fingerprint"] = fingerprints.summary(prints.get(row.name))
 
 
 def _add_history(host: Host, rows: list[Row]) -> None:
@@ -430,10 +433,11 @@ def _forget_key(host: Host, name: str) -> None:
 
 def _forget_record(host: Host, name: str) -> None:
     """What serve proved about a stopped endpoint is about an instance that is gone."""
-    from instinct_serve.runtime import verified
+    from instinct_serve.runtime import fingerprints, verified
 
     with contextlib.suppress(InstinctError):
         verified.forget(host, name)
+        fingerprints.forget(host, name)
 
 
 def stop_one(host: Host, name: str) -> dict[str, Any]:

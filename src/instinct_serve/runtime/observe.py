@@ -60,10 +60,17 @@ class Endpoint:
     container_env: dict[str, str] | None = None  # docker: Config.Env (never printed)
     command: list[str] | None = None  # native: the argv it was launched with
     server: str = "vllm"  # the kind of server (``servers``): which metric names it has
+    fingerprint: dict[str, Any] | None = None  # when it last passed (runtime.fingerprints)
 
     def view(self) -> EndpointView:
         return EndpointView(
-            self.name, self.engine, self.model, self.port, self.plan_hash, self.gpu_indices
+            self.name,
+            self.engine,
+            self.model,
+            self.port,
+            self.plan_hash,
+            self.gpu_indices,
+            fingerprint=self.fingerprint,
         )
 
 
@@ -167,6 +174,7 @@ def endpoints(host: Host, names: Sequence[str] = ()) -> list[Endpoint]:
                 container_env=env,
                 command=command,
                 server=row.server,
+                fingerprint=(row.verified or {}).get("fingerprint"),
             )
         )
     return found

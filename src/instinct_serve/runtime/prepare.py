@@ -309,6 +309,7 @@ def serve_settings(opts: ServeOptions) -> ServeSettings:
         "stall_timeout_s": opts.stall_timeout_s,
         "warmup_timeout_s": opts.warmup_timeout_s,
         "coherence": not opts.skip_coherence,
+        "fingerprint": not opts.skip_fingerprint,
         "prefetch": opts.prefetch,
     }
     return ServeSettings(**{k: v for k, v in given.items() if v is not None})

@@ -20,6 +20,7 @@ from instinct_serve.diagnose import DiagnoseContext, Diagnosis, Finding
 from instinct_serve.diagnose.phases import PhaseTracker
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
+from instinct_serve.observe import fingerprint as fp
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime import health, verified
 from instinct_serve.runtime.backend import ExitInfo
@@ -40,12 +41,14 @@ from instinct_serve.runtime.events import (
     WarmedUp,
     phase_words,
 )
+from instinct_serve.runtime.fingerprint import Budget, take
 from instinct_serve.runtime.health import VLLM_ROUTES
 from instinct_serve.runtime.settings import ServeSettings
 from instinct_serve.runtime.startup import FAILED_GRACE_S
 from instinct_serve.servers import Routes
 
 SHOWN_TAIL = 30  # log lines shown with a failure
+DIED_GRACE_S = 10.0  # a failed request, then health failing this long: the server died
 
 # --------------------------------------------------------------------------- documents
 
@@ -173,6 +176,16 @@ def record_proof(
     )
 
 
+@dataclass(frozen=True)
+class FingerprintSpec:
+    """How to check an endpoint's fingerprint: its bound, the reference of its checkpoint
+    and precision (None: the checks that need none), the platform's tolerance."""
+
+    budget: Budget
+    reference: fp.Fingerprint | None = None
+    platform: str | None = None
+
+
 @dataclass
 class Proof:
     """What proving an endpoint found: ``ok``, or the one thing that stopped it."""
@@ -181,11 +194,19 @@ class Proof:
     error: InstinctError | None = None  # a request failed (the server still runs)
     listed: list[str] | None = None  # the models it lists, when not the plan's
     probe: health.CoherenceResult | None = None  # the coherence probe's result
+    fingerprint: fp.Fingerprint | None = None  # taken once the probe passed
+    verdict: fp.Check | None = None  # the fingerprint judged
 
     @property
     def ok(self) -> bool:
         fine = self.probe is None or self.probe.ok
+        fine = fine and (self.verdict is None or self.verdict.ok)
         return not self.died and self.error is None and self.listed is None and fine
+
+
+def fingerprint_doc(taken: fp.Fingerprint, verdict: fp.Check) -> dict[str, Any]:
+    """What the endpoint document says of its fingerprint."""
+    return {**verdict.to_dict(), "cost_tokens": taken.cost_tokens, "cost_s": round(taken.cost_s, 3)}
 
 
 class Prover:
@@ -203,9 +224,10 @@ class Prover:
         emit: EventSink,
         note: Callable[[str], None],
         gone: Callable[[], bool],
+        fingerprint: FingerprintSpec | None = None,
     ) -> None:
         self.base_url, self.settings, self.api_key = base_url, settings, api_key
-        self.routes = routes
+        self.routes, self.fingerprint = routes, fingerprint
         self.emit, self.note, self.gone = emit, note, gone
 
     def run(self, endpoint: Endpoint) -> Proof:
@@ -227,7 +249,7 @@ class Prover:
         try:
             first = self._warmup(endpoint)
         except InstinctError as exc:
-            return Proof(died=True) if self.gone() else Proof(error=exc)
+            return Proof(died=True) if self._died(exc) else Proof(error=exc)
         endpoint.warmup_latency_s = round(first.latency_s, 3)
         self.emit(WarmedUp(latency_s=endpoint.warmup_latency_s, endpoint=first.endpoint))
         if not self.settings.coherence:
@@ -238,9 +260,49 @@ class Prover:
                 self.base_url, endpoint, self.settings, self.api_key, self.routes
             )
         except InstinctError as exc:
-            return Proof(died=True) if self.gone() else Proof(error=exc)
+            return Proof(died=True) if self._died(exc) else Proof(error=exc)
         self.emit(CoherenceChecked(verdict=probe.verdict.verdict, text=probe.completion.text[:200]))
-        return Proof(probe=probe)
+        if self.fingerprint is None or not probe.ok:
+            return Proof(probe=probe)
+        return self._fingerprint(endpoint, probe, self.fingerprint)
+
+    def _fingerprint(
+        self, endpoint: Endpoint, probe: health.CoherenceResult, spec: FingerprintSpec
+    ) -> Proof:
+        """Score the fixed prompts and judge them (``observe.fingerprint``)."""
+        budget = spec.budget
+        if budget.long_tokens == 0:  # not chosen: what the endpoint's context affords
+            budget = Budget.for_context(endpoint.max_model_len, seconds=budget.seconds)
+        self.emit(PhaseUpdate(phase="fingerprint", message="scoring fixed prompts (fingerprint)"))
+        try:
+            taken = take(
+                self.base_url, endpoint.model, budget, api_key=self.api_key, routes=self.routes
+            )
+        except InstinctError as exc:
+            return Proof(died=True) if self._died(exc) else Proof(probe=probe, error=exc)
+        verdict = fp.check(
+            taken, spec.reference, platform=spec.platform, need_long=budget.long_tokens > 0
+        )
+        endpoint.fingerprint = fingerprint_doc(taken, verdict)
+        return Proof(probe=probe, fingerprint=taken, verdict=verdict)
+
+    def _died(self, exc: InstinctError) -> bool:
+        """Whether a failed request is the server dying. An engine that dies answers the
+        request 500 first, then its health fails and it may exit seconds later, or stay up
+        (real-vllm-cpu/16, /20), so: gone, or its health not OK for ``DIED_GRACE_S``. A 4xx
+        is the request's own fault; health answering OK is a live server."""
+        status = exc.details.get("status_code")
+        if isinstance(status, int) and 400 <= status < 500:
+            return self.gone()
+        deadline = time.monotonic() + DIED_GRACE_S
+        while not self.gone():
+            sample = health.probe_health(self.base_url, timeout=2.0, routes=self.routes)
+            if sample.ok:
+                return False
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.5)
+        return True
 
     def _warmup(self, endpoint: Endpoint) -> health.CompletionResult:
         base_url, settings, key, routes = self.base_url, self.settings, self.api_key, self.routes
@@ -372,9 +434,12 @@ def serve_context(
     engine: str,
     secrets: Mapping[str, str],
     signals: frozenset[Any],
+    hf_home: str | None = None,
 ) -> DiagnoseContext:
     """What serve knows about the endpoint it diagnoses: the plan's argv (its tensor
-    parallel size spelled out), environment, GPUs and what the wait saw (``signals``)."""
+    parallel size spelled out), environment, GPUs, what the wait saw (``signals``), and
+    the route that ran it (``engine``: the findings' words; ``hf_home``: the native
+    process's HF_HOME, where one is set)."""
     args = list(plan.vllm_args)
     if not vllm_args.has(args, "--tensor-parallel-size", "-tp"):
         args += ["--tensor-parallel-size", str(plan.tensor_parallel_size)]
@@ -387,4 +452,6 @@ def serve_context(
         gpu_count=plan.gpu_count,
         hf_token_set=bool(secrets) or None,
         signals=signals,
+        launcher=engine,
+        hf_home=hf_home if engine == "native" else None,
     )

@@ -30,9 +30,10 @@ from typing import Any
 from instinct_serve import servers
 from instinct_serve.diagnose import Diagnosis, Finding, diagnose
 from instinct_serve.errors import InstinctError
+from instinct_serve.paths import hf_home
 from instinct_serve.plan.model import LaunchPlan
-from instinct_serve.runtime import health, intent, plans, verified
-from instinct_serve.runtime.backend import Target
+from instinct_serve.runtime import fingerprints, health, intent, plans, verified
+from instinct_serve.runtime.backend import Occupant, Target
 from instinct_serve.runtime.claim import clear_the_way, impostor, refuse_foreign
 from instinct_serve.runtime.documents import Endpoint, Relaunch, ServeOutcome
 from instinct_serve.runtime.events import (
@@ -40,7 +41,10 @@ from instinct_serve.runtime.events import (
     Relaunching,
     Reused,
 )
+from instinct_serve.runtime.fingerprint import Budget
 from instinct_serve.runtime.proof import (
+    FingerprintSpec,
+    Proof,
     Prover,
     failure_from,
     not_listed,
@@ -69,8 +73,54 @@ class Deployer(ServeRun):
         self._check_own_key()
         existing = self.backend.same_plan(self.plan)
         if existing is None:
-            return None
+            return self._reuse_foreign()
         return self._reuse(existing)
+
+    def _reuse_foreign(self) -> ServeOutcome | None:
+        """Something this tool did not start holds the plan's port and serves the plan's
+        model over the OpenAI API (``/health`` 200, the model in ``/v1/models``): offered
+        as it is, untouched and unmanaged, rather than refused as ``port_in_use``; None
+        when nothing foreign holds the port or it serves something else."""
+        routes = servers.of(self.plan).routes
+        # here a free port refuses the probe at once; on another host the probe needs an
+        # ssh forward, so who holds the port is looked at first there
+        remote = not self.host.is_local
+        if remote and not self._foreign_port_holders():
+            return None
+        if not health.probe_health(self.base_url, timeout=3.0, routes=routes).ok:
+            return None
+        foreign = self._foreign_port_holders()
+        if not foreign:
+            return None
+        try:
+            models = health.list_models(self.base_url, api_key=self.api_key, routes=routes)
+        except InstinctError:
+            return None
+        wanted = {self.plan.served_model_name, self.plan.model}
+        match = next((m for m in models if m.id in wanted), None)
+        if match is None:
+            return None
+        holder = foreign[0].description
+        endpoint = self._endpoint(warmup_s=None, coherence=None)
+        endpoint.container, endpoint.image, endpoint.model = holder, None, match.id
+        endpoint.max_model_len = match.max_model_len
+        self.note(
+            f"{holder} already serves {match.id} on port {self.plan.port}, and instinct-serve "
+            "did not start it: reused as it is (not managed: stop, upgrade and watch leave "
+            "it alone; serve on another port for an endpoint of this plan)"
+        )
+        self.emit(Reused(container=holder, message=f"{holder} serves {match.id}: reusing it"))
+        outcome = self._outcome("reused", endpoint=endpoint)
+        outcome.phase = "ready"
+        return outcome
+
+    def _foreign_port_holders(self) -> list[Occupant]:
+        """What this tool did not start and holds the plan's port; [] when anything holds
+        the plan's name, or one of ours is there (the usual path decides)."""
+        occupants = self.backend.occupants(self.plan)
+        if any(o.managed or o.target is not None for o in occupants):
+            return []
+        return occupants
 
     def _reuse(self, existing: Target) -> ServeOutcome:
         """Reuse ``existing`` once it proves to run this plan; an impostor is an error that
@@ -330,6 +380,7 @@ class Deployer(ServeRun):
             engine=self.backend.engine,
             secrets=self.secrets,
             signals=signals,
+            hf_home=hf_home(self.host, self.plan.env) if self.backend.engine == "native" else None,
         )
         return diagnose(text, context)
 
@@ -344,6 +395,7 @@ class Deployer(ServeRun):
             emit=self.emit,
             note=self.note,
             gone=lambda: self.backend.exit_info(handle) is not None,
+            fingerprint=self._fingerprint_spec(),
         ).run(endpoint)
         self.use_chat = endpoint.use_chat
         if proof.died:
@@ -355,16 +407,15 @@ class Deployer(ServeRun):
             failure.left = self._stop_kept(handle)
             return self._outcome("failed", failure=failure, endpoint=endpoint)
         if proof.ok:
-            self._record(endpoint)
+            self._record(endpoint, proof)
             return self._outcome("ready", endpoint=endpoint)
-        assert proof.probe is not None
-        diagnosis = self._diagnose(handle, frozenset({"incoherent_output"}))
+        signal, finding_id, evidence = self._wrong(proof)
+        diagnosis = self._diagnose(handle, frozenset({signal}))
         retry = self._relaunch_plan(diagnosis) if handle == self.own else None
         if retry is None:
-            finding = diagnosis.get("incoherent_output")
+            finding = diagnosis.get(finding_id)
             failure = failure_from(self.plan, self.host, diagnosis, finding, None, fixes=self.fixes)
-            answer = self.redact.text(proof.probe.completion.text[:200])
-            failure.cause += f" Probe answer: {answer!r}."
+            failure.cause += evidence
             failure.left = self._stop_kept(handle)
             return self._outcome("failed", failure=failure, endpoint=endpoint)
         finding, new_plan, changes = retry
@@ -372,11 +423,56 @@ class Deployer(ServeRun):
         assert self.launched is not None
         return self._wait_and_finish(self.launched)
 
-    def _record(self, endpoint: Endpoint) -> None:
-        """Keep what was proven (warm-up, coherence) for the next serve and ``ps``."""
+    def _wrong(self, proof: Proof) -> tuple[Any, str, str]:
+        """(the signal, the finding it names, the evidence) of an endpoint that answers but
+        is wrong: garbage from the coherence probe, or a fingerprint that failed."""
+        if proof.probe is not None and not proof.probe.ok:
+            answer = self.redact.text(proof.probe.completion.text[:200])
+            return "incoherent_output", "incoherent_output", f" Probe answer: {answer!r}."
+        assert proof.verdict is not None and proof.verdict.failure is not None
+        said = "; ".join(proof.verdict.reasons)
+        return f"fingerprint_{proof.verdict.failure}", "wrong_output", f" Fingerprint: {said}."
+
+    def _fingerprint_spec(self) -> FingerprintSpec | None:
+        """The fingerprint check of a vLLM endpoint (none when skipped with the probe, or
+        for another server kind): the reference of its checkpoint and precision, if any."""
+        settings = self.settings
+        if not (settings.fingerprint and settings.coherence):
+            return None
+        if servers.of(self.plan).name != "vllm":
+            return None
+        reference = fingerprints.fingerprint_of(fingerprints.load_reference(self.host, self.plan))
+        return FingerprintSpec(
+            Budget(long_tokens=0, seconds=settings.fingerprint_s),
+            reference,
+            fingerprints.platform_of(self.plan),
+        )
+
+    def _record(self, endpoint: Endpoint, proof: Proof | None = None) -> None:
+        """Keep what was proven (warm-up, coherence, fingerprint) for the next serve and
+        ``ps``."""
         target = self.backend.target(self.plan.container_name)
         if target is not None and target.running:
             self.backend.supervise(target.handle)
             plans.save(self.host, self.plan)
             intent.settled(self.host, self.plan)  # a replace bringing this plan is over
             record_proof(self.host, target.name, target.instance, self.plan.plan_hash, endpoint)
+            if proof is not None and proof.fingerprint is not None and proof.verdict is not None:
+                self._record_fingerprint(target.name, proof)
+
+    def _record_fingerprint(self, name: str, proof: Proof) -> None:
+        assert proof.fingerprint is not None and proof.verdict is not None
+        digest = None
+        if self.plan.launcher == "docker":
+            from instinct_serve.gather.caches import image_id
+
+            digest = image_id(self.host, self.plan.image)
+        fingerprints.record(
+            self.host,
+            name,
+            self.plan,
+            proof.fingerprint,
+            proof.verdict,
+            image_digest=digest,
+            reference=self.settings.fingerprint_reference,
+        )

@@ -25,6 +25,11 @@ class ServeSettings:
     probe_timeout_s: float = health.DEFAULT_PROBE_TIMEOUT_S
     poll_s: float = health.DEFAULT_POLL_S
     coherence: bool = True
+    fingerprint: bool = True  # checked after the coherence probe (vLLM only)
+    fingerprint_s: float = 120.0  # the fingerprint's time bound
+    # a proven fingerprint may become its checkpoint's reference (not an upgrade's
+    # candidate: it is compared with the running endpoint first)
+    fingerprint_reference: bool = True
     max_relaunches: int = MAX_RELAUNCHES
     prefetch: bool = False  # image and weights fetched in parallel before the launch
 

@@ -45,7 +45,7 @@ from instinct_serve.runtime.backend import Backend, Target
 from instinct_serve.runtime.claim import discard_target
 from instinct_serve.runtime.deploying import deploy_to_end, reuse_once
 from instinct_serve.runtime.docker import Docker
-from instinct_serve.runtime.documents import ServeOutcome
+from instinct_serve.runtime.documents import Failure, ServeOutcome
 from instinct_serve.runtime.events import EventSink, Healthy, Note, ServeEvent
 from instinct_serve.runtime.secret_env import inherit
 from instinct_serve.runtime.settings import ServeSettings
@@ -239,10 +239,13 @@ def upgrade(
                     f"port {cand.port}"
                 )
             )
-            return cand, deploy_replacing(host, cand, backend, settings, sink)
+            unproven = replace(settings, fingerprint_reference=False)
+            return cand, deploy_replacing(host, cand, backend, unproven, sink)
 
         cand, proven = on_spare_ports(host, plan.port, 1, launch, sink)
         if proven.status not in ("ready", "reused"):
+            return _candidate_failed(host, backend, kind, cand, proven)
+        if differs(host, old_plan, cand, proven, settings, sink):
             return _candidate_failed(host, backend, kind, cand, proven)
         cand_target = backend.target(cand.container_name)
         if cand_target is not None:
@@ -250,6 +253,45 @@ def upgrade(
         forget_candidate(host, cand.container_name)
         change.advance("switching", candidates=[])
         return _switch(host, change, old, backend, settings, sink, kind)
+
+
+def differs(
+    host: Host,
+    old_plan: LaunchPlan,
+    cand: LaunchPlan,
+    proven: ServeOutcome,
+    settings: ServeSettings,
+    sink: EventSink,
+) -> bool:
+    """The proven candidate computes something else than the running endpoint
+    (``runtime.upgrade_gate``): it does not get the port (``proven`` says why)."""
+    if not (settings.fingerprint and settings.coherence):
+        return False
+    from instinct_serve.runtime.upgrade_gate import compare
+
+    gate = compare(host, old_plan, cand, seconds=settings.fingerprint_s)
+    where = "now" if gate.live else "as recorded"
+    sink(
+        Note(
+            message=f"fingerprint of {cand.container_name} against the running one ({where}): "
+            f"{gate.why}"
+        )
+    )
+    if not gate.refused:
+        return False
+    assert gate.verdict is not None
+    proven.failure = Failure(
+        id="wrong_output",
+        title=f"The new plan computes something else than the running endpoint: "
+        f"{gate.verdict.failure}",
+        cause=f"{cand.container_name} is healthy and passed its own checks, but its "
+        f"fingerprint differs from the running endpoint's ({where}): {gate.why}.",
+        fix="keep the running plan; try the new image or flags with the AITER switch "
+        "(--env-literal VLLM_ROCM_USE_AITER=0) or --enforce-eager, or report the image",
+        container=cand.container_name,
+        finding={"id": "wrong_output", "details": {"failure": gate.verdict.failure}},
+    )
+    return True
 
 
 def _candidate_failed(

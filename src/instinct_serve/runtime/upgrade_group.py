@@ -56,7 +56,12 @@ from instinct_serve.runtime.group import (
     write_config,
 )
 from instinct_serve.runtime.settings import ServeSettings
-from instinct_serve.runtime.upgrade import CANDIDATE_SUFFIX, forget_candidate, on_spare_ports
+from instinct_serve.runtime.upgrade import (
+    CANDIDATE_SUFFIX,
+    differs,
+    forget_candidate,
+    on_spare_ports,
+)
 
 
 def _launch_and_prove(
@@ -70,9 +75,8 @@ def _launch_and_prove(
     """Launch ``plan``'s replicas (replacing what holds their names or ports: ours only)
     and prove each: their outcomes, or the first failed one; removed if interrupted."""
 
-    deployer = GroupDeployer(
-        host, plan, replace(settings, replace=True), sink=sink, gfx=gfx, device_root=device_root
-    )
+    unproven = replace(settings, replace=True, fingerprint_reference=False)  # compared first
+    deployer = GroupDeployer(host, plan, unproven, sink=sink, gfx=gfx, device_root=device_root)
     try:
         failed = deployer.launch_members()
         return failed if failed is not None else deployer.prove_members()
@@ -241,6 +245,10 @@ def swap(
         new_names = [m.name for m in cand.group.members]
         if not isinstance(proven, list):
             return _candidate_failed(host, name, proven, new_names)
+        running = replace(old_plan, port=old_group.router.port) if old_group.router else old_plan
+        for outcome in proven:  # each computes what the group serves now (upgrade_gate)
+            if differs(host, running, outcome.plan, outcome, settings, sink):
+                return _candidate_failed(host, name, outcome, new_names)
         change.advance("routing", new=cand)
         figures = _switch(docker, old_plan, cand, sink)
         change.advance("switched")

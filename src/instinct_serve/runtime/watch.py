@@ -50,6 +50,8 @@ class WatchSettings:
     startup_s: float = 1800.0  # a new run of the server may load this long (/health fails)
     max_checks: int | None = None  # bounded loops (tests, cron)
     duration_s: float | None = None
+    canary_s: float = 300.0  # between fingerprint checks of a healthy endpoint; 0: none
+    canary_tokens: int = 8192  # what one check may cost
     serve: ServeSettings = field(default_factory=ServeSettings)
 
 
@@ -76,6 +78,10 @@ class Memory:
     last_restart_at: float | None = None
     proven_since: float | None = None
     failed_proofs: int = 0  # warm-up/coherence failures of healthy runs in a row
+    last_canary_at: float | None = None  # the last fingerprint check (runtime.canary)
+    fallback_done: bool = False  # the one kernel fallback for wrong numbers was applied
+    gave_up_on: str | None = None  # the instance whose wrong numbers were left as they are
+    canary_error_said: bool = False  # a check that could not be taken was journaled
 
 
 @dataclass(frozen=True)
@@ -244,6 +250,8 @@ class Watcher:
                 memory.proven_since = now
             elif now - memory.proven_since >= self.settings.stable_s:
                 memory.restarts_in_a_row = 0
+            if target is not None and self._canary_due(now):
+                self._canary(target)
             return None
         memory.proven_since = None
         if decision.action == "gone":
@@ -313,6 +321,79 @@ class Watcher:
             deployer.close()
         self._after(outcome, started=None)
 
+    def _canary_due(self, now: float) -> bool:
+        every = self.settings.canary_s
+        last = self.memory.last_canary_at
+        return every > 0 and (last is None or now - last >= every)
+
+    def _canary(self, target: Target) -> None:
+        """Fingerprint the healthy endpoint (``runtime.canary``); on a failure, name it and
+        relaunch once with the known kernel fallback (``_fallback``)."""
+        from instinct_serve.runtime import canary
+
+        plan = plans.load(self.host, self.name).current
+        self.memory.last_canary_at = time.monotonic()
+        if plan is None:
+            return
+        serve = self.settings.serve
+        given = plan.api_key_env  # a key passed by name: the one the endpoint was given
+        values = self.backend.secret_values(target.handle, [given]) if given else {}
+        result = canary.check(
+            self.host,
+            self.name,
+            plan,
+            max_tokens=self.settings.canary_tokens,
+            seconds=serve.fingerprint_s,
+            api_key=values.get(given) if given else None,
+        )
+        if result.verdict is None:
+            if not self.memory.canary_error_said:  # once until a check is taken again
+                self.record("canary_error", **result.fields())
+            self.memory.canary_error_said = True
+            self.memory.last_canary_at = time.monotonic()
+            return
+        self.memory.canary_error_said = False
+        if result.verdict.ok:
+            self.sink(
+                {
+                    "event": "canary_passed",
+                    "kind": "canary_passed",
+                    "at": result.at,
+                    **result.fields(),
+                }
+            )
+        elif self.memory.gave_up_on != target.instance:  # journaled once an instance
+            self.record("canary_failed", **result.fields())
+            self._fallback(target, result.verdict.failure or "drift")
+        else:
+            self.sink(
+                {
+                    "event": "canary_failed",
+                    "kind": "canary_failed",
+                    "at": result.at,
+                    **result.fields(),
+                }
+            )
+        self.memory.last_canary_at = time.monotonic()
+
+    def _fallback(self, target: Target, failure: str) -> None:
+        """One relaunch with the kernel fallback diagnose names for ``failure`` (the
+        validated-stack row's fix, the AITER switch, eager); never a second one."""
+        if self.memory.fallback_done or "wrong_output" in target.fixes:
+            if self.memory.gave_up_on == target.instance:
+                return  # said once for this instance; each check stays on its record
+            self.memory.fallback_done = True
+            self.memory.gave_up_on = target.instance
+            self.record(
+                "canary_gave_up",
+                failure=failure,
+                why="its kernel fallback was applied already: no further relaunch for wrong "
+                "numbers (see `instinct diagnose`, or roll back the image)",
+            )
+            return
+        self.memory.fallback_done = True
+        self._relaunch(target, frozenset({f"fingerprint_{failure}"}))
+
     def _restart(self, target: Target, seen: Seen, why: str) -> None:
         memory = self.memory
         exit_info = self.backend.exit_info(target.handle)
@@ -324,6 +405,12 @@ class Watcher:
         )
         memory.restarts_in_a_row += 1
         memory.last_restart_at = time.monotonic()
+        self._relaunch(target, frozenset())
+
+    def _relaunch(self, target: Target, signals: frozenset[Any]) -> None:
+        """Serve's relaunch of ``target`` (with the fix its diagnosis under ``signals``
+        names, once), kept aside first for its log; then proven."""
+        memory = self.memory
         started = time.monotonic()
         deployer = self._deployer(target, relaunch=True)
         # a kill from here on leaves a record the next command settles (relaunches the plan)
@@ -331,7 +418,7 @@ class Watcher:
         change = intent.replacing(self.host, deployer.plan, target.name, root)
         crashed = self._keep_crashed(target)
         try:
-            outcome = deployer.restart(target.handle, keep=crashed is not None)
+            outcome = deployer.restart(target.handle, signals, keep=crashed is not None)
         finally:
             deployer.close()
         if outcome.status not in ("ready", "reused"):

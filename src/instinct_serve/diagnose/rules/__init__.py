@@ -16,6 +16,7 @@ from __future__ import annotations
 from instinct_serve.diagnose.registry import Registry, in_order
 from instinct_serve.diagnose.rules import (
     distributed,
+    fingerprint,
     graphs,
     host,
     hub,
@@ -33,6 +34,7 @@ from instinct_serve.diagnose.rules import (
 ORDER: tuple[str, ...] = (
     "graph_capture_hang",
     "incoherent_output",
+    "wrong_output",
     "oom_sampler_warmup",
     "oom_graph_capture",
     "oom_weights",
@@ -92,6 +94,7 @@ _FAMILY_RULES = (
     *host.RULES,
     *process.RULES,
     *signals.RULES,
+    *fingerprint.RULES,
     *stacks.RULES,
 )
 REGISTRY = Registry(in_order(ORDER, _FAMILY_RULES))

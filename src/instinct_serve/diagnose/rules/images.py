@@ -11,6 +11,7 @@ from instinct_serve.diagnose.registry import Rule, words
 from instinct_serve.diagnose.rules.common import ROCM_IMAGE, at_hit, gfx_of
 from instinct_serve.diagnose.scan import Scan, exc
 from instinct_serve.hardware.profiles import IMAGE_GFX_TARGETS as IMAGE_GFX
+from instinct_serve.hardware.target import NO_DYNAMO
 
 _NO_KERNEL = (
     exc(r"(?:(?:CUDA|HIP) error: )?(?:invalid device function|no kernel image is available)"),
@@ -144,12 +145,14 @@ def build_jit_build_failed(
         return Finding(
             id="jit_build_failed",
             title="torch.compile found no C++ compiler",
-            cause="vLLM compiles the model with torch.compile, whose inductor backend builds "
-            "C++ kernels on the CPU backend, and no working C++ compiler was found (CXX or "
-            "g++ on PATH).",
+            cause="vLLM compiles with torch.compile, whose inductor backend builds C++ "
+            "kernels on the CPU backend, and no working C++ compiler was found (CXX or g++ on "
+            "PATH). Eager mode alone does not avoid it: the sampler's log-probability ranks "
+            "are compiled on the first request that asks for logprobs.",
             fix="Install g++ (the image or host needs a C++ compiler for compiled mode), or "
-            "run with --enforce-eager (no compilation; slower decoding).",
-            retry={"add_args": ["--enforce-eager"]},
+            f"run with --enforce-eager and {NO_DYNAMO}=1 (no compilation at all; slower "
+            "decoding).",
+            retry={"add_args": ["--enforce-eager"], "set_env": {NO_DYNAMO: "1"}},
             auto_retry=True,
             commands=("g++ --version",),
             details={"component": what},

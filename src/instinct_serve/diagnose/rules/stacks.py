@@ -64,6 +64,17 @@ def _table() -> StackTable:
     return table_for(load_catalog())
 
 
+def known_bad_rows(ctx: DiagnoseContext) -> list[StackRow]:
+    """The known-bad rows whose scope holds for this launch, whatever its log says."""
+    launch = _launch(ctx)
+    return [row for row in _table().rows if row.known_bad and row.matches(launch)]
+
+
+def retry_of(row: StackRow) -> RetryHint | None:
+    """The row's fix as a relaunch hint (its environment and flags), if it has one."""
+    return _retry(row)
+
+
 def _known_bad(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     launch = _launch(ctx)
     for row, pattern in _table().with_logs():
