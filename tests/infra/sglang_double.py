@@ -80,6 +80,7 @@ class Args:
         self.port = 30000
         self.context = DEFAULT_CONTEXT
         self.metrics = False
+        self.enforce_eager = False  # what the vLLM double's scoring reads (no such flag)
 
     @property
     def name(self) -> str:
@@ -299,13 +300,22 @@ def _streaming(labels: str) -> str | None:
 # --------------------------------------------------------------------------- answers
 
 
-def answer(prompt: str, max_tokens: int, incoherent: bool) -> tuple[list[str], str]:
-    """(tokens, finish_reason): the vLLM double's Paris, or a line of its own."""
+def answer(
+    prompt: str, max_tokens: int, incoherent: bool, fill: bool = False
+) -> tuple[list[str], str]:
+    """(tokens, finish_reason): the vLLM double's Paris, or a line of its own; exactly
+    ``max_tokens`` long with ``fill`` (``ignore_eos``: the reply repeats to the limit)."""
     text, finish = vd.answer(prompt, max_tokens, incoherent)
     if text.startswith("This is a reply from the vLLM test double"):
         text = "This is a reply from the SGLang test double."
         finish = "stop" if len(vd._tokens(text)) <= max_tokens else "length"
-    return vd._tokens(text)[:max_tokens], finish
+    tokens = vd._tokens(text)
+    if fill and tokens and len(tokens) < max_tokens:
+        again = vd._tokens(" " + text.strip())
+        while len(tokens) < max_tokens:
+            tokens += again[: max_tokens - len(tokens)]
+        finish = "length"
+    return tokens[:max_tokens], finish
 
 
 def usage(prompt: int, completion: int, full: bool = True) -> dict[str, Any]:
@@ -335,16 +345,32 @@ def metadata(completion: int) -> dict[str, Any]:
     return {"weight_version": "default", "weight_versions": weights}
 
 
-def logprobs(tokens: list[str]) -> dict[str, Any]:
-    """Made-up log-probabilities in SGLang's ``echo`` shape (the first token has none)."""
-    values: list[float | None] = [None] + [-1.0] * (len(tokens) - 1)
-    top: list[dict[str, float] | None] = [None] + [{t: -1.0} for t in tokens[1:]]
-    return {
-        "text_offset": [-1] * len(tokens),
-        "token_logprobs": values,
-        "tokens": tokens,
-        "top_logprobs": top,
+def logprobs(
+    body: dict[str, Any], prompt: str, tokens: list[str], state: Any
+) -> tuple[str, dict[str, Any] | None]:
+    """The answer's text and its ``logprobs``, as SGLang 0.5.23 gives them: the generated
+    tokens' with ``logprobs`` (0 too), the prompt's first with ``echo`` and ``logprobs`` of at
+    least 1 (``serving_completions.py``: ``request.echo and request.logprobs``). The values
+    are the vLLM double's deterministic ones (a repeated pair scores -0.3, and so on)."""
+    text = "".join(tokens)
+    echo = body.get("echo") is True
+    if body.get("logprobs") is None:
+        return (prompt + text if echo else text), None
+    listed, values = vd.generated(text, state)
+    numbers: list[float | None] = list(values)
+    if echo and body.get("logprobs"):
+        prompt_tokens = vd._tokens(prompt)
+        listed = prompt_tokens + listed
+        numbers = [None, *vd.prompt_scores(prompt_tokens, state), *numbers]
+    fields = {
+        "text_offset": [-1] * len(listed),
+        "token_logprobs": numbers,
+        "tokens": listed,
+        "top_logprobs": [
+            None if v is None else {t: v} for t, v in zip(listed, numbers, strict=True)
+        ],
     }
+    return (prompt + text if echo else text), fields
 
 
 def validation(kind: str, loc: str, msg: str, body: Any) -> str:
@@ -368,6 +394,7 @@ class State:
         self.ready = threading.Event()
         self.created = int(time.time())
         self.metrics = Metrics()
+        self.healthy_at: float | None = None  # what the vLLM double's scoring reads
 
 
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
@@ -499,7 +526,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             max_tokens = int(body.get("max_tokens") or 16)
             if not self._fits(len(vd._tokens(prompt)), max_tokens, False):
                 return
-            tokens, finish = answer(prompt, max_tokens, state.mode == "incoherent")
+            fill = body.get("ignore_eos") is True
+            tokens, finish = answer(prompt, max_tokens, state.mode == "incoherent", fill)
             model = str(body.get("model") or state.args.name)  # any name is served
             n_prompt = len(vd._tokens(prompt))
             if body.get("stream") is True:
@@ -507,9 +535,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 return
             start = time.monotonic()
             state.metrics.finished(False, n_prompt, [time.monotonic()] * len(tokens), start)
-            text, probs = "".join(tokens), None
-            if body.get("echo") and body.get("logprobs") is not None:
-                text, probs = prompt + text, logprobs(vd._tokens(prompt) + tokens)
+            text, probs = logprobs(body, prompt, tokens, state)
             choice = {"index": 0, "text": text, "logprobs": probs, "finish_reason": finish}
             choice["matched_stop"] = EOS_ID if finish == "stop" else None
             self._send(200, self._head("text_completion", model, choice, n_prompt, len(tokens)))
@@ -655,6 +681,7 @@ def main(argv: list[str]) -> int:
     for line in uvicorn_lines(args):
         vd.emit(line)
     vd.replay([_STAMP.sub(stamp(), s) for s in warmup_lines()], min(0.5, load_s / 3))
+    state.healthy_at = time.monotonic()
     state.ready.set()
     vd.emit(stamp() + READY_LINE)
     try:

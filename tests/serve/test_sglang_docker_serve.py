@@ -4,7 +4,8 @@
 
 The plan is AMD's own: DeepSeek-R1-0528 on 8 MI300X follows ``dsr1-fp8-mi300x-sglang`` (TP 8,
 aiter, fp8 KV cache, ...); only ``--image`` is the test's. Then the same ps, logs, stop and
-``top`` as a vLLM endpoint gets: nothing in serve's path forks on the server.
+``top`` as a vLLM endpoint gets, and the fingerprint (asked as SGLang answers it: ``echo``
+with ``logprobs``): nothing in serve's path forks on the server.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def test_serve_sglang_in_docker_then_ps_logs_top_and_stop(serve: Serve, sglang_i
     run = serve(*extra, model=DSR1, image=sglang_image, port=port, name=name)
     assert run.returncode == 0, run.explain()
     phases = run.phases
-    for expected in ("launching", "loading_weights", "ready", "warming_up", "coherence_probe"):
+    expected_phases = ("launching", "loading_weights", "ready", "warming_up", "coherence_probe")
+    for expected in (*expected_phases, "fingerprint"):
         assert expected in phases, phases
     assert phases.index("loading_weights") < phases.index("ready") < phases.index("warming_up")
     # ready by SGLang's own line (the kind's tracker), then /health and the proof
@@ -53,6 +55,8 @@ def test_serve_sglang_in_docker_then_ps_logs_top_and_stop(serve: Serve, sglang_i
     assert endpoint["coherence"]["verdict"] == "coherent"
     assert endpoint["warmup_latency_s"] is not None
     assert endpoint["coherence"]["text"] == "Paris"
+    # the fingerprint, asked as SGLang gives it (echo + logprobs), first of its checkpoint
+    assert endpoint["fingerprint"]["ok"] is True and endpoint["fingerprint"]["cost_tokens"] > 0
 
     info = inspect(name)
     assert info is not None
@@ -85,8 +89,8 @@ def test_serve_sglang_in_docker_then_ps_logs_top_and_stop(serve: Serve, sglang_i
     metrics = ep["metrics"]
     assert metrics["metric_names"]["ttft"] == "sglang:time_to_first_token_seconds"
     assert metrics["requests_running"] == 0 and metrics["kv_cache_usage_pct"] == 0.0
-    # the double's own counts: serve's warm-up and its coherence probe
-    assert metrics["requests_finished_total"] == 2 and metrics["generation_tokens_total"] > 0
+    # the double's own counts: serve's warm-up, its coherence probe and the fingerprint's 3
+    assert metrics["requests_finished_total"] == 5 and metrics["generation_tokens_total"] > 0
 
     human = serve(
         "--server",

@@ -20,8 +20,12 @@ import httpx
 import pytest
 
 from instinct_serve import servers
+from instinct_serve.errors import InstinctError
+from instinct_serve.observe import fingerprint as fp
 from instinct_serve.observe.prom import parse
 from instinct_serve.observe.vllm import snapshot
+from instinct_serve.runtime.fingerprint import Budget, take
+from instinct_serve.servers import Routes
 from tests.infra.docker import LocalDouble
 from tests.infra.sglang_double import CAPTURED_MODEL_DIR
 from tests.infra.sglang_infra import FIXTURES, start_local_sglang_double
@@ -286,3 +290,37 @@ def test_top_reads_the_doubles_own_counts(double: LocalDouble) -> None:
     ) + 1
     assert (now.counters["generation_tokens"] or 0) > (before.counters["generation_tokens"] or 0)
     assert now.gauges["running"] == 0.0 and now.histograms["ttft"] is not None
+
+
+# --------------------------------------------------------------------------- the fingerprint
+
+
+def test_the_real_echo_answer_gives_the_prompts_scores_and_not_the_generated_one() -> None:
+    """SGLang's ``echo`` + ``logprobs`` answer lists the prompt's tokens, then the generated
+    one: the fingerprint keeps the prompt's (``usage.prompt_tokens``), the first has none."""
+    body = real()["completion_echo_logprobs"]["body"]
+    listed = body["choices"][0]["logprobs"]["token_logprobs"]
+    assert body["usage"]["prompt_tokens"] == 5 and len(listed) == 6
+    scores = fp.prompt_scores(body["choices"][0], prompt_tokens=body["usage"]["prompt_tokens"])
+    assert scores == listed[1:5]
+    # the same numbers as the native /generate's input_token_logprobs (the real capture)
+    native = real()["generate_prompt_logprobs"]["body"]["meta_info"]["input_token_logprobs"]
+    assert scores == [entry[0] for entry in native[1:]]
+
+
+def test_the_fingerprint_is_taken_as_sglang_asks_for_it(double: LocalDouble) -> None:
+    routes = servers.get("sglang").routes
+    assert dict(routes.scoring) == {"echo": True, "logprobs": 1}
+    taken = take(double.base_url, SERVED, Budget(long_tokens=256, seconds=30), routes=routes)
+    assert [s.name for s in taken.scores] == ["short", "long"]
+    assert taken.greedy is not None
+    verdict = fp.check(taken, None, platform="cpu", need_long=True)
+    assert verdict.ok, verdict.reasons
+
+
+def test_vllms_scoring_parameters_get_no_prompt_scores_from_sglang(double: LocalDouble) -> None:
+    """What SGLang does with vLLM's ``prompt_logprobs``: ignores it; the fingerprint says so."""
+    with pytest.raises(InstinctError) as caught:
+        take(double.base_url, SERVED, Budget(long_tokens=0, seconds=30), routes=Routes())
+    assert caught.value.id == "fingerprint_failed"
+    assert "prompt_logprobs=0" in (caught.value.fix or "")

@@ -434,12 +434,10 @@ class Deployer(ServeRun):
         return f"fingerprint_{proof.verdict.failure}", "wrong_output", f" Fingerprint: {said}."
 
     def _fingerprint_spec(self) -> FingerprintSpec | None:
-        """The fingerprint check of a vLLM endpoint (none when skipped with the probe, or
-        for another server kind): the reference of its checkpoint and precision, if any."""
+        """The fingerprint check (none when skipped with the probe): the reference of its
+        checkpoint and precision, if any. Asked as the plan's server asks (``Routes.scoring``)."""
         settings = self.settings
         if not (settings.fingerprint and settings.coherence):
-            return None
-        if servers.of(self.plan).name != "vllm":
             return None
         reference = fingerprints.fingerprint_of(fingerprints.load_reference(self.host, self.plan))
         return FingerprintSpec(
