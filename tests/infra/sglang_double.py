@@ -18,8 +18,10 @@ torch serving SmolLM2-135M-Instruct):
 - **Routes:** ``/health`` and ``/health_generate`` (200, empty body, no content type, once
   ready; 503 before), ``/v1/models`` (``owned_by`` ``sglang``, ``max_model_len``),
   ``/v1/completions`` and ``/v1/chat/completions`` (streaming too, with SGLang's extra fields
-  ``matched_stop``, ``reasoning_content``, ``metadata.weight_version``; ``echo`` with
-  ``logprobs`` gives made-up prompt log-probabilities in the real shape), the native
+  ``matched_stop``, ``reasoning_content``, ``metadata.weight_version``; ``logprobs`` (0 too)
+  gives the generated tokens' log-probabilities, with ``echo`` and ``logprobs`` >= 1 the
+  prompt's first, in the real shape, with the vLLM double's deterministic values, so the
+  fingerprint can be taken; ``ignore_eos`` fills the answer to ``max_tokens``), the native
   ``/generate``, and ``/metrics`` (with ``--enable-metrics``): the real exposition's 80-odd
   ``sglang:`` families, with the double's own counts in those ``top`` reads and the other
   counters and histograms at zero. ``/version`` and unknown routes: 404 ``{"detail": ...}``.
