@@ -572,12 +572,18 @@ def _remove_old_tags(keep: str, older_than_s: float = 6 * 3600) -> None:
 
 
 def derived_test_image(
-    base: TestImage, env: Mapping[str, str], files: Mapping[str, bytes] | None = None
+    base: TestImage,
+    env: Mapping[str, str],
+    files: Mapping[str, bytes] | None = None,
+    entrypoint: Sequence[str] | None = None,
 ) -> str:
     """The test image with extra ``ENV`` defaults (e.g. ``VLLM_DOUBLE_MODE``), for tests whose
-    docker argv comes from the real planner and cannot carry ``-e`` flags, and extra
-    ``files`` (absolute path in the image -> content). Cached by content."""
+    docker argv comes from the real planner and cannot carry ``-e`` flags, extra ``files``
+    (absolute path in the image -> content) and another ``entrypoint`` (``[]``: none, the
+    container's arguments are its command). Cached by content."""
     lines = [f"FROM {base.tag}"] + [f"ENV {k}={json.dumps(v)}" for k, v in sorted(env.items())]
+    if entrypoint is not None:
+        lines.append("ENTRYPOINT " + json.dumps(list(entrypoint)))
     digest = hashlib.sha256()
     for path, data in sorted((files or {}).items()):
         lines.append(f"COPY files{path} {path}")

@@ -53,6 +53,9 @@ def test_auto_follows_amds_sglang_config_for_deepseek_r1_on_mi300x() -> None:
     assert vllm_args.has(args, "--disable-radix-cache")
     assert vllm_args.value(args, "--tensor-parallel-size") == "8"
     assert not vllm_args.has(args, "--max-model-len", "--gpu-memory-utilization")
+    # instinct's one addition: SGLang serves /metrics (what top reads) only when asked
+    assert vllm_args.has(args, "--enable-metrics")
+    assert "top reads" in reason(p, "--enable-metrics").why
     why = reason(p, "server")
     assert why.source == "AMD reference dsr1-fp8-mi300x-sglang"
     assert "no vLLM config" in why.why

@@ -24,9 +24,13 @@ import httpx
 import pytest
 
 from instinct_serve import servers
+from instinct_serve.errors import InstinctError
+from instinct_serve.observe import fingerprint as fp
 from instinct_serve.observe.vllm import snapshot
 from instinct_serve.plan.model import LaunchPlan
+from instinct_serve.runtime.fingerprint import Budget, take
 from instinct_serve.runtime.health import probe_health
+from instinct_serve.servers import Routes
 from tests.infra.ports import free_port
 
 pytestmark = pytest.mark.realsglang
@@ -37,6 +41,7 @@ CACHE = Path(
     / "instinct-serve-tests"
     / "real-sglang"
 )
+SERVED = "HuggingFaceTB/SmolLM2-135M-Instruct"
 READY_S = 240.0  # about 42 s on 2 idle cores; the machine is shared
 
 
@@ -167,3 +172,27 @@ def test_a_completion_then_the_sglang_families(real_sglang: Server) -> None:
     assert ttft is not None
     missing = [c for c in servers.get("sglang").metric_names if c not in now.names]
     assert missing == [], missing
+
+
+def test_the_fingerprint_is_taken_from_the_real_server(real_sglang: Server) -> None:
+    """SGLang's ``Routes.scoring`` (``echo`` + ``logprobs``) gives the prompt's
+    log-probabilities on the real server: the short and long probes scored, the greedy run
+    finite, and the first fingerprint of the checkpoint judged sound; vLLM's parameters
+    (``prompt_logprobs``) are ignored by SGLang: no scores, said as such."""
+    routes = servers.get("sglang").routes
+    start = time.monotonic()
+    taken = take(real_sglang.base, SERVED, Budget(long_tokens=512, seconds=240), routes=routes)
+    took = time.monotonic() - start
+    assert [s.name for s in taken.scores] == ["short", "long"]
+    short = taken.scores[0]
+    assert short.tokens > 20 and short.nonfinite == 0 and short.mean < 0
+    assert taken.greedy is not None and taken.greedy.nonfinite == 0
+    verdict = fp.check(taken, None, platform="cpu", need_long=True)
+    assert verdict.ok, verdict.reasons
+    print(
+        f"real SGLang fingerprint: {took:.1f} s, {taken.cost_tokens} tokens, short mean "
+        f"{short.mean:.3f}, long copy gain {taken.scores[1].copy_gain}"
+    )
+    with pytest.raises(InstinctError) as caught:
+        take(real_sglang.base, SERVED, Budget(long_tokens=0, seconds=120), routes=Routes())
+    assert caught.value.id == "fingerprint_failed"

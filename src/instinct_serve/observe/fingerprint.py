@@ -332,12 +332,15 @@ class Fingerprint:
 # --------------------------------------------------------------------------- parsing
 
 
-def prompt_scores(choice: Mapping[str, Any]) -> list[float | None]:
+def prompt_scores(
+    choice: Mapping[str, Any], prompt_tokens: int | None = None
+) -> list[float | None]:
     """Each prompt token's log-probability but the first, from one completion choice:
     vLLM's ``prompt_logprobs`` (``[null, {"<id>": {"logprob": x, ...}}, ...]``, the entry of
     the prompt's own token, found by ``prompt_token_ids`` when there are several), else the
-    OpenAI ``echo`` shape (``logprobs.token_logprobs``, prompt tokens first). ``ValueError``
-    when the choice has neither."""
+    OpenAI ``echo`` shape (``logprobs.token_logprobs``, prompt tokens first, then the
+    generated ones: cut at ``prompt_tokens``, the answer's ``usage.prompt_tokens``).
+    ``ValueError`` when the choice has neither."""
     listed = choice.get("prompt_logprobs")
     if isinstance(listed, list) and listed:
         ids = choice.get("prompt_token_ids")
@@ -347,7 +350,8 @@ def prompt_scores(choice: Mapping[str, Any]) -> list[float | None]:
         return values
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, Mapping) and isinstance(logprobs.get("token_logprobs"), list):
-        return [_number(v) for v in logprobs["token_logprobs"][1:]]
+        echoed = logprobs["token_logprobs"]
+        return [_number(v) for v in (echoed[:prompt_tokens] if prompt_tokens else echoed)[1:]]
     raise ValueError("the completion carries no prompt log-probabilities")
 
 

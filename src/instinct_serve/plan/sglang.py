@@ -195,6 +195,11 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
         "planner",
         "the server's port inside the container, published as the same port on the host",
     )
+    b.flag(
+        ["--enable-metrics"],
+        "planner",
+        "SGLang serves /metrics (the sglang: families instinct top reads) only when asked",
+    )
     if opts.extra_args:
         b.flag(list(opts.extra_args), "arguments after --", "given by you")
     for name in config.varies:

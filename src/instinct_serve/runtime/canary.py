@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from instinct_serve import servers
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
 from instinct_serve.observe import fingerprint as fp
@@ -86,7 +87,8 @@ def check(
     try:
         found = keys.endpoint_key(host, plan, create=False)
         key = found[1] if found else api_key
-        taken = take(tunnel.url(plan.port), plan.served_model_name, budget, api_key=key)
+        url, routes = tunnel.url(plan.port), servers.of(plan).routes
+        taken = take(url, plan.served_model_name, budget, api_key=key, routes=routes)
     except InstinctError as exc:
         return CanaryResult(None, error=exc)
     finally:

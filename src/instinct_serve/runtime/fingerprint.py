@@ -3,10 +3,10 @@ seconds.
 
 Three requests to the completions route, one after the other (never concurrent with each
 other, so a check costs a busy endpoint one request's slot at a time): the short and the
-long probe teacher-forced (``prompt_logprobs``: 0, ``max_tokens``: 1, ``return_token_ids``),
-then the greedy run (``logprobs``: 0, ``ignore_eos``, ``GREEDY_TOKENS`` tokens). vLLM takes
-all of these (``prompt_logprobs`` and ``return_token_ids`` are its own parameters; a
-server that ignores them answers without the fields, which is ``fingerprint_failed``).
+long probe teacher-forced (``max_tokens``: 1 and the server's ``Routes.scoring``: vLLM's
+``prompt_logprobs``: 0 with ``return_token_ids``, SGLang's ``echo`` with ``logprobs``),
+then the greedy run (``logprobs``: 0, ``ignore_eos``, ``GREEDY_TOKENS`` tokens). A server
+that ignores them answers without the fields, which is ``fingerprint_failed``.
 
 The long probe is bounded by ``Budget.long_tokens`` (``fingerprint.long_budget``: a share
 of the plan's context); the server counts the tokens, and one that says the prompt is too
@@ -50,7 +50,9 @@ class _Session:
 
     def __init__(self, base_url: str, model: str, api_key: str | None, routes: Routes) -> None:
         self.url = normalize_base_url(base_url) + routes.completions
+        self.scoring = dict(routes.scoring)
         self.model = model
+        self.prompt_tokens: int | None = None  # as the last answer counted them
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(trust_env=False, headers=headers)
         self.tokens = 0
@@ -79,6 +81,8 @@ class _Session:
         usage = doc.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
             self.tokens += usage["total_tokens"]
+        prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        self.prompt_tokens = prompt if isinstance(prompt, int) and prompt > 0 else None
         return response.status_code, doc
 
     def choice(self, body: dict[str, Any], deadline: float) -> dict[str, Any]:
@@ -118,20 +122,16 @@ def _too_long(exc: InstinctError) -> bool:
 
 
 def _score(session: _Session, probe: fp.ProbeText, deadline: float) -> fp.ProbeScores:
-    body = {
-        "prompt": probe.text,
-        "max_tokens": 1,
-        "temperature": 0.0,
-        "prompt_logprobs": 0,
-        "return_token_ids": True,
-    }
+    body = {"prompt": probe.text, "max_tokens": 1, "temperature": 0.0, **session.scoring}
     choice = session.choice(body, deadline)
     try:
-        values = fp.prompt_scores(choice)
+        values = fp.prompt_scores(choice, prompt_tokens=session.prompt_tokens)
     except ValueError as exc:
+        asked = ", ".join(f"{k}={v}" for k, v in session.scoring.items())
         raise InstinctError(
             f"{session.url} answered without prompt log-probabilities: it cannot be fingerprinted",
-            fix="a vLLM server returns them (`prompt_logprobs`); check the server and version",
+            fix=f"the server should return them when asked ({asked}); check the server and "
+            "version, or serve with --no-fingerprint",
             id="fingerprint_failed",
         ) from exc
     return fp.ProbeScores.of(probe.name, values, words=probe.half)
@@ -152,7 +152,7 @@ def _greedy(session: _Session, deadline: float) -> fp.GreedyRun:
     except ValueError as exc:
         raise InstinctError(
             f"{session.url} answered the greedy run without log-probabilities",
-            fix="a vLLM server returns them (`logprobs`); check the server and version",
+            fix="the server should return them (`logprobs`); check the server and version",
             id="fingerprint_failed",
         ) from exc
 

@@ -460,14 +460,11 @@ def serve_context(
 def fingerprint_spec(
     host: Host, plan: LaunchPlan, settings: ServeSettings
 ) -> FingerprintSpec | None:
-    """The fingerprint check of a vLLM endpoint (none when skipped with the probe, or for
-    another server kind): the reference of its checkpoint and precision, if any."""
-    from instinct_serve import servers
+    """The fingerprint check (none when skipped with the probe): the reference of its
+    checkpoint and precision, if any. Asked as the plan's server asks (``Routes.scoring``)."""
     from instinct_serve.runtime import fingerprints
 
     if not (settings.fingerprint and settings.coherence):
-        return None
-    if servers.of(plan).name != "vllm":
         return None
     reference = fingerprints.fingerprint_of(fingerprints.load_reference(host, plan))
     return FingerprintSpec(

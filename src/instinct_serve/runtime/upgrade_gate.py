@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from instinct_serve import servers
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
 from instinct_serve.observe import fingerprint as fp
@@ -43,7 +44,8 @@ def _running(host: Host, old: LaunchPlan, words: int, seconds: float) -> fp.Fing
         found = keys.endpoint_key(host, old, create=False)
         key = found[1] if found else None
         budget = Budget(long_tokens=0, seconds=seconds, long_words=words)
-        return take(tunnel.url(old.port), old.served_model_name, budget, api_key=key)
+        url, routes = tunnel.url(old.port), servers.of(old).routes
+        return take(url, old.served_model_name, budget, api_key=key, routes=routes)
     except InstinctError:
         return None
     finally:

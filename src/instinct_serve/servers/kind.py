@@ -38,13 +38,19 @@ class Routes:
     ``health`` answers 200 once the server takes requests (503 or no answer while it
     loads); ``models`` lists the served model names (OpenAI's ``/v1/models`` shape);
     ``chat`` and ``completions`` are the OpenAI-compatible completion routes serve warms
-    up and probes with; ``metrics`` is the Prometheus exposition ``top`` reads."""
+    up and probes with; ``metrics`` is the Prometheus exposition ``top`` reads.
+
+    ``scoring``: the parameters that make ``completions`` answer the log-probability of each
+    prompt token (the fingerprint's teacher-forced probes, ``runtime.fingerprint``). vLLM's
+    are its own ``prompt_logprobs`` (with ``return_token_ids``); a server that follows the
+    OpenAI API gives them with ``echo`` and ``logprobs``."""
 
     health: str = "/health"
     models: str = "/v1/models"
     chat: str = "/v1/chat/completions"
     completions: str = "/v1/completions"
     metrics: str = "/metrics"
+    scoring: tuple[tuple[str, object], ...] = (("prompt_logprobs", 0), ("return_token_ids", True))
 
 
 class ServerKind(Protocol):

@@ -10,6 +10,9 @@ Instinct GPUs (InferenceX's AMD configs), planned from those configs (``plan.sgl
 - Its start-up log: ``diagnose.sglang_phases`` (ready at "The server is fired up and ready
   to roll!"); its failures: ``SGLANG_FAILURE_SIGNALS`` there.
 - Metrics: the ``sglang:`` families (``observe.sglang``).
+- The fingerprint: ``/v1/completions`` with ``echo`` and ``logprobs`` gives the prompt's
+  log-probabilities (``Routes.scoring``; measured on sglang 0.5.23, which logs that echo and
+  logprobs are "not compatible" and answers them all the same).
 - Memory and bench: vLLM's memory model sizes the weights (SGLang's own, the static fraction
   and its KV pool, is not modelled yet); AMD benchmarks SGLang with vLLM's client
   (``--backend vllm``), and so does ``bench``.
@@ -46,7 +49,9 @@ class SglangServer:
     image_repository = "lmsysorg/sglang"
     api_key_env = "SGLANG_API_KEY"  # not read by SGLang: plan.sglang refuses --public
     vocabulary = "sglang"  # its flags are written by plan.sglang
-    routes = Routes()
+    # the prompt's log-probabilities: `echo` with `logprobs` of at least 1 (serving_completions.py
+    # asks for them from the first token only when `request.echo and request.logprobs`)
+    routes = Routes(scoring=(("echo", True), ("logprobs", 1)))
 
     @property
     def failure_signals(self) -> tuple[FailureSignal, ...]:
