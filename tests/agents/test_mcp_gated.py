@@ -87,3 +87,20 @@ def test_a_token_in_the_environment_lets_it_through(
     result = plan_for(PlanOptions.parse({"model": GATED, "gpu": "mi300x"}), host, fallback_gpu=True)
     monkeypatch.setenv("HF_TOKEN", "hf_" + "x" * 34)
     require_token(result)
+
+
+def test_the_hub_is_asked_at_the_endpoint_of_now_not_of_import(
+    hub: HTTPServer, no_token: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """huggingface_hub copies HF_ENDPOINT when it is first imported; a process (a test
+    worker, a long-lived MCP server) whose environment changed after that still asks the
+    endpoint its environment names now."""
+    from huggingface_hub import constants
+
+    from instinct_serve.checks.hub import model_is_gated
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    serve_model(hub, GATED, LLAMA, {"BF16": 8_030_261_248}, gated=True)
+    assert model_is_gated(GATED) is True
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert model_is_gated(GATED) is None  # offline: unknown, never a network call

@@ -15,10 +15,15 @@ def model_is_gated(model: str, timeout: float = HUB_TIMEOUT_S) -> bool | None:
 
     if os.path.isdir(os.path.expanduser(model)):
         return False
+    from instinct_serve.gather.model_meta import hub_endpoint, hub_offline
+
+    if hub_offline():
+        return None
     try:
         from huggingface_hub import HfApi
 
-        info = HfApi().model_info(model, timeout=timeout)
+        # the endpoint read now, not huggingface_hub's copy taken at its import
+        info = HfApi(endpoint=hub_endpoint()).model_info(model, timeout=timeout)
     except Exception:  # offline, network, unknown or malformed id: unknown, not fatal
         return None
     gated = getattr(info, "gated", None)
