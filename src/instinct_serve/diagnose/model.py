@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args
 
 from instinct_serve import vllm_args
 
@@ -44,14 +44,7 @@ Signal = Literal[
     "fingerprint_long_context",
     "fingerprint_drift",
 ]
-SIGNALS: tuple[Signal, ...] = (
-    "graph_capture_hang",
-    "incoherent_output",
-    "fingerprint_nan",
-    "fingerprint_repetition",
-    "fingerprint_long_context",
-    "fingerprint_drift",
-)
+SIGNALS: tuple[Signal, ...] = get_args(Signal)
 
 
 @dataclass(frozen=True)
