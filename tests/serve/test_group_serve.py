@@ -51,6 +51,17 @@ def served(port: int) -> float:
     return sum(float(v) for v in found)
 
 
+def started_at(name: str) -> float:
+    """When docker started the container (its ``State.StartedAt``, to the microsecond)."""
+    from datetime import datetime
+
+    info = inspect(name)
+    assert info is not None
+    stamp = info["State"]["StartedAt"].rstrip("Z")
+    whole, _, fraction = stamp.partition(".")
+    return datetime.fromisoformat(f"{whole}.{(fraction + '000000')[:6]}+00:00").timestamp()
+
+
 def router_log(name: str) -> str:
     out = docker("logs", name)
     return out.stdout + out.stderr
@@ -80,7 +91,11 @@ def test_three_replicas_behind_haproxy(serve: Serve, router_test_image: TestImag
     assert [m["gpus"] for m in group["members"]] == [[0], [1], [2]]
     ports = [m["port"] for m in group["members"]]
     assert ports == [port + 1, port + 2, port + 3]
-    # the replicas loaded together: well under three loads one after the other
+    # the compile cache was cold: replica 1 loaded alone and filled it, then the other two
+    # together (well under three loads one after the other)
+    assert "cold compile cache: replica 1 fills it, then 2 more" in result["notes"], result
+    began = [started_at(m) for m in members]
+    assert began[1] - began[0] >= LOAD_S and abs(began[2] - began[1]) < LOAD_S, began
     assert serve_s < 3 * LOAD_S + 30, serve_s
 
     router = inspect(name)

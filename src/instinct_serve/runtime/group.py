@@ -61,6 +61,7 @@ from instinct_serve.plan.replicas import (
     router_argv,
 )
 from instinct_serve.runtime import health, intent, keys, plans, verified
+from instinct_serve.runtime.cache_seed import cache_is_warm
 from instinct_serve.runtime.deploying import Interrupted
 from instinct_serve.runtime.docker import Docker
 from instinct_serve.runtime.docker_backend import DockerBackend, container_instance, rooted_devices
@@ -225,19 +226,28 @@ class GroupDeployer:
         )
 
     def launch_members(self) -> ServeOutcome | None:
-        """Launch (or reuse) every replica, detached once loading so they load together;
-        the outcome of the first that fails, else None."""
-        self._shared_key()
-        launch = replace(self.settings, detach=True)
-        for plan in self.members:  # all of them loading at once
-            deployer = self._deployer(plan, launch)
-            outcome = deployer.reuse() or deployer.deploy()
-            if deployer.own is not None:
-                self.launched.append(deployer.own)
-                self.fresh.add(plan.container_name)
-            if not outcome.ok:
-                return self._member_failed(outcome)
+        """Launch (or reuse) every replica, detached once loading so they load together (on
+        a cold compile cache the first alone before them, to fill it); the first failure."""
+        share_key(self.host, self.plan, self.router.name, self.members)
+        members = list(self.members)
+        if len(members) > 1 and not cache_is_warm(self.host, members[0]):
+            self.note(f"cold compile cache: replica 1 fills it, then {len(members) - 1} more")
+            failed = self._launch(members.pop(0), replace(self.settings, detach=False))
+            if failed is not None:
+                return failed
+        for plan in members:  # the rest loading at once
+            failed = self._launch(plan, replace(self.settings, detach=True))
+            if failed is not None:
+                return failed
         return None
+
+    def _launch(self, plan: LaunchPlan, settings: ServeSettings) -> ServeOutcome | None:
+        deployer = self._deployer(plan, settings)
+        outcome = deployer.reuse() or deployer.deploy()
+        if deployer.own is not None:
+            self.launched.append(deployer.own)
+            self.fresh.add(plan.container_name)
+        return None if outcome.ok else self._member_failed(outcome)
 
     def prove_members(self) -> list[ServeOutcome] | ServeOutcome:
         """Wait for every replica, warm it up and probe it (one by one), then give them
@@ -281,17 +291,6 @@ class GroupDeployer:
         return Interrupted(outcome, signum)
 
     # -- steps
-
-    def _shared_key(self) -> None:
-        """A generated API key: the group's (kept under the router's name), copied to each
-        replica's key file, so a client's one key passes HAProxy to any replica."""
-        if self.plan.api_key != "generated":
-            return
-        key = keys.ensure_key(self.host, keys.key_path(self.host, self.router.name))
-        for plan in self.members:
-            path = keys.key_path(self.host, plan.container_name)
-            if keys.read_key(self.host, path) != key:
-                keys.write_key(self.host, path, key)
 
     def _finish(self, *, reused: bool) -> ServeOutcome:
         """Wait for every replica (proven one by one), give them docker's restart policy,
@@ -507,6 +506,18 @@ class GroupDeployer:
 
 RELOAD_S = 30.0  # the new worker is up within a second; a master that fails to re-read waits
 DRAIN_S = 300.0  # the old worker finishes its requests (a long generation) at most this long
+
+
+def share_key(host: Host, plan: LaunchPlan, router: str, members: Sequence[LaunchPlan]) -> None:
+    """A generated API key: the group's (kept under the router's name), copied to each
+    replica's key file, so a client's one key passes HAProxy to any replica."""
+    if plan.api_key != "generated":
+        return
+    key = keys.ensure_key(host, keys.key_path(host, router))
+    for member in members:
+        path = keys.key_path(host, member.container_name)
+        if keys.read_key(host, path) != key:
+            keys.write_key(host, path, key)
 
 
 def recorded_hash(host: Host, name: str) -> str | None:
