@@ -71,7 +71,13 @@ def test_drift_while_serving_is_caught_and_relaunched_once_with_the_fallback(
         assert kinds.index("canary_failed") < kinds.index("relaunched"), kinds
         relaunched = next(e for e in events if e["kind"] == "relaunched")
         assert relaunched["fixes"] == ["wrong_output"] and relaunched["status"] == "ready"
-        assert "recovered" in kinds and "canary_passed" in kinds[kinds.index("recovered") :]
+        assert "recovered" in kinds
+        passed = "canary_passed" in kinds[kinds.index("recovered") :]
+        for _ in range(3):  # on a loaded host the relaunch can take the whole window
+            if passed:
+                break
+            passed = "canary_passed" in [e["kind"] for e in _watch(name, 3, env)]
+        assert passed, kinds
         assert time.monotonic() - started < 60
         journal = [e["kind"] for e in _journal(env, name)]
         for kind in ("canary_failed", "relaunched", "recovered"):
