@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,39 @@ def test_a_public_group_has_one_generated_key(serve: Serve, router_test_image: T
     assert stop.returncode == 0, stop.explain()
     assert not key_file.exists()
     assert all(inspect(c) is None for c in (name, *members))
+
+
+def test_a_stranger_on_a_replicas_port_is_refused_not_taken_into_the_group(
+    serve: Serve, router_test_image: TestImage, tmp_path: Path
+) -> None:
+    """A single endpoint may reuse a foreign server of its model on its port; a replica may
+    not: the router would send the group's traffic to a server instinct does not manage. The
+    group's port check refuses it before anything starts (and a replica's own serve never
+    reuses a stranger, should one appear after that check: ``Deployer.foreign_ok``)."""
+    from tests.infra.vllm_double import install_fake_vllm
+    from tests.serve.conftest import answers
+
+    port = free_port_run(3)
+    exe = install_fake_vllm(tmp_path / "bin")
+    argv = [str(exe), "serve", MODEL, "--host", "127.0.0.1", "--port", str(port + 1)]
+    stranger = subprocess.Popen(
+        argv,
+        env={**os.environ, "VLLM_DOUBLE_LOAD_S": "0.2"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert answers(port + 1, timeout=30)
+        name = serve.name("group-stranger")
+        serve.names.extend([f"{name}-r0", f"{name}-r1"])
+        extra = ["--gpu-count", "2", "--replicas", "2", "--router-image", router_test_image.tag]
+        run = serve(*extra, image=serve.double(load_s=0.3), name=name, port=port)
+        assert run.returncode != 0, run.explain()
+        error = run.result["error"]  # refused before anything of the group started
+        assert run.result["status"] == "error" and error["id"] == "port_in_use", error
+        assert error["details"]["port"] == port + 1 and not error["details"]["holder"]["managed"]
+        assert not run.of("launched")
+        assert stranger.poll() is None and answers(port + 1, timeout=5)  # left untouched
+    finally:
+        stranger.terminate()
+        stranger.wait(timeout=10)

@@ -145,6 +145,7 @@ class GroupDeployer:
         deployer = Deployer(
             self.host, plan, backend, settings, sink=self.sink, confirm=self.confirm, gfx=self.gfx
         )
+        deployer.foreign_ok = False  # a replica is ours: a stranger on its port is refused
         self._current = deployer
         return deployer
 

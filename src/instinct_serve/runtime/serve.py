@@ -81,6 +81,8 @@ class Deployer(ServeRun):
         model over the OpenAI API (``/health`` 200, the model in ``/v1/models``): offered
         as it is, untouched and unmanaged, rather than refused as ``port_in_use``; None
         when nothing foreign holds the port or it serves something else."""
+        if not self.foreign_ok:
+            return None
         routes = servers.of(self.plan).routes
         # here a free port refuses the probe at once; on another host the probe needs an
         # ssh forward, so who holds the port is looked at first there

@@ -78,6 +78,7 @@ class ServeRun:
         self.own: str | None = None  # the handle of the endpoint this run launched last
         self._launching = False  # inside backend.launch: the endpoint may appear late
         self.following = False  # waiting for an endpoint of this plan another run started
+        self.foreign_ok = True  # a foreign endpoint of the model on the port may be reused
         self.api_key: str | None = None  # sent by our probes (Authorization: Bearer)
         self.key_file: str | None = None  # where a generated key is kept on the host
         self.redact = Redactor.default(self.secrets.values())
