@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.realvllm, pytest.mark.docker]
 WORKERS = 3  # requests in flight at any time
 REQUESTS = 80  # in all, as the issue's hand run (the replica is killed after the first 20)
 DEADLINE_S = 300.0  # the killed replica must be back within this
+LOAD_START_S = 240.0  # the first 20 requests (under a second each when the group is up)
 BODY = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8}
 
 
@@ -41,6 +42,32 @@ def _load(base: str, model: str, stop: threading.Event, out: list[tuple[float, i
             except httpx.HTTPError:
                 code = 0
             out.append((time.monotonic(), code))
+
+
+def _kill_one_under_load(
+    name: str, member: str, done: list[list[tuple[float, int]]], stop: threading.Event
+) -> tuple[float, float | None]:
+    """Once the load has made 20 requests, SIGKILL ``member``'s engine; then wait (bounded)
+    for the router to log it down and up again. (when killed, seconds until back or None)"""
+    deadline = time.monotonic() + LOAD_START_S
+    while sum(len(out) for out in done) < 20:  # load on both replicas
+        assert time.monotonic() < deadline, f"20 requests took over {LOAD_START_S} s: {done}"
+        time.sleep(0.5)
+    victim = inspect(member)
+    assert victim is not None
+    pid = int(victim["State"]["Pid"])
+    assert pid > 0, victim["State"]  # os.kill(0, ...) would hit pytest's own group
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    while time.monotonic() - killed < DEADLINE_S:
+        if sum(len(out) for out in done) >= REQUESTS:
+            stop.set()
+        logs = docker("logs", name)
+        log = logs.stdout + logs.stderr
+        if "replicas/r1 is DOWN" in log and "replicas/r1 is UP" in log.split("is DOWN")[-1]:
+            return killed, time.monotonic() - killed
+        time.sleep(2)
+    return killed, None
 
 
 def test_a_replica_killed_under_load_loses_only_its_requests_in_flight_and_comes_back(
@@ -66,30 +93,17 @@ def test_a_replica_killed_under_load_loses_only_its_requests_in_flight_and_comes
         stop = threading.Event()
         done: list[list[tuple[float, int]]] = [[] for _ in range(WORKERS)]
         threads = [
-            threading.Thread(target=_load, args=(base, real_vllm.model_id, stop, out))
+            threading.Thread(target=_load, args=(base, real_vllm.model_id, stop, out), daemon=True)
             for out in done
         ]
         for thread in threads:
             thread.start()
-        while sum(len(out) for out in done) < 20:  # load on both replicas
-            time.sleep(0.5)
-        victim = inspect(members[1])
-        assert victim is not None
-        os.kill(int(victim["State"]["Pid"]), signal.SIGKILL)
-        killed = time.monotonic()
-        back_s = None
-        while time.monotonic() - killed < DEADLINE_S:
-            if sum(len(out) for out in done) >= REQUESTS:
-                stop.set()
-            logs = docker("logs", name)
-            log = logs.stdout + logs.stderr
-            if "replicas/r1 is DOWN" in log and "replicas/r1 is UP" in log.split("is DOWN")[-1]:
-                back_s = time.monotonic() - killed
-                break
-            time.sleep(2)
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=150)
+        try:  # the load ends whatever fails here: a looping thread would outlive pytest
+            killed, back_s = _kill_one_under_load(name, members[1], done, stop)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=150)
         results = sorted(r for out in done for r in out)
         failed = [r for r in results if r[1] != 200]
         body = {**BODY, "model": real_vllm.model_id}
