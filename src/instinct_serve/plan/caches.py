@@ -47,6 +47,12 @@ CACHE_SUBDIR = "compile-cache"
 META_FILE = "meta.json"  # in each key's directory: image, digest, gfx, when used
 SEED_MARKER = ".instinct-seeded"  # in the aiter directory once the image's modules are in
 OFF = "off"  # --compile-cache off
+# what a first start compiles into (AITER's come seeded): a key whose directory of either
+# holds anything is *warm* (``runtime.cache_seed.cache_is_warm``, ``FILL_SCRIPT``)
+WARM_CACHES = ("vllm", "triton")
+# the test of one such directory, in sh (``$1``): both the host check and the pod's use it
+FILLED_SH = 'test -d "$1" && test -n "$(ls -A -- "$1" 2>/dev/null)"'
+FILLED_MARKER = ".instinct-filled"  # in the first warm cache once a pod served from it
 
 
 class CacheDir(NamedTuple):
@@ -114,6 +120,11 @@ class CacheLayout(NamedTuple):
     @property
     def dirs(self) -> list[CacheDir]:
         return [BY_NAME[n] for n in self.names if n in BY_NAME]
+
+    @property
+    def warm_names(self) -> tuple[str, ...]:
+        """The caches whose contents make this key warm (``WARM_CACHES`` it mounts)."""
+        return tuple(n for n in WARM_CACHES if n in self.names)
 
     def without(self, name: str) -> CacheLayout:
         return self._replace(names=tuple(n for n in self.names if n != name))
@@ -270,4 +281,72 @@ if src and os.path.isdir(src):
 with open(marker, "w") as fh:
     json.dump({"source": src, "modules": copied}, fh)
 print(json.dumps({"seeded": "now", "source": src, "copied": len(copied)}))
+"""
+
+
+# Run by ``sh`` in an init container of every pod of a Kubernetes plan with several copies
+# on one cache volume (``plan.k8s_cache``), so that they do not all compile the same kernels
+# into one directory at once: the first pod fills the key's compile cache, the others wait
+# for it and start warm (what a replica group does on docker, ``runtime.group``). argv: the
+# key's directory, this pod's owner name (a pod, or a multi-node group: its ranks start
+# together), the most seconds to wait (the filler's own start budget; a lock as old is
+# stale: its pod died or gave up), the seconds between looks, the marker a pod's readiness
+# probe writes once it served from the cache (relative to the key), then the warm caches'
+# names. Warm at once: the marker, or no lock and a warm cache (filled before the gate).
+# Otherwise the first pod to make the lock directory (``mkdir``: atomic, on NFS too)
+# fills; the others wait until the marker appears, take over a stale lock (one taker per
+# stale lock: its own ``mkdir``), or give up after the bound and start cold. Two waiters
+# that judge one lock stale in the same instant can both fill: a duplicate compile, no more.
+FILL_SCRIPT = f"""\
+dir=$1 owner=$2 bound=$3 poll=$4 marker=$1/$5
+shift 5
+state=$dir/.instinct-fill
+lock=$state/lock
+filled() {{ {FILLED_SH}; }}
+warm() {{
+  for name in "$@"; do filled "$dir/$name" && return 0; done
+  return 1
+}}
+take() {{
+  mkdir -p "$state" && mkdir "$lock" 2>/dev/null || return 1
+  echo "$(date +%s) $owner" > "$lock/owner"
+  echo "compile cache cold: $owner fills it, the other pods wait for it"
+}}
+if test -e "$marker"; then
+  echo "compile cache warm: a pod has served from it"
+  exit 0
+fi
+if ! test -d "$lock" && warm "$@"; then
+  echo "compile cache warm: it holds a compile"
+  exit 0
+fi
+take && exit 0
+start=$(date +%s)
+while :; do
+  now=$(date +%s)
+  if test -e "$marker"; then
+    echo "compile cache warm after $((now - start)) s: starting from it"
+    exit 0
+  fi
+  since= holder=
+  test -f "$lock/owner" && read -r since holder < "$lock/owner"
+  if test -n "$holder" && test "$holder" = "$owner"; then
+    echo "compile cache: $owner took the fill lock before: filling it"
+    exit 0
+  fi
+  if ! test -d "$lock"; then
+    take && exit 0
+  fi
+  case $since in ''|*[!0-9]*) since=$start ;; esac
+  if test $((now - since)) -ge "$bound" && mkdir -p "$state" &&
+      mkdir "$state/taken-$since-$holder" 2>/dev/null; then
+    echo "the fill lock of ${{holder:-a pod}} is $((now - since)) s old: taking it over"
+    rm -rf "$lock"
+    take && exit 0
+  elif test $((now - start)) -ge "$bound"; then
+    echo "waited $((now - start)) s for ${{holder:-a pod}} to fill the compile cache: starting cold"
+    exit 0
+  fi
+  sleep "$poll"
+done
 """

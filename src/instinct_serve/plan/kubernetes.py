@@ -26,8 +26,9 @@ Every choice an admin would ask about is here once, with its reason:
   plugin), and a required node affinity on the AMD node labeller's VRAM label (see
   ``VRAM_LABELS``), so a plan sized for a 192 GB MI300X never lands on a 64 GB MI210.
 * Caches. One volume (``<name>-cache``) holds the Hugging Face cache and the compile caches
-  (see ``cache_mounts``), so a restart neither downloads nor recompiles. ReadWriteOnce for a
-  single pod; ReadWriteMany once several pods mount it (replicas, autoscaling, nodes).
+  (``plan.k8s_cache``), so a restart neither downloads nor recompiles. ReadWriteOnce for a
+  single pod; ReadWriteMany once several pods mount it (replicas, autoscaling, nodes). On a
+  cold compile cache the first copy fills it and the others wait for it (``fills_in_turn``).
 * Disruption and rollout: see ``pod_disruption_budget`` and ``deployment``.
 * Secrets only by name: ``secretKeyRef`` per ``SECRET_REFS`` (every other variable the
   plan passes by name, ``--env NAME[=VALUE]``, from a Secret of its own), optional (a public model
@@ -46,10 +47,17 @@ from instinct_serve import __version__, vllm_args
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.profiles import PROFILES
 from instinct_serve.options import KubernetesOptions
-from instinct_serve.plan.caches import SEED_SCRIPT
+from instinct_serve.plan.k8s_cache import (
+    FILL_CONTAINER,
+    cache_mounts,
+    fill_wait_s,
+    fills_in_turn,
+    init_containers,
+    ready_command,
+)
+from instinct_serve.plan.k8s_cache import escape as _escape
 from instinct_serve.plan.model import (
     API_KEY_ENV,
-    CONTAINER_HF_CACHE,
     WARMUP_TIMEOUT_S,
     LaunchPlan,
     check_names,
@@ -83,25 +91,6 @@ SECRET_REFS: dict[str, tuple[str, str]] = {
     "HF_TOKEN": ("hf-token", "token"),
     API_KEY_ENV: ("vllm-api-key", "api-key"),
 }
-
-# The cache volume: the Hugging Face cache under ``huggingface/``, and the compile caches of
-# ``plan.caches.COMPILE_CACHES`` (the one table every rendering uses) under
-# ``compile/<cache key>/<name>``, each variable pointing at its mount. AITER's directory is
-# seeded from the image once per key by an init container (``SEED_SCRIPT``): AITER imports
-# its modules only from AITER_JIT_DIR once it is set (aiter/jit/core.py), so an empty mount
-# would hide the image's prebuilt ones and rebuild them all on the first start.
-HF_SUBPATH = "huggingface"
-
-
-def cache_mounts(plan: LaunchPlan) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(subPath in the cache volume, mount path, variables) of every cache the pod mounts."""
-    out: list[tuple[str, str, tuple[str, ...]]] = [(HF_SUBPATH, CONTAINER_HF_CACHE, ())]
-    if plan.cache is not None:
-        for cache in plan.cache.dirs:
-            sub = f"compile/{plan.cache.key}/{cache.name}"
-            out.append((sub, cache.container_path, cache.variables))
-    return out
-
 
 COMPILE_CACHE_GIB = 20
 
@@ -273,6 +262,15 @@ def header(plan: LaunchPlan, options: KubernetesOptions | None = None) -> str:
     ]
     if opts.nodes > 1:  # vLLM's multi-node advice: every node reads the same weights
         lines.append("Download the weights into the cache volume before the first start.")
+    if fills_in_turn(plan, opts):
+        assert plan.cache is not None
+        first = "pod" if opts.nodes == 1 else "group of pods"
+        lines += [
+            f"On a cold compile cache ({plan.cache.key}) the first {first} to start fills it;",
+            f"the others wait in {FILL_CONTAINER} until it has served (at most "
+            f"{fill_wait_s(plan)} s),",
+            "then start warm from it.",
+        ]
     names = list(dict.fromkeys([*SECRET_REFS, *plan.secret_env]))
     optional = "both optional" if len(names) == len(SECRET_REFS) else "all optional"
     lines.append(f"Secrets, by name only; {optional} (a public model needs no token, and")
@@ -522,9 +520,9 @@ def _pod_spec(
         }
     if affinity:
         spec["affinity"] = affinity
-    seed = _seed_container(plan)
-    if seed is not None:
-        spec["initContainers"] = [seed]
+    inits = init_containers(plan, opts, role)
+    if inits:
+        spec["initContainers"] = inits
     spec["containers"] = [_container(plan, opts, gpus, role)]
     spec["volumes"] = [
         {"name": "cache", "persistentVolumeClaim": {"claimName": f"{name}-cache"}},
@@ -533,20 +531,6 @@ def _pod_spec(
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{_shm_gib(gpus)}Gi"}},
     ]
     return spec
-
-
-def _seed_container(plan: LaunchPlan) -> dict[str, Any] | None:
-    """Copies the image's prebuilt AITER modules into the volume once per cache key (a
-    marker file says it was done), before vLLM starts with AITER_JIT_DIR set."""
-    if plan.cache is None or "aiter" not in plan.cache.names:
-        return None
-    sub = f"compile/{plan.cache.key}/aiter"
-    return {
-        "name": "seed-aiter-jit",
-        "image": plan.image,
-        "command": ["python3", "-c", _escape(SEED_SCRIPT), "/seed"],
-        "volumeMounts": [{"name": "cache", "mountPath": "/seed", "subPath": sub}],
-    }
 
 
 def _shm_gib(gpus: int) -> int:
@@ -598,7 +582,9 @@ def _container(
     mode = "list" if _pooling(plan) else "generate"
     container["readinessProbe"] = {
         "exec": {
-            "command": ["python3", "-c", READY_SCRIPT, str(plan.port), plan.served_model_name, mode]
+            "command": ready_command(
+                plan, opts, READY_SCRIPT, str(plan.port), plan.served_model_name, mode
+            )
         },
         "periodSeconds": READY_PERIOD_S,
         "timeoutSeconds": WARMUP_TIMEOUT_S + 30,  # the first check waits for the warm-up
@@ -674,12 +660,6 @@ def _scrape(plan: LaunchPlan) -> dict[str, str]:
     from instinct_serve.observe.scrape import k8s_pod_annotations
 
     return k8s_pod_annotations(plan.port)
-
-
-def _escape(value: str) -> str:
-    """Kubernetes expands ``$(VAR)`` in args and env values and turns ``$$`` into ``$``:
-    doubling every ``$`` keeps the plan's text exactly as planned."""
-    return value.replace("$", "$$")
 
 
 def _promql_string(value: str) -> str:

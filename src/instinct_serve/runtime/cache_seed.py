@@ -14,7 +14,8 @@ node's own and is left alone (two aliases of one machine share it: nothing to co
 On one host the replicas of a group mount the same directory, so a replica or restart that
 starts after the first filled it starts warm with no copy at all; on a cold cache the group
 starts its first replica alone to fill it (``cache_is_warm``, ``runtime.group``), rather than
-every replica compiling the same kernels into one directory at once.
+every replica compiling the same kernels into one directory at once. On Kubernetes the pods
+do the same among themselves (``plan.caches.FILL_SCRIPT``), by the same test.
 """
 
 from __future__ import annotations
@@ -26,14 +27,12 @@ from dataclasses import dataclass
 
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host, SshHost
-from instinct_serve.plan.caches import CacheLayout, rekeyed
+from instinct_serve.plan.caches import FILLED_SH, CacheLayout, rekeyed
 from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.units import byte_size
 
-WARM_CACHES = ("vllm", "triton")  # what a first start compiles into (AITER's come seeded)
 SEED_TIMEOUT_S = 900.0  # one cache's copy
 PARTIAL = ".seeding"  # the sibling a copy lands in before it is renamed into place
-_FILLED = 'test -d "$1" && test -n "$(ls -A -- "$1" 2>/dev/null)"'
 _UNPACK = (
     'set -e; rm -rf -- "$1$2"; mkdir -p -- "$1$2"; tar -C "$1$2" -xf -; '
     'rmdir -- "$1" 2>/dev/null || true; test ! -e "$1"; mv -- "$1$2" "$1"'
@@ -64,11 +63,11 @@ class Seeded:
 
 def filled(host: Host, path: str) -> bool:
     """Whether ``path`` on ``host`` is a directory with anything in it."""
-    return host.run(["sh", "-c", _FILLED, "sh", path], timeout=30).ok
+    return host.run(["sh", "-c", FILLED_SH, "sh", path], timeout=30).ok
 
 
 def cache_is_warm(host: Host, plan: LaunchPlan) -> bool:
-    """Whether ``plan``'s compile cache on ``host`` holds a compile yet (``WARM_CACHES``),
+    """Whether ``plan``'s compile cache on ``host`` holds a compile yet (``warm_names``),
     under the key its launch will use (the image's digest once pulled; an image not pulled
     yet is a new key: cold). No cache (``--compile-cache off``): nothing to wait for."""
     layout = plan.cache
@@ -81,7 +80,7 @@ def cache_is_warm(host: Host, plan: LaunchPlan) -> bool:
         if digest is None:
             return False
         layout = rekeyed(layout, plan.gfx_version, plan.image, digest)
-    return any(filled(host, layout.host_path(n)) for n in WARM_CACHES if n in layout.names)
+    return any(filled(host, layout.host_path(n)) for n in layout.warm_names)
 
 
 def size_of(host: Host, path: str) -> int | None:
