@@ -159,3 +159,26 @@ def test_near_miss_ncclcomminitrank_progress_is_no_failure() -> None:
         "cudaDev 0 nvmlDev 0 busId 8000 commId 0x551d06754c6bacf2 - Init START\n"
     )
     assert diagnose(line).findings == ()
+
+
+# --------------------------------------------------------------------------- crashes, search
+
+
+def test_a_crash_of_an_sglang_launch_offers_sglangs_switches() -> None:
+    crash = "Fatal Python error: Segmentation fault\n"
+    finding = diagnose(crash, SGLANG).primary
+    assert finding is not None and finding.id == "gpu_kernel_crash"
+    assert finding.retry == {"add_args": ["--disable-cuda-graph"]}
+    assert "VLLM_" not in finding.fix and "--enforce-eager" not in finding.fix
+    assert "--repo sgl-project/sglang" in finding.commands[0]
+    vllm = diagnose(crash).primary  # no server named, none in the log: vLLM's switches
+    assert vllm is not None and "--enforce-eager" in vllm.fix
+
+
+def test_an_unmatched_sglang_log_searches_sglangs_tracker() -> None:
+    log = "[2025-03-10 10:00:00 TP0] Load weight begin. avail mem=191.33 GB\nKeyError: lm_head\n"
+    diagnosis = diagnose(log)
+    assert diagnosis.findings == ()
+    assert diagnosis.commands == (
+        "gh search issues --repo sgl-project/sglang -- 'KeyError: lm_head'",
+    )

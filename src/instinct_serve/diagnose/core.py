@@ -11,7 +11,7 @@ from instinct_serve.diagnose.failure_signals import STRONG_FAILURE
 from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, iter_lines
 from instinct_serve.diagnose.model import DiagnoseContext, Diagnosis, Finding
 from instinct_serve.diagnose.phases import PhaseTracker
-from instinct_serve.diagnose.rules import REGISTRY
+from instinct_serve.diagnose.rules import REGISTRY, sglang
 from instinct_serve.diagnose.scan import Scan
 from instinct_serve.diagnose.sglang_phases import SglangTracker, is_sglang_log
 from instinct_serve.diagnose.shell import issue_search
@@ -20,6 +20,7 @@ TAIL_LINES = 40
 MAX_LINES = 50_000  # a docker logs --tail 5000 is far below; bound the work on huge input
 _GFX = re.compile(r"\b(gfx(?:90a|9[0-9]{2}|1[0-9]{3}))\b")
 CANONICAL_UNKNOWN = "vLLM ROCm engine startup failure"
+CANONICAL_UNKNOWN_SGLANG = "SGLang ROCm server startup failure"
 
 
 def _facts(
@@ -105,8 +106,12 @@ def diagnose(text: str, context: DiagnoseContext | None = None) -> Diagnosis:
     last_error = _last_error(lines)
     tail = tuple(line.raw for line in lines[-TAIL_LINES:])
     commands: tuple[str, ...] = ()
-    if not ordered:
-        commands = (issue_search(last_error, CANONICAL_UNKNOWN),)
+    if not ordered:  # search the tracker of the server that wrote the log
+        commands = (
+            issue_search(last_error, CANONICAL_UNKNOWN_SGLANG, sglang.REPO)
+            if ctx.sglang
+            else issue_search(last_error, CANONICAL_UNKNOWN),
+        )
     healthy = not ordered and last_error is None and facts["phase_reached"] != "starting"
     return Diagnosis(
         findings=ordered,

@@ -18,6 +18,7 @@ from typing import Any
 
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.scan import Hit, Scan, exc
+from instinct_serve.diagnose.shell import issue_search
 
 _FRACTION = "--mem-fraction-static"
 _TP = ("--tp", "--tp-size", "--tensor-parallel-size")
@@ -177,6 +178,30 @@ def capture_failed_hit(scan: Scan) -> tuple[Hit | None, int, bool]:
         return None, 0, False
     around = scan.window(hit.index, 0, 3)
     return hit, count, any(_INVALIDATED.search(line.text) for line in around)
+
+
+REPO = "sgl-project/sglang"  # where ``issue_search`` looks for an SGLang error
+
+
+def gpu_kernel_crash(ctx: DiagnoseContext, message: str | None = None, **at: Any) -> Finding:
+    """A crash with no named kernel: SGLang's switches to narrow it down."""
+    return Finding(
+        id="gpu_kernel_crash",
+        title="A GPU kernel crashed the server",
+        cause="A segfault, abort or GPU memory-access fault killed an SGLang scheduler: usually "
+        "a kernel that does not support this GPU, model shape or quantization in this SGLang "
+        "build, or a graph capture or replay that went wrong.",
+        fix="Try, in order: --disable-cuda-graph (capture and replay bugs), SGLANG_USE_AITER=0 "
+        "(to confirm an AITER kernel), --attention-backend triton, a newer image; and search "
+        "upstream issues for the crash line.",
+        retry={"add_args": ["--disable-cuda-graph"]},
+        alternatives=(
+            {"set_env": {"SGLANG_USE_AITER": "0"}},
+            {"add_args": ["--attention-backend", "triton"]},
+        ),
+        commands=(issue_search(message, "ROCm segmentation fault", REPO),),
+        **at,
+    )
 
 
 def rccl_error(ctx: DiagnoseContext, **at: Any) -> Finding:
