@@ -192,8 +192,8 @@ def gpu_kernel_crash(ctx: DiagnoseContext, message: str | None = None, **at: Any
         "a kernel that does not support this GPU, model shape or quantization in this SGLang "
         "build, or a graph capture or replay that went wrong.",
         fix="Try, in order: --disable-cuda-graph (capture and replay bugs), SGLANG_USE_AITER=0 "
-        "(to confirm an AITER kernel), --attention-backend triton, a newer image; and search "
-        "upstream issues for the crash line.",
+        "(to confirm an AITER kernel), --attention-backend triton, a newer SGLang build; and "
+        "search upstream issues for the crash line.",
         retry={"add_args": ["--disable-cuda-graph"]},
         alternatives=(
             {"set_env": {"SGLANG_USE_AITER": "0"}},
