@@ -182,3 +182,12 @@ def test_an_unmatched_sglang_log_searches_sglangs_tracker() -> None:
     assert diagnosis.commands == (
         "gh search issues --repo sgl-project/sglang -- 'KeyError: lm_head'",
     )
+
+
+def test_the_mcp_tool_takes_the_server_as_the_cli_does() -> None:
+    from instinct_serve.agents.core import diagnose as mcp_diagnose
+    from instinct_serve.agents.inputs import DiagnoseInput
+
+    doc = mcp_diagnose(DiagnoseInput(log_text=HIP_OOM, server="sglang")).doc
+    assert doc["primary"] == "out_of_memory"
+    assert doc["findings"][0]["fix"].startswith("Lower --mem-fraction-static")
