@@ -216,3 +216,21 @@ def test_a_json_retry_is_shown_quoted_for_the_shell(
     code, out, _ = run(["diagnose", "--log", str(log)], capsys)
     assert code == 0 and "attn_full_graph_capture_fault" in out
     assert '--compilation-config \'{"cudagraph_mode":"PIECEWISE"}\'' in " ".join(out.split())
+
+
+def test_server_flag_words_a_bare_sglang_error_for_sglang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two bare lines from an SGLang launch (sgl-project/sglang#20890): nothing in them says
+    # SGLang, the flag does
+    log = tmp_path / "sglang.log"
+    log.write_text(
+        real_log("public/43_sglang_hip_oom_aiter_workspace_after_kv_pool_mi325x.log"), "utf-8"
+    )
+    code, out, _ = run(["diagnose", "--log", str(log), "--server", "sglang", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["primary"] == "out_of_memory"
+    assert doc["findings"][0]["fix"].startswith("Lower --mem-fraction-static")
+    assert doc["facts"]["server"] == "sglang"
+    code, out, _ = run(["diagnose", "--log", str(log), "--json"], capsys)
+    assert "--mem-fraction-static" not in json.loads(out)["findings"][0]["fix"]

@@ -100,3 +100,26 @@ def test_a_native_symptom_is_worded_for_the_native_route() -> None:
     native = diagnose_symptom("unrecognized arguments: --foo", NATIVE_CTX).primary
     assert native is not None and native.id == "unknown_argument"
     assert "this image" not in native.fix and "of the installed vLLM" in native.fix
+
+
+# The findings SGLang words itself (diagnose/rules/sglang.py), and its log's version of each
+SGLANG_WORDED = (
+    "kv_cache_no_memory",
+    "oom_graph_capture",
+    "oom_weights",
+    "oom_profiling",
+    "out_of_memory",
+    "graph_capture_failed",
+    "rccl_error",
+    "gpu_kernel_crash",
+)
+
+
+def test_sglangs_findings_speak_of_no_container_natively_and_of_no_vllm() -> None:
+    native = replace(NATIVE_CTX, server="sglang", args=["--tp", "2"])
+    for rule_id in SGLANG_WORDED:
+        finding = REGISTRY[rule_id].build_ranked(native)
+        assert not DOCKER_WORDS.search(_text(finding)), rule_id
+        assert "vLLM" not in _text(finding) and "VLLM_" not in _text(finding), rule_id
+        docker = REGISTRY[rule_id].build_ranked(replace(native, launcher="docker"))
+        assert docker.id == rule_id and "vLLM" not in _text(docker), rule_id

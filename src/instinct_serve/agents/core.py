@@ -218,7 +218,9 @@ def diagnose(inp: DiagnoseInput) -> Outcome:
     from instinct_serve.diagnose import DiagnoseContext, diagnose_symptom
     from instinct_serve.diagnose import diagnose as run_diagnose
 
-    context = DiagnoseContext(gfx=inp.gfx, model=inp.model, vllm_version=inp.vllm_version)
+    context = DiagnoseContext(
+        gfx=inp.gfx, model=inp.model, vllm_version=inp.vllm_version, server=inp.server
+    )
     if inp.symptom:
         result = diagnose_symptom(inp.symptom, context)
     elif inp.container:

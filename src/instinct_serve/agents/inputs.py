@@ -342,6 +342,11 @@ class DiagnoseInput(ToolInput):
     gfx: Text | None = None
     model: Model | None = None
     vllm_version: Text | None = None
+    server: Literal["vllm", "sglang"] | None = Field(
+        default=None,
+        description="The server that wrote the log (read from the log when it shows): fixes "
+        "name its flags.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> DiagnoseInput:

@@ -156,6 +156,11 @@ def render(diagnosis: Diagnosis) -> Callable[[Console], None]:
 @click.option("--gfx", metavar="GFX", help="The GPU's gfx target (gfx942...), to sharpen fixes.")
 @click.option("--model", metavar="MODEL", help="The model that was served.")
 @click.option("--vllm-version", metavar="VERSION", help="The vLLM version that ran.")
+@click.option(
+    "--server",
+    type=click.Choice(["vllm", "sglang"]),
+    help="The server that wrote the log (read from the log when it shows): fixes name its flags.",
+)
 @json_option
 @host_option
 def diagnose(
@@ -166,10 +171,11 @@ def diagnose(
     gfx: str | None,
     model: str | None,
     vllm_version: str | None,
+    server: str | None,
     as_json: bool,
     host_spec: str | None,
 ) -> int:
-    """Explain a failing vLLM log or symptom: cause, fix and the line that proves it.
+    """Explain a failing vLLM or SGLang log or symptom: cause, fix and the line that proves it.
 
     \b
     Examples:
@@ -177,6 +183,7 @@ def diagnose(
       docker logs my-endpoint 2>&1 | instinct diagnose -
       instinct diagnose --container instinct-qwen3-8b --host gpu01
       instinct diagnose --symptom "out of memory during graph capture"
+      instinct diagnose --log sglang.log --server sglang
     """
     from instinct_serve.diagnose import DiagnoseContext, diagnose_symptom
     from instinct_serve.diagnose import diagnose as run_diagnose
@@ -194,7 +201,7 @@ def diagnose(
             fix="e.g. instinct diagnose --log vllm.log",
             id="bad_input",
         )
-    context = DiagnoseContext(gfx=gfx, model=model, vllm_version=vllm_version)
+    context = DiagnoseContext(gfx=gfx, model=model, vllm_version=vllm_version, server=server)
     if symptom is not None:
         result = diagnose_symptom(symptom, context)
     elif container is not None:

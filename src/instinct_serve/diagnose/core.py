@@ -11,25 +11,33 @@ from instinct_serve.diagnose.failure_signals import STRONG_FAILURE
 from instinct_serve.diagnose.logline import EXCEPTION_START, LogLine, iter_lines
 from instinct_serve.diagnose.model import DiagnoseContext, Diagnosis, Finding
 from instinct_serve.diagnose.phases import PhaseTracker
-from instinct_serve.diagnose.rules import REGISTRY
+from instinct_serve.diagnose.rules import REGISTRY, sglang
 from instinct_serve.diagnose.scan import Scan
+from instinct_serve.diagnose.sglang_phases import SglangTracker, is_sglang_log
 from instinct_serve.diagnose.shell import issue_search
 
 TAIL_LINES = 40
 MAX_LINES = 50_000  # a docker logs --tail 5000 is far below; bound the work on huge input
 _GFX = re.compile(r"\b(gfx(?:90a|9[0-9]{2}|1[0-9]{3}))\b")
 CANONICAL_UNKNOWN = "vLLM ROCm engine startup failure"
+CANONICAL_UNKNOWN_SGLANG = "SGLang ROCm server startup failure"
 
 
-def _facts(text: str, lines: list[LogLine]) -> tuple[dict[str, Any], dict[int, str]]:
-    """Run the phase tracker over the log: version, figures and the phase before each line."""
-    tracker = PhaseTracker()
+def _facts(
+    text: str, lines: list[LogLine], server: str | None
+) -> tuple[dict[str, Any], dict[int, str]]:
+    """Run the phase tracker over the log (SGLang's for an SGLang log, named by the caller
+    or read from the log): version, figures and the phase before each line."""
+    sglang = server == "sglang" or (server is None and is_sglang_log(text))
+    tracker = SglangTracker() if sglang else PhaseTracker()
     phase_before: dict[int, str] = {}
     for index, line in enumerate(lines):
         phase_before[index] = tracker.stage
         tracker.feed(line.raw, now=0.0)
     figures = tracker.figures
     facts: dict[str, Any] = {"phase_reached": tracker.reached, "figures": figures}
+    if sglang:
+        facts["server"] = "sglang"
     if "vllm_version" in figures:
         facts["vllm_version"] = figures["vllm_version"]
     if "engine" in figures:
@@ -46,6 +54,7 @@ def _sharpen(context: DiagnoseContext | None, facts: Mapping[str, Any]) -> Diagn
         ctx,
         gfx=ctx.gfx or facts.get("gfx"),
         vllm_version=ctx.vllm_version or facts.get("vllm_version"),
+        server=ctx.server or facts.get("server"),
     )
 
 
@@ -71,7 +80,7 @@ def scan_log(text: str, context: DiagnoseContext | None = None) -> tuple[Scan, D
         physical = physical[-MAX_LINES:]
         text = "\n".join(physical)
     lines = list(iter_lines(text))
-    facts, phase_before = _facts(text, lines)
+    facts, phase_before = _facts(text, lines, context.server if context else None)
     return Scan(lines=lines, phase_before=phase_before, facts=facts), _sharpen(context, facts)
 
 
@@ -97,8 +106,12 @@ def diagnose(text: str, context: DiagnoseContext | None = None) -> Diagnosis:
     last_error = _last_error(lines)
     tail = tuple(line.raw for line in lines[-TAIL_LINES:])
     commands: tuple[str, ...] = ()
-    if not ordered:
-        commands = (issue_search(last_error, CANONICAL_UNKNOWN),)
+    if not ordered:  # search the tracker of the server that wrote the log
+        commands = (
+            issue_search(last_error, CANONICAL_UNKNOWN_SGLANG, sglang.REPO)
+            if ctx.sglang
+            else issue_search(last_error, CANONICAL_UNKNOWN),
+        )
     healthy = not ordered and last_error is None and facts["phase_reached"] != "starting"
     return Diagnosis(
         findings=ordered,

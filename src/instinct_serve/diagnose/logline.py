@@ -5,7 +5,7 @@ multiprocessing (``(EngineCore_DP0 pid=494)``, nested for Ray workers), ``[rank0
 torch, the vLLM logger header (``ERROR 08-19 13:12:57 [core.py:708]``, older
 ``INFO 01-30 03:18:12 gpu_model_runner.py:848]``), uvicorn's ``INFO:     ``, c10's
 ``[W807 17:02:45.247 ProcessGroupNCCL.cpp:1476]``, docker-compose and CRI timestamps, a
-wrapper's echo label (``vLLM STDOUT: ``). The
+wrapper's echo label (``vLLM STDOUT: ``), SGLang's ``[2025-07-02 07:41:59 DP0 TP0]``. The
 rules in this package match the *message* and look at the *level*: an error anchored at
 the start of an ERROR (or unlevelled) message is real, the same words inside a WARNING or an
 INFO line are not. Pure functions, shared by ``diagnose`` and the startup phase tracker.
@@ -45,6 +45,12 @@ _C10 = re.compile(r"^\[([WEIF])\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?[^\]\n]{0,200}\]
 # Ray / aiter python logging: "[2025-12-18 06:00:39] WARNING core.py:622: "
 _BRACKET = re.compile(
     r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w./\-]+:\d+:\s"
+)
+# SGLang's logger: "[2025-07-02 07:41:59 DP0 TP0] ", older "[22:30:32 TP0] " (the process's
+# ranks), no level; not where a level and a file follow (aiter's "[date] WARNING core.py:622: ")
+_SGLANG = re.compile(
+    r"^\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?: [A-Z][A-Z_]{1,7}\d+)*\] "
+    r"(?!(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w./\-]+:\d+:)"
 )
 # python logging default format: "2026-05-21 20:02:50,027 - INFO - "
 _PYLOG = re.compile(
@@ -88,6 +94,7 @@ def split_message(line: str) -> tuple[str, str | None]:
     level: str | None = None
     for _ in range(8):  # prefixes nest (engine core > ray worker > logger header)
         m = _PROC.match(text) or _RANK.match(text) or _COMPOSE.match(text) or _STAMP.match(text)
+        m = m or _SGLANG.match(text)
         if m is None and (echo := _ECHO.match(text)):
             rest = text[echo.end() :]
             tag = _PROC.match(rest)

@@ -64,6 +64,8 @@ class DiagnoseContext:
     signals: frozenset[Signal] = frozenset()
     launcher: str = "docker"  # docker | native: the words of the findings (``wording``)
     hf_home: str | None = None  # native: the HF_HOME the process reads, where one is set
+    # whose log: "vllm" or "sglang" (a fix names that server's flags); None: read from the log
+    server: str | None = None
 
     def arg(self, *names: str) -> str | None:
         """The value of a vLLM option in ``args`` (``--x v`` or ``--x=v``), last one wins."""
@@ -82,6 +84,11 @@ class DiagnoseContext:
     def int_arg(self, *names: str) -> int | None:
         value = self.float_arg(*names)
         return int(value) if value is not None else None
+
+    @property
+    def sglang(self) -> bool:
+        """The log is SGLang's: fixes name SGLang's flags (``diagnose.rules.sglang``)."""
+        return self.server == "sglang"
 
     @property
     def tensor_parallel_size(self) -> int | None:

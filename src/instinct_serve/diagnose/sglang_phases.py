@@ -19,11 +19,28 @@ from dataclasses import dataclass
 
 from instinct_serve.diagnose.failure_signals import SGLANG_FAILURE_SIGNALS
 from instinct_serve.diagnose.phase_lines import Phase
-from instinct_serve.diagnose.phases import PhaseEvent, PhaseTracker
+from instinct_serve.diagnose.phases import PhaseEvent, PhaseTracker, _later
 
 READY_LINE = "The server is fired up and ready to roll!"
 
 _FAILED = re.compile("|".join(f"(?:{s.pattern})" for s in SGLANG_FAILURE_SIGNALS))
+
+# What only SGLang prints: its logger's rank tag ("[2025-07-02 07:41:59 DP0 TP0] "), frames of
+# its package, its launcher, its start-up milestones and its own failure lines. A log with one
+# of them is SGLang's (``diagnose`` reads it with ``SglangTracker`` and words SGLang's fixes).
+_EVIDENCE = re.compile(
+    r"^\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?: [A-Z][A-Z_]{1,7}\d+)+\] "
+    r"|[/\\]sglang[/\\]srt[/\\]|\bsglang\.launch_server\b|\bsglang serve\b"
+    r"|Capture (?:cuda|hip) graph (?:begin|end|failed)|Load weight (?:begin|end)\."
+    r"|KV Cache is allocated\.|is larger than the profiled value -?\d"
+    r"|scheduler died during initialization|" + _FAILED.pattern,
+    re.MULTILINE,
+)
+
+
+def is_sglang_log(text: str) -> bool:
+    """Whether ``text`` holds a line only SGLang prints."""
+    return _EVIDENCE.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,12 @@ MILESTONES = (
         "profiling",
         "KV cache allocated: {tokens} tokens",
     ),
+    # the KV pool as profiled (logged when --max-total-tokens asks for more; <= 0: no room)
+    _Milestone(
+        re.compile(r"is larger than the profiled value (?P<tokens>-?\d+)"),
+        "profiling",
+        "KV pool profiled: {tokens} tokens",
+    ),
     _Milestone(
         re.compile(r"Capture (?:cuda|hip|npu) graph begin"), "capturing_graphs", "capturing graphs"
     ),
@@ -70,6 +93,8 @@ MILESTONES = (
     _Milestone(re.compile(re.escape(READY_LINE)), "ready", "SGLang ready"),
 )
 _KV_TOKENS = re.compile(r"KV Cache is allocated\..*?#tokens: (\d+)")
+# "Exception: Capture cuda graph failed: ..." (cuda_graph_runner.py): the capture had begun
+_CAPTURE_FAILED = re.compile(r"Capture (?:cuda|hip|npu) graph failed")
 
 
 class SglangTracker(PhaseTracker):
@@ -79,6 +104,8 @@ class SglangTracker(PhaseTracker):
     def feed(self, line: str, now: float | None = None) -> PhaseEvent | None:
         text = line.strip()
         failed = _FAILED.search(text)
+        if _CAPTURE_FAILED.search(text) and self.phase != "failed":
+            self._reached = _later(self._reached, "capturing_graphs")  # read on as an exception
         if failed is not None and not self.shutting_down and self.phase != "failed":
             return self._sglang_event(now, "failed", text[:300], line=line)
         for milestone in MILESTONES:

@@ -439,7 +439,7 @@ def serve_context(
     """What serve knows about the endpoint it diagnoses: the plan's argv (its tensor
     parallel size spelled out), environment, GPUs, what the wait saw (``signals``), and
     the route that ran it (``engine``: the findings' words; ``hf_home``: the native
-    process's HF_HOME, where one is set)."""
+    process's HF_HOME, where one is set) and the server it launched."""
     args = list(plan.vllm_args)
     if not vllm_args.has(args, "--tensor-parallel-size", "-tp"):
         args += ["--tensor-parallel-size", str(plan.tensor_parallel_size)]
@@ -454,6 +454,7 @@ def serve_context(
         signals=signals,
         launcher=engine,
         hf_home=hf_home if engine == "native" else None,
+        server=plan.server,  # the findings name that server's flags (SGLang's, vLLM's)
     )
 
 

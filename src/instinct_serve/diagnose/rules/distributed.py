@@ -7,6 +7,7 @@ from typing import Any
 
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.registry import Rule, words
+from instinct_serve.diagnose.rules import sglang
 from instinct_serve.diagnose.rules.common import at_hit, older
 from instinct_serve.diagnose.rules.crash import CRASH_GENERAL, named_crash
 from instinct_serve.diagnose.scan import Scan, exc
@@ -47,6 +48,8 @@ _RCCL = (
 
 
 def build_rccl_error(ctx: DiagnoseContext, **at: Any) -> Finding:
+    if ctx.sglang:
+        return sglang.rccl_error(ctx, **at)
     return Finding(
         id="rccl_error",
         title="Collective communication (RCCL) failed",

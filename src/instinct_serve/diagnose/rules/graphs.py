@@ -9,6 +9,7 @@ from typing import Any
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.phase_lines import FRAME_IN
 from instinct_serve.diagnose.registry import Rule, words
+from instinct_serve.diagnose.rules import sglang
 from instinct_serve.diagnose.rules.common import at_hit
 from instinct_serve.diagnose.rules.crash import (
     CRASH_GENERAL,
@@ -87,7 +88,11 @@ def _attn_full_capture(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
 _CAPTURE_FUNCTIONS = frozenset({"capture_model", "_capture_cudagraphs"})
 
 
-def build_graph_capture_failed(ctx: DiagnoseContext, full: bool = False, **at: Any) -> Finding:
+def build_graph_capture_failed(
+    ctx: DiagnoseContext, full: bool = False, invalidated: bool = False, **at: Any
+) -> Finding:
+    if ctx.sglang:
+        return sglang.graph_capture_failed(ctx, invalidated, **at)
     eager: RetryHint = {"add_args": ["--enforce-eager"]}
     piecewise = _piecewise_hint(ctx) if full else None
     return Finding(
@@ -115,7 +120,10 @@ def build_graph_capture_failed(ctx: DiagnoseContext, full: bool = False, **at: A
 def _graph_capture_failed(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     frames = [hit for hit in scan.hits(FRAME_IN) if hit.match.group(1) in _CAPTURE_FUNCTIONS]
     if not frames:
-        return None
+        hit, count, invalidated = sglang.capture_failed_hit(scan)  # SGLang's own exception
+        if hit is None:
+            return None
+        return sglang.graph_capture_failed(ctx, invalidated, **at_hit(hit, count))
     first, count = frames[0], len({hit.line.no for hit in frames})
     full = any(FULL_CAPTURE_LINE.match(line.text) for line in scan.lines[: first.index])
     return build_graph_capture_failed(ctx, full, **at_hit(first, count))

@@ -11,6 +11,7 @@ from typing import Any
 from instinct_serve.diagnose.logline import split_message
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.registry import Rule, words
+from instinct_serve.diagnose.rules import sglang
 from instinct_serve.diagnose.rules.common import INSTINCT_GFX, at_hit, gfx_of, message_block, older
 from instinct_serve.diagnose.rules.crash import CRASH, CRASH_GENERAL, named_crash, named_crashes
 from instinct_serve.diagnose.scan import Scan, exc
@@ -44,6 +45,8 @@ def build_gpu_kernel_crash(ctx: DiagnoseContext, **at: Any) -> Finding:
     options.append({"set_env": {"VLLM_ROCM_USE_AITER": "0"}})
     line = at.get("line")
     message = split_message(line)[0].strip() if isinstance(line, str) else None
+    if ctx.sglang:
+        return sglang.gpu_kernel_crash(ctx, message, **at)
     return Finding(
         id="gpu_kernel_crash",
         title="A GPU kernel crashed the engine",

@@ -11,6 +11,7 @@ from typing import Any
 
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.registry import Rule, number_after, words
+from instinct_serve.diagnose.rules import sglang
 from instinct_serve.diagnose.rules.common import at_hit, model_words, quant_suggestion
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.hardware.target import CPU_KV_ENV
@@ -29,6 +30,7 @@ def _util(ctx: DiagnoseContext) -> float | None:
 _OOM = exc(
     r"(?:CUDA|HIP|ROCm) (?:error: )?out of memory(?! occurred when warming up sampler)"
     r"|.{0,80}\bhipErrorOutOfMemory\b"
+    r"|(?:Exception: )?Capture (?:cuda|hip) graph failed: (?:CUDA|HIP) out of memory"  # SGLang
 )
 _SAMPLER_OOM = exc(r"(?:CUDA|HIP) out of memory occurred when warming up sampler with (\d+)")
 _TRIED = re.compile(
@@ -39,7 +41,8 @@ _TRIED = re.compile(
 # cuda_graph.py): the V1 profiling run goes through it too, without capturing.
 _CAPTURE_FRAMES = re.compile(
     r"capture_end|capture_begin|cuda\.graph\(|torch\.cuda\.graph\b|\bgraph_capture\b|"
-    r"capture_model|_capture_cudagraphs|capture_graph"
+    r"capture_model|_capture_cudagraphs|capture_graph|"
+    r"init_cuda_graphs|capture_one_batch_size|Capture (?:cuda|hip) graph failed"  # SGLang's
 )
 _WEIGHT_FRAMES = re.compile(
     r"load_model|load_weights|weight_loader|model_loader|initialize_model|"
@@ -47,13 +50,14 @@ _WEIGHT_FRAMES = re.compile(
 )
 _PROFILE_FRAMES = re.compile(
     r"profile_run|_dummy_run|determine_available_memory|determine_num_available_blocks|"
-    r"_dummy_sampler_run"
+    r"_dummy_sampler_run|"
+    r"init_memory_pool|init_attention_backend"  # SGLang: the KV pool, its backend's buffers
 )
 
 
 def _oom_stage(scan: Scan, hit: Hit) -> str | None:
     """Where the OOM happened: the frames of its traceback, else the phase the log was in."""
-    block = " ".join(line.text for line in scan.traceback_before(hit.index))
+    block = " ".join(line.text for line in [*scan.traceback_before(hit.index), hit.line])
     if _CAPTURE_FRAMES.search(block):
         return "capture"
     if _WEIGHT_FRAMES.search(block):
@@ -71,6 +75,8 @@ def _oom_stage(scan: Scan, hit: Hit) -> str | None:
 
 
 def build_oom_graph_capture(ctx: DiagnoseContext, **at: Any) -> Finding:
+    if ctx.sglang:
+        return sglang.oom(ctx, "capture", **at)
     util = _util(ctx)
     lower = round((util if util else 0.9) - 0.05, 2)
     if ctx.has_flag("--enforce-eager"):
@@ -100,6 +106,8 @@ def build_oom_graph_capture(ctx: DiagnoseContext, **at: Any) -> Finding:
 
 
 def build_oom_weights(ctx: DiagnoseContext, **at: Any) -> Finding:
+    if ctx.sglang:
+        return sglang.oom(ctx, "weights", **at)
     tp = ctx.tensor_parallel_size or 1
     retry: RetryHint | None = None
     spread = "spread it over more GPUs with a larger --tensor-parallel-size"
@@ -122,6 +130,8 @@ def build_oom_weights(ctx: DiagnoseContext, **at: Any) -> Finding:
 
 
 def build_oom_profiling(ctx: DiagnoseContext, **at: Any) -> Finding:
+    if ctx.sglang:
+        return sglang.oom(ctx, "profiling", **at)
     return Finding(
         id="oom_profiling",
         title="Out of memory during memory profiling",
@@ -137,6 +147,8 @@ def build_oom_profiling(ctx: DiagnoseContext, **at: Any) -> Finding:
 
 
 def build_out_of_memory(ctx: DiagnoseContext, **at: Any) -> Finding:
+    if ctx.sglang:
+        return sglang.oom(ctx, None, **at)
     return Finding(
         id="out_of_memory",
         title="GPU out of memory",
@@ -321,6 +333,8 @@ def build_kv_cache_no_memory(
         cpu_kv_gib = _float_or(ctx.env[CPU_KV_ENV])
     if cpu_kv_gib is not None:
         return _kv_cache_no_memory_cpu(ctx, cpu_kv_gib, **at)
+    if ctx.sglang:
+        return sglang.kv_cache_no_memory(ctx, **at)
     util = _util(ctx) or 0.9
     raised = min(0.95, round(util + 0.05, 2))
     retry: RetryHint | None = {"gpu_memory_utilization": raised} if raised > util else None
@@ -340,7 +354,10 @@ def build_kv_cache_no_memory(
 def _kv_no_memory(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_NO_KV_MEMORY)
     if hit is None:
-        return None
+        hit, count = sglang.no_pool_hit(scan)  # SGLang's pool, whoever named the log
+        if hit is None:
+            return None
+        return sglang.kv_cache_no_memory(ctx, **at_hit(hit, count))
     return build_kv_cache_no_memory(ctx, _cpu_kv_gib(scan, ctx), **at_hit(hit, count))
 
 
@@ -507,7 +524,10 @@ RULES = (
         92,
         build_kv_cache_no_memory,
         _kv_no_memory,
-        words(r"no available memory for the cache blocks"),
+        words(
+            r"no available memory for the cache blocks|not enough memory\. please try to "
+            r"increase --mem-fraction-static"
+        ),
     ),
     Rule(
         "max_model_len_exceeds_kv",

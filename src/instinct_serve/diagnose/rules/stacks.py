@@ -76,6 +76,8 @@ def retry_of(row: StackRow) -> RetryHint | None:
 
 
 def _known_bad(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    if ctx.sglang:
+        return None  # the table's rows are vLLM stacks (images, vLLM versions)
     launch = _launch(ctx)
     for row, pattern in _table().with_logs():
         if not row.known_bad or not row.matches(launch):
