@@ -267,6 +267,8 @@ def test_the_v2_runner_charges_no_graphs_before_0_29_and_the_default_sampler_pas
     }
     old, graphs, full = (by_version[v].overhead for v in ("0.27.1", "0.29.0", "0.33.0"))
     assert old.graph_bytes == 0 and graphs.graph_bytes > 0 and full.graph_bytes > 0
+    assert any("V2 model runner" in n for n in old.notes)
+    assert not any("V2 model runner" in n for n in graphs.notes)
     assert old.table.sampler_kind == graphs.table.sampler_kind == "v2_default"
     assert full.table.sampler_kind == "flashinfer"
     assert full.sampler_bytes == 6 * old.sampler_bytes
