@@ -299,11 +299,13 @@ def test_vllm_version_and_platform_select_the_overhead_rows(
 
     assert sampler("--vllm-version", "0.11.1")["value"] == "sort"
     # the recipe's environment sets VLLM_ROCM_USE_AITER=1: the aiter sampler (PR #43331)
-    assert sampler("--vllm-version", "0.27.1", "--platform", "ROCm")["value"] == "aiter"
-    manual = ["--vram-gib", "192", "--gpu-count", "1", "--vllm-version", "0.27.1"]
+    # (0.33.0: the V2 runner, which Qwen3-8B takes from 0.22, warms the full sampler up)
+    assert sampler("--vllm-version", "0.33.0", "--platform", "ROCm")["value"] == "aiter"
+    assert sampler("--vllm-version", "0.27.1", "--platform", "ROCm")["value"] == "v2_default"
+    manual = ["--vram-gib", "192", "--gpu-count", "1", "--vllm-version", "0.33.0"]
     code, out, _ = run(["fit", "Qwen/Qwen3-8B", "--json", *manual, "--platform", "Rocm"], capsys)
     assert as_json(out)["overhead"]["terms"]["sampler"]["value"] == "triton"
-    cuda = sampler("--vllm-version", "0.27.1", "--platform", "CUDA")
+    cuda = sampler("--vllm-version", "0.33.0", "--platform", "CUDA")
     assert (cuda["value"], cuda["bytes_per_logit"]) == ("flashinfer", 12)
     code, out, err = run([*base, "--platform", "tpu"], capsys)
     assert code == 2 and "tpu" in out + err

@@ -265,15 +265,15 @@ def test_version_behaviour() -> None:
 
 def test_graph_memory_and_utilization_follow_the_version() -> None:
     meta = shipped("Qwen/Qwen3-8B")
-    new = estimate(meta, MI300X, FitOptions(vllm_version="0.22.0"))
-    eager = estimate(meta, MI300X, FitOptions(vllm_version="0.22.0", enforce_eager=True))
+    new = estimate(meta, MI300X, FitOptions(vllm_version="0.21.0"))
+    eager = estimate(meta, MI300X, FitOptions(vllm_version="0.21.0", enforce_eager=True))
     old = estimate(meta, MI300X, FitOptions(vllm_version="0.19.0"))
     assert new.overhead.graph_bytes > 0 and eager.overhead.graph_bytes == 0
     assert old.overhead.graph_bytes == 0
     assert (new.gpu_memory_utilization, old.gpu_memory_utilization) == (0.92, 0.9)
     given = estimate(meta, MI300X, FitOptions(gpu_memory_utilization=0.8))
     assert given.gpu_memory_utilization == 0.8 and given.utilization_source == "given"
-    assert "0.22.0" in new.to_dict()["kv_cache"]["reproduces"]
+    assert "0.21.0" in new.to_dict()["kv_cache"]["reproduces"]
 
 
 def test_overhead_grows_with_batch_and_vocab() -> None:
@@ -436,8 +436,8 @@ def test_graph_estimate_counts_the_capture_sizes() -> None:
     assert tp - small == FIRST_CAPTURE_BYTES["tp"] - FIRST_CAPTURE_BYTES["single"]
     assert cudagraph_capture_sizes(1024, 96)[0][-1] == 96  # capped by max_num_batched_tokens
     meta = shipped("Qwen/Qwen3-8B")
-    few = estimate(meta, MI300X, FitOptions(vllm_version="0.22.0", max_num_seqs=8))
-    many = estimate(meta, MI300X, FitOptions(vllm_version="0.22.0", max_num_seqs=1024))
+    few = estimate(meta, MI300X, FitOptions(vllm_version="0.21.0", max_num_seqs=8))
+    many = estimate(meta, MI300X, FitOptions(vllm_version="0.21.0", max_num_seqs=1024))
     assert few.overhead.graph_captures == (5, 4) and many.overhead.graph_captures == (51, 51)
     assert many.overhead.graph_bytes - few.overhead.graph_bytes == 93 * PER_GRAPH_BYTES
 
@@ -452,7 +452,7 @@ def test_compilation_config_sets_the_graphs_vllm_captures() -> None:
 
     def graphs(config: str) -> tuple[int, tuple[int, int]]:
         args = ["--max-num-seqs", "256", "--compilation-config", config]
-        opts, _ = fit_options(LaunchContext(vllm_version="0.22.0", launch_args=args))
+        opts, _ = fit_options(LaunchContext(vllm_version="0.21.0", launch_args=args))
         o = estimate(meta, MI300X, opts).overhead
         return o.graph_bytes, o.graph_captures
 
@@ -479,9 +479,9 @@ def test_the_launch_env_turns_the_graph_estimate_off() -> None:
     from instinct_serve.fit.catalog_link import LaunchContext, fit_options
 
     meta = shipped("Qwen/Qwen3-8B")
-    on, _ = fit_options(LaunchContext(vllm_version="0.22.0"))
+    on, _ = fit_options(LaunchContext(vllm_version="0.21.0"))
     off, _ = fit_options(
-        LaunchContext(vllm_version="0.22.0", env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"})
+        LaunchContext(vllm_version="0.21.0", env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"})
     )
     with_graphs, without = estimate(meta, MI300X, on), estimate(meta, MI300X, off)
     assert with_graphs.overhead.graph_bytes > 0 and without.overhead.graph_bytes == 0

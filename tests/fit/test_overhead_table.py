@@ -15,6 +15,8 @@ from instinct_serve.fit.overhead_table import (
     PLATFORMS,
     ROWS,
     SAMPLER_BYTES_PER_LOGIT,
+    RunnerModel,
+    model_runner,
     normalise_platform,
     select,
     terms,
@@ -117,6 +119,21 @@ EVIDENCE: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "log, MI300X V0 (case mi300x-llama8b-v0-gmu0.9): 15.30 GiB for 14.96 GiB of tensors",
     ),
     ("load", "cpu", "0", ""): ("0.32.0", "source, cpu_worker.py: no device profile"),
+    **{
+        ("runner", plat, since, ""): (version, evidence)
+        for plat in ("cuda", "rocm")
+        for since, version, evidence in (
+            ("0", "0.21.0", "source, vllm/envs.py v0.21.0: VLLM_USE_V2_MODEL_RUNNER '0'"),
+            ("0.22.0", "0.22.0", "source, config/vllm.py v0.22.0: {'Qwen3ForCausalLM'}"),
+            ("0.23.0", "0.23.0", "source, config/vllm.py v0.23.0: Llama, Mistral, Qwen3"),
+            ("0.24.0", "0.24.0", "source, config/vllm.py v0.24.0: any listed architecture"),
+            ("0.25.0", "0.25.0", "source, config/vllm.py v0.25.0: 'or not model_config.is_moe'"),
+            ("0.27.1", "0.27.1", "source, config/vllm.py v0.27.1: KimiK3 listed"),
+            ("0.28.0", "0.28.0", "source, config/vllm.py v0.28.0: DeepseekV4ForCausalLM listed"),
+            ("0.29.0", "0.33.0", "source, config/vllm.py v0.29.0: use_v2_model_runner 'True'"),
+        )
+    },
+    ("runner", "cpu", "0", ""): ("0.32.0", "source, cpu_worker.py: CPUModelRunner"),
 }
 
 
@@ -184,13 +201,79 @@ def test_the_sampler_kind_changes_the_charge_on_rocm() -> None:
     """The aiter and Triton kernels charge a third of the sort path (PR #33538's figures)."""
     meta = _config_meta("meta-llama__Meta-Llama-3.1-8B")
     hw = HardwareSpec(192 * GIB, 1, None, "AMD Instinct MI300X", platform="rocm")
+    v1 = ("VLLM_USE_V2_MODEL_RUNNER", "0")  # Llama would take the V2 runner on 0.27.1
     old = estimate(meta, hw, FitOptions(vllm_version="0.11.1", max_model_len=8192))
-    new = estimate(meta, hw, FitOptions(vllm_version="0.27.1", max_model_len=8192))
+    new = estimate(meta, hw, FitOptions(vllm_version="0.27.1", max_model_len=8192, env=(v1,)))
     aiter = FitOptions(
-        vllm_version="0.27.1", max_model_len=8192, env=(("VLLM_ROCM_USE_AITER", "1"),)
+        vllm_version="0.27.1", max_model_len=8192, env=(("VLLM_ROCM_USE_AITER", "1"), v1)
     )
     on = estimate(meta, hw, aiter)
     assert old.overhead.sampler_bytes == 3 * new.overhead.sampler_bytes
     assert on.overhead.sampler_bytes == new.overhead.sampler_bytes
     assert on.to_dict()["overhead"]["terms"]["sampler"]["value"] == "aiter"
     assert new.to_dict()["overhead"]["terms"]["sampler"]["value"] == "triton"
+
+
+QWEN2 = ("Qwen2ForCausalLM",)
+
+
+@pytest.mark.parametrize(
+    ("version", "model", "env", "runner"),
+    [
+        # v0.21.0: opt-in only (VLLM_USE_V2_MODEL_RUNNER defaults to "0")
+        ("0.21.0", RunnerModel(QWEN2), {}, "v1"),
+        ("0.21.0", RunnerModel(QWEN2), {"VLLM_USE_V2_MODEL_RUNNER": "1"}, "v2"),
+        # v0.23.0: listed, dense and unquantized
+        ("0.23.0", RunnerModel(("LlamaForCausalLM",)), {}, "v2"),
+        ("0.23.0", RunnerModel(("LlamaForCausalLM",), quantized=True), {}, "v1"),
+        ("0.23.0", RunnerModel(QWEN2), {}, "v1"),
+        # v0.24.0: listed, MoE included
+        ("0.24.0", RunnerModel(("Qwen2MoeForCausalLM",), moe=True), {}, "v2"),
+        # v0.25.0-v0.28.0: listed, or dense and neither hybrid nor attention-free
+        ("0.27.1", RunnerModel(QWEN2), {}, "v2"),
+        ("0.27.1", RunnerModel(QWEN2), {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "v1"),
+        ("0.27.1", RunnerModel(("Qwen3MoeForCausalLM",), moe=True), {}, "v1"),
+        ("0.25.0", RunnerModel(("Qwen3_5ForConditionalGeneration",), hybrid=True), {}, "v1"),
+        ("0.28.0", RunnerModel(("GptOssForCausalLM",), moe=True), {}, "v1"),
+        # v0.29.0: every model
+        ("0.29.0", RunnerModel(("GptOssForCausalLM",), moe=True), {}, "v2"),
+    ],
+)
+def test_the_default_model_runner_follows_vllm_config(
+    version: str, model: RunnerModel, env: dict[str, str], runner: str
+) -> None:
+    assert model_runner(version, "cuda", env, model)[0] == runner
+
+
+def test_rocm_keeps_deepseek_v4_on_the_v1_runner_from_0_29() -> None:
+    """v0.29.0 ROCM_DEFAULT_MRV1_ARCHITECTURES = {DeepseekV32ForCausalLM, DeepseekV4ForCausalLM}."""
+    v4 = RunnerModel(("DeepseekV4ForCausalLM",), moe=True)
+    assert model_runner("0.29.0", "rocm", {}, v4)[0] == "v1"
+    assert model_runner("0.29.0", "cuda", {}, v4)[0] == "v2"
+
+
+def test_the_v2_runner_charges_no_graphs_before_0_29_and_the_default_sampler_pass_before_0_33() -> (
+    None
+):
+    """v1/worker/gpu/model_runner.py: profile_cudagraph_memory 'return 0' in v0.21.0-v0.28.0,
+    _profile_cudagraph_memory from v0.29.0; the sampler's 'Warmup-param pass' from v0.33.0.
+    The RTX 4090 logs of v0.27.1 (cases rtx4090-qwen2.5-0.5b-*) agree: the available KV is
+    the budget less the consumed memory and the peak activation, no graph term."""
+    meta = _config_meta("Qwen__Qwen3-8B")  # Qwen3ForCausalLM: dense
+    hw = HardwareSpec(int(23.99 * GIB), 1, None, "NVIDIA GeForce RTX 4090", platform="cuda")
+    by_version = {
+        v: estimate(meta, hw, FitOptions(vllm_version=v, max_model_len=8192))
+        for v in ("0.27.1", "0.29.0", "0.33.0")
+    }
+    old, graphs, full = (by_version[v].overhead for v in ("0.27.1", "0.29.0", "0.33.0"))
+    assert old.graph_bytes == 0 and graphs.graph_bytes > 0 and full.graph_bytes > 0
+    assert any("V2 model runner" in n for n in old.notes)
+    assert not any("V2 model runner" in n for n in graphs.notes)
+    assert old.table.sampler_kind == graphs.table.sampler_kind == "v2_default"
+    assert full.table.sampler_kind == "flashinfer"
+    assert full.sampler_bytes == 6 * old.sampler_bytes
+    v1 = FitOptions(
+        vllm_version="0.27.1", max_model_len=8192, env=(("VLLM_USE_V2_MODEL_RUNNER", "0"),)
+    )
+    forced = estimate(meta, hw, v1).overhead
+    assert forced.graph_bytes > 0 and forced.table.sampler_kind == "flashinfer"

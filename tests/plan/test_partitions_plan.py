@@ -125,10 +125,12 @@ def test_gpus_without_partition_modes_list_none() -> None:
 
 
 def test_cpx_plan_uses_the_partitions_memory(cpx_inventory: GpuInventory) -> None:
-    """One endpoint per partition (TP 1: 16 GB of weights in 24 GiB, tight)."""
+    """One endpoint per partition (TP 1: 16 GB of weights in 24 GiB). The plan's image (vLLM
+    0.27.1) runs Qwen3-8B, a dense model, on the V2 model runner, which charges no graph
+    estimate (overhead_table ``runner``): TP 1 leaves enough for a safe verdict."""
     p = plan(cpx_inventory, model=SMALL, tp=1)
     assert p.vram_gb_per_gpu == round(CPX_SHARE / 1e9, 2) == 25.77
-    assert p.gpu_count == 64 and p.tensor_parallel_size == 1 and p.verdict == "tight"
+    assert p.gpu_count == 64 and p.tensor_parallel_size == 1 and p.verdict == "safe"
     assert p.gpu_indices is None  # TP 1: vLLM takes the first visible partition
     part = p.partitions
     assert part is not None
@@ -136,11 +138,11 @@ def test_cpx_plan_uses_the_partitions_memory(cpx_inventory: GpuInventory) -> Non
     assert part["replicas"] == 64 and part["replica_gpus"][9] == [9]
     assert part["gpu_groups"][1] == list(range(8, 16))
     assert "64 logical GPUs of 24 GiB on 8 GPU(s)" in part["note"]
-    # throughput: the smallest TP with safe headroom, 2 partitions of one GPU each
+    # throughput: the smallest TP with safe headroom, here one partition per replica
     roomy = plan(cpx_inventory, model=SMALL, objective="throughput")
-    assert roomy.tensor_parallel_size == 2 and roomy.partitions is not None
-    assert roomy.partitions["replica_gpus"][:2] == [[0, 1], [2, 3]]
-    assert roomy.partitions["replicas"] == 32
+    assert roomy.tensor_parallel_size == 1 and roomy.partitions is not None
+    assert roomy.partitions["replica_gpus"][:2] == [[0], [1]]
+    assert roomy.partitions["replicas"] == 64
 
 
 def test_cpx_tp_groups_stay_on_one_gpus_partitions(cpx_inventory: GpuInventory) -> None:

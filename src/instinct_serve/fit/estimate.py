@@ -26,7 +26,7 @@ from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
 from instinct_serve.fit.kv import KvLayout, LayerKind, ModelLayers, describe_layers, kv_layout
 from instinct_serve.fit.meta import ModelMeta
 from instinct_serve.fit.overhead import CudagraphConfig, Overhead, estimate_overhead, topology
-from instinct_serve.fit.overhead_table import terms
+from instinct_serve.fit.overhead_table import runner_model, terms
 from instinct_serve.fit.sglang import SglangMemory
 from instinct_serve.fit.vllm import ENGINES, VllmBehaviour, behaviour, v0_chunks_by_default
 from instinct_serve.fit.weights import MOE_ALIGNMENT, WeightEstimate, estimate_weights
@@ -544,9 +544,6 @@ class _Estimator:
             hw.vram_bytes, self.target, hw.name, v0_chunked_prefill=chunked
         )
         self.pp = opts.pipeline_parallel_size
-        # the V2 model runner profiled neither the sampler nor graphs until vllm#48601
-        # (2026-07-14); the first release with the fix is taken to be 0.26
-        self.v2_unprofiled = opts.v2_model_runner and self.vllm.before("0.26")
         self.stage_layers = self.layers
         if self.pp > 1:  # the first stage holds the most layers; KV blocks are the minimum
             per_stage = -(-len(self.layers.layers) // self.pp)
@@ -563,7 +560,15 @@ class _Estimator:
             self.util_source = self.vllm.utilization_note
         self.kv_bytes = kv_cache_dtype_bytes(opts.kv_cache_dtype, self.cfg.dtype_bytes)
         self.env = dict(opts.env)
-        self.terms = terms(self.vllm.version, hw.platform, self.env, v0_engine=self.vllm.v0_engine)
+        if opts.v2_model_runner:
+            self.env.setdefault("VLLM_USE_V2_MODEL_RUNNER", "1")
+        self.terms = terms(
+            self.vllm.version,
+            hw.platform,
+            self.env,
+            v0_engine=self.vllm.v0_engine,
+            model=runner_model(self.cfg, self.layers.layers),
+        )
         self.alignment = opts.moe_alignment or MOE_ALIGNMENT.get(
             "rocm" if hw.platform == "rocm" else "cuda_marlin"
         )
@@ -611,8 +616,7 @@ class _Estimator:
             table=self.terms,
             platform=self.hw.platform,
             sampler_bytes_per_logit=opts.sampler_bytes_per_logit,
-            profile_sampler=not self.v2_unprofiled,
-            graphs_estimated=opts.estimate_graphs and not self.v2_unprofiled,
+            graphs_estimated=opts.estimate_graphs and self.terms.graphs_profiled,
             num_speculative_tokens=opts.speculative_mtp,
             cudagraph=opts.cudagraph,
             topology=topology(self.hw.name, across_nodes=tp * self.pp > node),

@@ -265,6 +265,11 @@ def _modelled_notes(
             f"graph estimate: first capture + 1 MiB x further graphs "
             f"({captures[0]} PIECEWISE, {captures[1]} FULL for {max_num_seqs} seqs)"
         )
+    if table.v2_runner and not table.graphs_profiled and table.graphs.value == "estimate":
+        notes.append(
+            "no graph estimate: vLLM's V2 model runner, this model's default here, "
+            "charges none before 0.29 (profile_cudagraph_memory returns 0)"
+        )
     if encoder:
         notes.append("vision encoder profiling approximated for a 16,384-token image")
     return tuple(notes)

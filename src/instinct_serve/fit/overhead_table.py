@@ -29,10 +29,17 @@ Terms and values:
 - ``load``: what "Model loading took" measures and the budget charges as weights: ``torch``
   (the allocations) or ``device`` (used device memory, ``total - free``), as a factor on the
   tensor bytes.
+- ``runner``: which GPU model runner a generate model gets by default (``model_runner``):
+  the V1 runner (``gpu_model_runner.py``) or the V2 one (``vllm/v1/worker/gpu/model_runner.py``),
+  by ``VllmConfig.use_v2_model_runner``. The V2 runner's ``profile_cudagraph_memory`` returns
+  0 up to v0.28.0 (graphs are not charged: ``V2_GRAPHS_FROM``) and its ``_dummy_sampler_run``
+  runs only the default pass ("the sampler may skip top_k, top_p", the model-dtype logits:
+  sampler kind ``v2_default``) up to v0.32 (``V2_SAMPLER_FROM``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,9 +48,27 @@ from packaging.version import InvalidVersion, Version
 from instinct_serve.names import PLATFORMS, normalise_platform
 
 GIB = 2**30
-TERMS = ("sampler", "graphs", "collectives", "load")
-__all__ = ["PLATFORMS", "ROWS", "Row", "Terms", "normalise_platform", "select", "terms"]
-SAMPLER_BYTES_PER_LOGIT = {"sort": 36, "flashinfer": 12, "aiter": 12, "triton": 12, "none": 0}
+TERMS = ("sampler", "graphs", "collectives", "load", "runner")
+__all__ = [
+    "PLATFORMS",
+    "ROWS",
+    "Row",
+    "RunnerModel",
+    "Terms",
+    "model_runner",
+    "normalise_platform",
+    "runner_model",
+    "select",
+    "terms",
+]
+SAMPLER_BYTES_PER_LOGIT = {
+    "sort": 36,
+    "flashinfer": 12,
+    "aiter": 12,
+    "triton": 12,
+    "v2_default": 2,  # the bf16 logits compute_logits returns; no fp32 copy, no top-k/top-p
+    "none": 0,
+}
 # the ROCm device-wide load figure over the tensor bytes: the calibration case
 # mi300x-llama8b-v0-gmu0.9 logs 15.30 GiB for 14.96 GiB of tensors (+2.3 %)
 ROCM_LOAD_FACTOR = 1.023
@@ -64,6 +89,7 @@ class Row:
     when: str = ""  # "NAME=VALUE": the row holds only with that environment setting
     gib: tuple[tuple[str, float], ...] = ()  # collectives: GiB per topology
     factor: float = 1.0  # load: the logged figure over the tensor bytes
+    archs: tuple[str, ...] = ()  # runner: DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES of the release
 
     def amount(self, topology: str) -> float:
         return dict(self.gib).get(topology, 0.0)
@@ -77,6 +103,8 @@ class Row:
             out["gib"] = dict(self.gib)
         if self.term == "load":
             out["factor"] = self.factor
+        if self.archs:
+            out["archs"] = list(self.archs)
         return out
 
 
@@ -150,6 +178,60 @@ _CPU = (
     "size (--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE), else requested memory - RSS; "
     "no GPU profile, no graphs, no device collectives"
 )
+_RUNNER_OPT_IN = (
+    "vllm/envs.py v0.21.0: VLLM_USE_V2_MODEL_RUNNER defaults to '0'; gpu_worker.py builds the "
+    "V1 GPUModelRunner unless it is set"
+)
+_RUNNER_LISTED_DENSE = (
+    "vllm/config/vllm.py v0.22.0/v0.23.0 _is_default_v2_model_runner_model: an architecture of "
+    "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES and 'not model_config.is_moe and not "
+    "model_config.is_quantized'"
+)
+_RUNNER_LISTED = (
+    "vllm/config/vllm.py v0.24.0 _is_default_v2_model_runner_model: any architecture of "
+    "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES"
+)
+_RUNNER_DENSE = (
+    "vllm/config/vllm.py v0.25.0-v0.28.0 _is_default_v2_model_runner_model: a listed "
+    "architecture, or 'not model_config.is_moe' for a generate model that is neither hybrid "
+    "nor attention-free (v0.26.0 not read; the RTX 4090 logs of Qwen2.5-0.5B on v0.27.1 come from "
+    "v1/worker/gpu/model_runner.py)"
+)
+_RUNNER_ALL = (
+    "vllm/config/vllm.py v0.29.0 use_v2_model_runner: every model unless a feature is "
+    "unsupported; on ROCm not ROCM_DEFAULT_MRV1_ARCHITECTURES"
+)
+_V22 = ("Qwen3ForCausalLM",)
+_V23 = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
+_V24 = (*_V23, "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM")
+_V25 = ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM")
+_V27 = (
+    *_V25,
+    "InklingForCausalLM",
+    "InklingForConditionalGeneration",
+    "KimiK3ForConditionalGeneration",
+    "LongcatFlashNgramForCausalLM",
+)
+_V28 = (*_V27, "DeepseekV4ForCausalLM")
+_ROCM_V1 = ("DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM")  # v0.29.0, ROCm keeps V1
+
+
+_DENSE = "listed_or_dense"
+
+
+def _rocm_v1(platform: str) -> tuple[str, ...]:
+    """v0.29.0: the architectures ROCm keeps on the V1 runner (none elsewhere)."""
+    return _ROCM_V1 if platform == "rocm" else ()
+
+
+def _rocm(platform: str, archs: tuple[str, ...]) -> tuple[str, ...]:
+    """v0.27.1 ROCM_EXCLUDED_V2_MODEL_RUNNER_ARCHITECTURES: Kimi K3 stays on V1 on ROCm."""
+    return tuple(a for a in archs if platform != "rocm" or a != "KimiK3ForConditionalGeneration")
+
+
+# the V2 runner's graph estimate and full sampler warm-up (module doc, ``runner``)
+V2_GRAPHS_FROM = "0.29.0"  # v0.21.0-v0.28.0: 'return 0'; v0.29.0: _profile_cudagraph_memory
+V2_SAMPLER_FROM = "0.33.0"  # v0.33.0: 'Warmup-param pass ... pays for the fp32 logits pipeline'
 _NVSWITCH = (("nvswitch", 1.8), ("one_node", 0.4), ("across_nodes", 0.4))
 _NONE = (("nvswitch", 0.0), ("one_node", 0.0), ("across_nodes", 0.0))
 
@@ -184,6 +266,21 @@ ROWS: tuple[Row, ...] = (
     Row("load", "cuda", "0", "torch", _LOAD_TORCH),
     Row("load", "rocm", "0", "device", _LOAD_DEVICE, factor=ROCM_LOAD_FACTOR),
     Row("load", "cpu", "0", "none", _CPU),
+    *(
+        row
+        for plat in ("cuda", "rocm")
+        for row in (
+            Row("runner", plat, "0", "v1", _RUNNER_OPT_IN),
+            Row("runner", plat, "0.22.0", "listed_dense", _RUNNER_LISTED_DENSE, archs=_V22),
+            Row("runner", plat, "0.23.0", "listed_dense", _RUNNER_LISTED_DENSE, archs=_V23),
+            Row("runner", plat, "0.24.0", "listed", _RUNNER_LISTED, archs=_V24),
+            Row("runner", plat, "0.25.0", _DENSE, _RUNNER_DENSE, archs=_V25),
+            Row("runner", plat, "0.27.1", _DENSE, _RUNNER_DENSE, archs=_rocm(plat, _V27)),
+            Row("runner", plat, "0.28.0", _DENSE, _RUNNER_DENSE, archs=_rocm(plat, _V28)),
+            Row("runner", plat, "0.29.0", "all", _RUNNER_ALL, archs=_rocm_v1(plat)),
+        )
+    ),
+    Row("runner", "cpu", "0", "v1", _CPU),
 )
 
 
@@ -212,6 +309,55 @@ def select(term: str, version: str, platform: str, env: dict[str, str] | None = 
 
 
 @dataclass(frozen=True)
+class RunnerModel:
+    """What ``use_v2_model_runner`` reads of a model (``_is_default_v2_model_runner_model``)."""
+
+    architectures: tuple[str, ...] = ()
+    moe: bool = False
+    hybrid: bool = False  # recurrent (Mamba, gated delta net) layers beside attention
+    quantized: bool = False
+    attention_free: bool = False
+
+
+def runner_model(cfg: Any, layers: Sequence[Any]) -> RunnerModel:
+    """A ``fit.config.ModelConfig`` and its ``kv`` layers as the runner choice reads them."""
+    recurrent = sum(1 for layer in layers if str(layer.kind) == "mamba")
+    return RunnerModel(
+        architectures=tuple(cfg.architectures),
+        moe=cfg.num_experts > 0,
+        hybrid=0 < recurrent < len(layers),
+        quantized=cfg.quant_method is not None,
+        attention_free=bool(layers) and recurrent == len(layers),
+    )
+
+
+def model_runner(
+    version: str, platform: str, env: dict[str, str] | None, model: RunnerModel
+) -> tuple[str, Row]:
+    """("v1" | "v2", the row deciding it) for one launch (module doc, ``runner``).
+
+    ``VLLM_USE_V2_MODEL_RUNNER`` set to a boolean decides first ('if use_v2_model_runner is
+    not None: return use_v2_model_runner', v0.22.0-v0.29.0)."""
+    row = select("runner", version, platform, env)
+    forced = (env or {}).get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower()
+    if forced in ("1", "true", "0", "false"):
+        return ("v2" if forced in ("1", "true") else "v1"), row
+    listed = any(a in row.archs for a in model.architectures)
+    if row.value == "listed_dense":
+        v2 = listed and not model.moe and not model.quantized
+    elif row.value == "listed":
+        v2 = listed
+    elif row.value == "listed_or_dense":
+        dense = not (model.moe or model.hybrid or model.attention_free)
+        v2 = listed or dense
+    elif row.value == "all":
+        v2 = not listed  # the row's list is the architectures kept on V1
+    else:
+        v2 = False
+    return ("v2" if v2 else "v1"), row
+
+
+@dataclass(frozen=True)
 class Terms:
     """The rows one estimate reads: what each term is for this version and platform."""
 
@@ -220,14 +366,29 @@ class Terms:
     collectives: Row
     load: Row
     v0_sampler: bool = False
+    runner: Row | None = None
+    v2_runner: bool = False
+    v2_graphs: bool = False  # the V2 runner charges its graph estimate (V2_GRAPHS_FROM)
+    v2_sampler: bool = False  # the V2 runner warms the full sampler up (V2_SAMPLER_FROM)
+
+    @property
+    def graphs_profiled(self) -> bool:
+        """Whether the runner charges graph memory where the ``graphs`` row estimates it."""
+        return not self.v2_runner or self.v2_graphs
 
     @property
     def sampler_kind(self) -> str:
-        return V0_SAMPLER[0] if self.v0_sampler else self.sampler.value
+        if self.v0_sampler:
+            return V0_SAMPLER[0]
+        return "v2_default" if self.v2_runner and not self.v2_sampler else self.sampler.value
 
     @property
     def sampler_source(self) -> str:
-        return V0_SAMPLER[1] if self.v0_sampler else self.sampler.source
+        if self.v0_sampler:
+            return V0_SAMPLER[1]
+        if self.v2_runner and not self.v2_sampler:
+            return _V2_DEFAULT_PASS
+        return self.sampler.source
 
     @property
     def sampler_bytes_per_logit(self) -> int:
@@ -239,22 +400,45 @@ class Terms:
             "source": self.sampler_source,
             "bytes_per_logit": self.sampler_bytes_per_logit,
         }
-        return {
+        out = {
             "sampler": sampler,
-            "graphs": self.graphs.to_dict(),
+            "graphs": self.graphs.to_dict() | {"charged": self.graphs_profiled},
             "collectives": self.collectives.to_dict(),
             "load": self.load.to_dict(),
         }
+        if self.runner is not None:
+            out["runner"] = self.runner.to_dict() | {"runner": "v2" if self.v2_runner else "v1"}
+        return out
+
+
+_V2_DEFAULT_PASS = (
+    "vllm/v1/worker/gpu/model_runner.py v0.21.0-v0.32: _dummy_sampler_run calls the sampler "
+    "on the model-dtype logits of a dummy batch ('the sampler may skip top_k, top_p, and "
+    "logprobs'); v0.33.0 adds the 'Warmup-param pass' that pays for the fp32 pipeline"
+)
 
 
 def terms(
-    version: str, platform: str, env: dict[str, str] | None = None, *, v0_engine: bool = False
+    version: str,
+    platform: str,
+    env: dict[str, str] | None = None,
+    *,
+    v0_engine: bool = False,
+    model: RunnerModel | None = None,
 ) -> Terms:
-    """Every term's row for one launch."""
+    """Every term's row for one launch; ``model``: what selects the model runner (V1 engine)."""
+    runner, runner_row = ("v1", None)
+    if model is not None and not v0_engine:
+        runner, runner_row = model_runner(version, platform, env, model)
+    ver = _base(version)
     return Terms(
         sampler=select("sampler", version, platform, env),
         graphs=select("graphs", version, platform, env),
         collectives=select("collectives", version, platform, env),
         load=select("load", version, platform, env),
         v0_sampler=v0_engine,
+        runner=runner_row,
+        v2_runner=runner == "v2",
+        v2_graphs=ver >= Version(V2_GRAPHS_FROM),
+        v2_sampler=ver >= Version(V2_SAMPLER_FROM),
     )
