@@ -222,7 +222,7 @@ def test_a_warm_cache_passes_at_once(shell: list[str], tmp_path: Path) -> None:
     (tmp_path / "vllm" / "torch_compile_cache").mkdir(parents=True)
     began = time.monotonic()
     out = finish(start(wait_command(shell, tmp_path, "pod-a", 60)))
-    assert "holds a compile" in out and time.monotonic() - began < 3
+    assert "holds a compile" in out and time.monotonic() - began < 20  # not the 60 s bound
     assert not (tmp_path / ".instinct-fill").exists()
 
 
@@ -256,7 +256,7 @@ def test_the_wait_is_bounded(shell: list[str], tmp_path: Path) -> None:
     began = time.monotonic()
     out = finish(start(wait_command(shell, tmp_path, "pod-a", 2)))
     assert "a pod is" in out and "fills it" in out
-    assert 0.9 < time.monotonic() - began < 6  # whole seconds of `date +%s`
+    assert 0.9 < time.monotonic() - began < 20  # whole seconds of `date +%s`; a busy host
     # a holder whose clock runs ahead never looks stale: the waiter starts cold
     other = tmp_path / "other"
     (other / ".instinct-fill" / "lock").mkdir(parents=True)

@@ -337,12 +337,15 @@ while :; do
   if ! test -d "$lock"; then
     take && exit 0
   fi
-  case $since in ''|*[!0-9]*) since=$start ;; esac
+  # a takeover is one mkdir named for the lock's state (one taker each), and the lock stays
+  # in place, its owner rewritten: no moment without a lock for a third pod to take
+  case $since in ''|*[!0-9]*) since=$start state_id=none ;; *) state_id=$since ;; esac
   if test $((now - since)) -ge "$bound" && mkdir -p "$state" &&
-      mkdir "$state/taken-$since-$holder" 2>/dev/null; then
+      mkdir "$state/taken-$state_id-$holder" 2>/dev/null; then
     echo "the fill lock of ${{holder:-a pod}} is $((now - since)) s old: taking it over"
-    rm -rf "$lock"
-    take && exit 0
+    mkdir -p "$lock" && echo "$(date +%s) $owner" > "$lock/owner"
+    echo "compile cache cold: $owner fills it, the other pods wait for it"
+    exit 0
   elif test $((now - start)) -ge "$bound"; then
     echo "waited $((now - start)) s for ${{holder:-a pod}} to fill the compile cache: starting cold"
     exit 0
