@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,41 +26,25 @@ from typing import Any
 
 import httpx
 
-from instinct_serve import servers
-from instinct_serve.plan.model import LaunchPlan
 from tests.infra.capture_real_vllm import exchange
 from tests.infra.ports import free_port
+from tests.infra.realsglang import (
+    READY_LINE,
+    SERVED,
+    Setup,
+    cpu_plan,
+    load_setup,
+    native_argv,
+    server_env,
+)
 
-SERVED = "HuggingFaceTB/SmolLM2-135M-Instruct"
 CONTEXT = 8192  # --max-total-tokens; the model's own context is 8192 too
-READY_LINE = "The server is fired up and ready to roll!"
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "fixtures" / "sglang"
 
 
-def _setup() -> dict[str, Any]:
-    root = Path(
-        os.environ.get("INSTINCT_REALSGLANG_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "instinct-serve-tests"
-        / "real-sglang"
-    )
-    doc: dict[str, Any] = json.loads((root / "setup.json").read_text(encoding="utf-8"))
-    return doc
-
-
-def _argv(setup: dict[str, Any], port: int) -> list[str]:
-    model = setup["model_dir"]
-    plan = LaunchPlan(model, model, "none", "sglang-capture", server="sglang", port=port)
-    plan.vllm_args = [
-        *("--device", "cpu", "--attention-backend", "torch_native"),
-        *("--served-model-name", SERVED, "--port", str(port), "--nccl-port", str(free_port())),
-        *("--enable-metrics", "--max-total-tokens", str(CONTEXT)),
-    ]
-    plan.launcher = "native"
-    argv = servers.get("sglang").native_argv(plan)
-    argv[0] = str(Path(setup["venv"], "bin", "python"))
-    return argv
+def _argv(setup: Setup, port: int) -> list[str]:
+    return native_argv(setup, cpu_plan(setup, port, max_total_tokens=CONTEXT))
 
 
 def capture_responses(base: str) -> list[dict[str, Any]]:
@@ -145,14 +128,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
     opts = parser.parse_args(argv)
-    setup = _setup()
+    setup = load_setup()
+    if setup is None:
+        print("no setup.json: run bash tests/infra/setup_real_sglang.sh", file=sys.stderr)
+        return 1
     port = free_port()
-    env = {
-        **os.environ,
-        "SGLANG_USE_CPU_ENGINE": "1",
-        "PYTHONPATH": setup["placeholder"],
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = server_env(setup)
     opts.out.mkdir(parents=True, exist_ok=True)
     log = opts.out / "real_cpu_start_2.log"
     start = time.monotonic()
@@ -175,7 +156,7 @@ def main(argv: list[str]) -> int:
     metrics["body"] = "(real_cpu_metrics_2.txt)"
     for item in exchanges:
         item["request"]["body"] = _short(item["request"]["body"])
-    doc = {"sglang": setup.get("versions"), "ready_s": round(ready_s, 1), "exchanges": exchanges}
+    doc = {"sglang": setup.versions, "ready_s": round(ready_s, 1), "exchanges": exchanges}
     (opts.out / "responses.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return 0
 

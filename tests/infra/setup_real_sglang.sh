@@ -18,6 +18,8 @@
 # Launch: SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=$cache/sgl-kernel-placeholder
 #   $cache/venv/bin/python -m sglang.launch_server --device cpu --attention-backend torch_native
 #   --model-path DIR ... (tests/infra/realsglang.py)
+#   4. image  the venv, the placeholder and the host's python3.11 as a registry-free docker image
+#            (`docker import`, as the real-vLLM tier's), for `serve --server sglang` by docker
 # Then: INSTINCT_TEST_REQUIRE=realsglang .venv/bin/pytest -m realsglang tests/realsglang -n 0
 #
 # Cache: $INSTINCT_REALSGLANG_CACHE, default ${XDG_CACHE_HOME:-~/.cache}/instinct-serve-tests/
@@ -151,7 +153,13 @@ if [ ! -f "$model/model.safetensors" ]; then
   INSTINCT_REALVLLM_IMAGE=0 bash tests/infra/setup_real_vllm.sh
 fi
 version=$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("sglang"), version("torch"))')
-printf '{"venv": "%s", "placeholder": "%s", "model_dir": "%s", "versions": "%s"}\n' \
-  "$venv" "$cache/sgl-kernel-placeholder" "$model" "$version" >"$cache/setup.json"
+printf '{"venv": "%s", "placeholder": "%s", "model_dir": "%s", "hf_home": "%s", "versions": "%s"}\n' \
+  "$venv" "$cache/sgl-kernel-placeholder" "$model" "$vllm_cache/hf-home" "$version" >"$cache/setup.json"
+# 4. the docker image (registry-free, tests/infra/realsglang.py); INSTINCT_REALSGLANG_IMAGE=0 skips it
+if [ "${INSTINCT_REALSGLANG_IMAGE:-1}" != 0 ] && docker version >/dev/null 2>&1; then
+  t=$(now)
+  "$py" -m tests.infra.realsglang image
+  echo "image_s=$(secs "$t")" >>"$cache/timings"
+fi
 echo "== real SGLang ready in $(secs "$total_start") s (cache $cache): $version"
 cat "$cache/timings" 2>/dev/null || true

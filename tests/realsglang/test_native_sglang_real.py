@@ -12,13 +12,10 @@ any call; a Llama on a CPU without AMX takes torch's path)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -27,80 +24,35 @@ from instinct_serve import servers
 from instinct_serve.errors import InstinctError
 from instinct_serve.observe import fingerprint as fp
 from instinct_serve.observe.vllm import snapshot
-from instinct_serve.plan.model import LaunchPlan
 from instinct_serve.runtime.fingerprint import Budget, take
 from instinct_serve.runtime.health import probe_health
 from instinct_serve.servers import Routes
 from tests.infra.ports import free_port
+from tests.infra.realsglang import READY_S, SERVED, Setup, cpu_plan, start_server
 
 pytestmark = pytest.mark.realsglang
 
-CACHE = Path(
-    os.environ.get("INSTINCT_REALSGLANG_CACHE")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    / "instinct-serve-tests"
-    / "real-sglang"
-)
-SERVED = "HuggingFaceTB/SmolLM2-135M-Instruct"
-READY_S = 240.0  # about 42 s on 2 idle cores; the machine is shared
-
-
-def _setup() -> dict[str, Any]:
-    path = CACHE / "setup.json"
-    why = None if path.is_file() else f"no {path}: run bash tests/infra/setup_real_sglang.sh"
-    if why is None:
-        setup: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        if not Path(setup["venv"], "bin", "python").exists():
-            why = f"no venv at {setup['venv']}: rerun tests/infra/setup_real_sglang.sh"
-        else:
-            return setup
-    if "realsglang" in os.environ.get("INSTINCT_TEST_REQUIRE", ""):
-        pytest.fail(f"{why} (INSTINCT_TEST_REQUIRE contains 'realsglang')")
-    pytest.skip(why)
-
 
 class Server:
-    def __init__(self, proc: subprocess.Popen[str], port: int, log: Path, events: list[str]):
-        self.proc, self.port, self.log, self.events = proc, port, log, events
+    def __init__(self, port: int, log: Path, events: list[str]):
+        self.port, self.log, self.events = port, log, events
         self.base = f"http://127.0.0.1:{port}"
         self.ready_after_s: float | None = None
 
 
 @pytest.fixture(scope="module")
-def real_sglang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    setup = _setup()
+def real_sglang(
+    real_sglang_setup: Setup, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     port = free_port()
-    model = setup["model_dir"]
-    # the plan's arguments for a CPU: the flags the note's launch needs
-    plan = LaunchPlan(model, model, "none", "sglang-real", server="sglang", port=port)
-    plan.vllm_args = [
-        *("--device", "cpu", "--attention-backend", "torch_native"),
-        *("--served-model-name", "HuggingFaceTB/SmolLM2-135M-Instruct"),
-        *("--port", str(port), "--nccl-port", str(free_port())),
-        *("--enable-metrics", "--max-total-tokens", "8192"),
-    ]
-    plan.launcher = "native"
-    argv = servers.get("sglang").native_argv(plan)
-    assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
-    argv[0] = str(Path(setup["venv"], "bin", "python"))
-    env = dict(os.environ)
-    env.update(
-        {
-            "SGLANG_USE_CPU_ENGINE": "1",
-            "PYTHONPATH": setup["placeholder"],
-            "HF_HUB_OFFLINE": "1",
-        }
-    )
     log = tmp_path_factory.mktemp("sglang") / "server.log"
-    start = time.monotonic()
-    out = log.open("w", encoding="utf-8")
-    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-    server = Server(proc, port, log, [])
+    real = start_server(real_sglang_setup, cpu_plan(real_sglang_setup, port), log)
+    server = Server(port, log, [])
     tracker = servers.get("sglang").tracker()
     seen = 0
     try:
-        while time.monotonic() - start < READY_S and proc.poll() is None:
-            lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        while time.monotonic() - real.started < READY_S and real.proc.poll() is None:
+            lines = real.text().splitlines()
             for line in lines[seen:]:
                 event = tracker.feed(line)
                 if event is not None:
@@ -109,21 +61,15 @@ def real_sglang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             if tracker.phase in ("ready", "failed"):
                 break
             time.sleep(0.5)
-        server.ready_after_s = time.monotonic() - start
-        assert tracker.phase == "ready", log.read_text(encoding="utf-8")[-3000:]
+        server.ready_after_s = time.monotonic() - real.started
+        assert tracker.phase == "ready", real.text()[-3000:]
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        out.close()
+        real.stop()
         keep = os.environ.get("INSTINCT_REALSGLANG_KEEP")
         if keep:
             Path(keep).mkdir(parents=True, exist_ok=True)
-            Path(keep, "server.log").write_text(log.read_text(encoding="utf-8"), encoding="utf-8")
+            Path(keep, "server.log").write_text(real.text(), encoding="utf-8")
 
 
 def test_the_tracker_reads_the_real_start_up_to_ready(real_sglang: Server) -> None:
@@ -148,7 +94,7 @@ def test_a_completion_then_the_sglang_families(real_sglang: Server) -> None:
     answer = httpx.post(
         base + "/v1/completions",
         json={
-            "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "model": SERVED,
             "prompt": "The capital of France is",
             "max_tokens": 8,
             "temperature": 0,

@@ -440,27 +440,35 @@ def _max_len_kv(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     )
 
 
+# vLLM's (config/model.py) and SGLang's (configs/model_config.py, which prefixes "Warning: "
+# and names --context-length's value context_length)
 _DERIVED_LEN = exc(
-    r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len "
-    r"\(([^)]*)\)"
+    r"(?:Warning: )?User-specified (max_model_len|context_length) \((\d+)\) is greater than "
+    r"the derived (?:max_model_len|context_length) \(([^)]*)\)"
 )
+# the option each server's message names: its own flag
+_LEN_FLAGS = {"max_model_len": "--max-model-len", "context_length": "--context-length"}
 
 
 def build_max_model_len_exceeds_model(
-    ctx: DiagnoseContext, asked: int | None = None, derived: int | None = None, **at: Any
+    ctx: DiagnoseContext,
+    asked: int | None = None,
+    derived: int | None = None,
+    flag: str = "--max-model-len",
+    **at: Any,
 ) -> Finding:
     return Finding(
         id="max_model_len_exceeds_model",
-        title="--max-model-len is larger than the model supports",
-        cause=f"--max-model-len {asked or ''} is above the context length in the model's "
+        title=f"{flag} is larger than the model supports",
+        cause=f"{flag} {asked or ''} is above the context length in the model's "
         f"config.json{f' ({derived})' if derived else ''}; positions beyond it are not "
         "trained (RoPE gives NaNs past it).",
-        fix=f"Relaunch with --max-model-len {derived}"
+        fix=f"Relaunch with {flag} {derived}"
         if derived
-        else "Lower --max-model-len to the model's max_position_embeddings.",
+        else f"Lower {flag} to the model's max_position_embeddings.",
         retry={"max_model_len": derived} if derived else None,
         auto_retry=derived is not None,
-        details={"asked": asked, "model_max": derived},
+        details={"asked": asked, "model_max": derived, "option": flag},
         **at,
     )
 
@@ -469,10 +477,14 @@ def _max_len_model(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
     hit, count = scan.first(_DERIVED_LEN)
     if hit is None:
         return None
-    number = re.search(r"=\s*(\d+)(?:\.0)?\b", hit.match.group(2))
-    derived = int(number.group(1)) if number else None
+    number = re.search(r"=\s*(\d+)(?:\.0)?\b|^\s*(\d+)\s*$", hit.match.group(3))
+    derived = int(number.group(1) or number.group(2)) if number else None
     return build_max_model_len_exceeds_model(
-        ctx, int(hit.match.group(1)), derived, **at_hit(hit, count)
+        ctx,
+        int(hit.match.group(2)),
+        derived,
+        _LEN_FLAGS[hit.match.group(1)],
+        **at_hit(hit, count),
     )
 
 
@@ -549,6 +561,6 @@ RULES = (
         92,
         build_max_model_len_exceeds_model,
         _max_len_model,
-        words(r"max.?model.?len|context length", r"max_position_embeddings|derived|config\.json"),
+        words(r"max.?model.?len|context.?length", r"max_position_embeddings|derived|config\.json"),
     ),
 )
