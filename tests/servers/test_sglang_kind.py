@@ -74,11 +74,18 @@ def test_sglangs_own_errors_end_the_start_up() -> None:
     assert tracker.phase == "failed"
 
 
-def test_the_vllm_tracker_does_not_take_sglangs_ready_line() -> None:
-    tracker = servers.get("vllm").tracker()
-    for line in START:
+def test_an_sglang_log_is_known_as_sglangs_and_ready_only_at_sglangs_line() -> None:
+    """Read as vLLM's, uvicorn's start line (before SGLang's warm-up) would be ready: a log
+    is told apart by what only SGLang prints, and read with SGLang's tracker."""
+    from instinct_serve.diagnose.sglang_phases import is_sglang_log
+
+    assert is_sglang_log("\n".join(START))
+    tracker = servers.get("sglang").tracker()
+    for line in START[:-1]:
         tracker.feed(line, now=0.0)
     assert tracker.phase != "ready"
+    tracker.feed(START[-1], now=1.0)
+    assert tracker.phase == "ready"
 
 
 def test_sglangs_failure_lines_are_in_the_one_table_diagnose_reads() -> None:
@@ -162,7 +169,9 @@ def test_the_real_start_up_log_is_ready_only_at_its_ready_line() -> None:
         "starting_server",  # Application startup complete
         "starting_server",  # Uvicorn running on ...
         "ready",
+        "ready",  # "Shutting down": the stop the capture ended with, noted
     ]
+    assert tracker.shutting_down
     assert tracker.figures["kv_cache_tokens"] == 8192
     assert "Application startup complete" in "\n".join(lines[:ready_at])
 
