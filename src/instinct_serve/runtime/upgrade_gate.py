@@ -104,5 +104,15 @@ def compare(host: Host, old: LaunchPlan, cand: LaunchPlan, *, seconds: float) ->
     verdict = fp.check(candidate, running, platform=fingerprints.platform_of(cand), need_long=False)
     if not verdict.compared:
         return Gate(None, "not compared: other probes", live)
-    said = "; ".join(verdict.reasons) if verdict.reasons else "within tolerance"
+    said = "; ".join(verdict.reasons) if verdict.reasons else _within(verdict)
     return Gate(verdict, said + _across(old, cand), live)
+
+
+def _within(verdict: fp.Check) -> str:
+    """``within tolerance: moved at most 0.012 (segment) / 0.008 (tail) nats a token``."""
+    moves = [d for d in verdict.distances.values() if d.comparable]
+    if not moves:
+        return "within tolerance"
+    segment, tail = max(d.segment for d in moves), max(d.tail for d in moves)
+    moved = f"{segment:.3f} (segment) / {tail:.3f} (tail)"
+    return f"within tolerance: moved at most {moved} nats a token"
