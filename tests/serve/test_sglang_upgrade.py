@@ -12,6 +12,7 @@ brings vLLM back. Then the other way: SGLang to vLLM.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from typing import Any
@@ -142,6 +143,9 @@ def test_an_endpoint_served_by_vllm_is_upgraded_to_sglang_and_rolled_back(
     assert _owner(port) == "sglang"
     row = _row(name)
     assert row["server"] == "sglang" and row["health"] == "healthy" and row["port"] == port
+    table = run_cli(["ps"], env={**os.environ, "COLUMNS": "200"})
+    line = next(li for li in table.stdout.splitlines() if li.startswith(name))
+    assert "docker sglang" in line and DSR1 in line, table.stdout
     record = _record(name)
     assert record["current"]["server"] == "sglang", record
     assert record["last_good"].get("server", "vllm") == "vllm", record
