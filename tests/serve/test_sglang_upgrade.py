@@ -208,6 +208,7 @@ def test_an_sglang_candidate_that_computes_something_else_keeps_vllm_serving(
     assert failure["id"] == "wrong_output", failure
     assert "something else than the running endpoint: drift" in failure["title"]
     assert "(vLLM → SGLang, KV cache auto → fp8_e4m3)" in failure["cause"], failure
+    assert "(SGLANG_USE_AITER=0 or --disable-cuda-graph)" in failure["fix"], failure  # SGLang's
     after = inspect(name)
     assert after is not None and after["Id"] == before["Id"] and after["State"]["Running"]
     assert _owner(port) == "vllm" and _row(name)["server"] == "vllm"
