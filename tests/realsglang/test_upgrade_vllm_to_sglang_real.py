@@ -8,6 +8,11 @@ upgrade's fingerprint gate compares the two servers' prompt log-probabilities (v
 ``prompt_logprobs``, SGLang's ``echo`` with ``logprobs``) and prints how far they moved: the
 figure this test reports. SGLang is planned from one reference config for the model, written
 where ``recipes sync`` writes AMD's (as ``test_docker_serve_sglang_real``).
+
+Measured on 2 cores (2026-12-05): the two real servers' fingerprints moved at most 0.174
+(segment) / 0.116 (tail) nats a token, within the CPU tolerance of 0.5 and of the size of
+vLLM's own eager-vs-compiled move (0.143 / 0.132); vLLM served in 42 s, the upgrade took
+102 s (down 43 s: SGLang's warm start), the rollback 91 s; the test 238 s.
 """
 
 from __future__ import annotations
