@@ -48,3 +48,30 @@ def test_elsewhere_the_fallbacks_are_the_aiter_switch_then_eager() -> None:
     assert finding is not None and finding.retry is None and not finding.auto_retry
     assert "instinct rollback" in finding.fix
     assert diagnose("", DiagnoseContext()).get("wrong_output") is None  # no signal, no finding
+
+
+def test_on_sglang_the_fallbacks_are_sglangs_aiter_switch_then_no_graphs() -> None:
+    # AMD's SGLang config for DeepSeek-R1 on MI300X sets SGLANG_USE_AITER=1: vLLM's switch
+    # and flag would not reach SGLang (its argv refuses --enforce-eager)
+    ctx = DiagnoseContext(
+        gfx="gfx942",
+        model="deepseek-ai/DeepSeek-R1-0528",
+        image="lmsysorg/sglang:v0.5.12-rocm700-mi30x",
+        env={"SGLANG_USE_AITER": "1"},
+        signals=frozenset({"fingerprint_drift"}),
+        server="sglang",
+    )
+    finding = diagnose("", ctx).get("wrong_output")
+    assert finding is not None and finding.auto_retry
+    assert finding.retry == {"set_env": {"SGLANG_USE_AITER": "0"}}
+    assert finding.alternatives == ({"add_args": ["--disable-cuda-graph"]},)
+    assert "SGLANG_USE_AITER=0; then --disable-cuda-graph" in finding.fix
+    assert "VLLM" not in finding.fix and "--enforce-eager" not in finding.fix
+    done = DiagnoseContext(
+        env={"SGLANG_USE_AITER": "0"},
+        args=["--disable-cuda-graph"],
+        signals=frozenset({"fingerprint_drift"}),
+        server="sglang",
+    )
+    finding = diagnose("", done).get("wrong_output")
+    assert finding is not None and finding.retry is None and not finding.auto_retry

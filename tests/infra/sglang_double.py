@@ -34,6 +34,10 @@ Command line: ``--model-path``, ``--served-model-name``, ``--host`` (default 127
 SGLang), ``--port`` (default 30000), ``--context-length`` (default 131072),
 ``--enable-metrics``; anything else is accepted and ignored (the planner's AMD flags).
 
+The vLLM double's faults (``VLLM_DOUBLE_GARBAGE_PAST``, ``_DRIFT_AFTER_S``, ``_NAN_AFTER``)
+apply to its scores too; ``VLLM_DOUBLE_FAULT_FIX`` clears them with SGLang's switches:
+``aiter`` is ``SGLANG_USE_AITER=0``, ``eager`` is ``--disable-cuda-graph``.
+
 Environment: ``SGLANG_DOUBLE_MODE`` ``healthy`` (default), ``incoherent`` (word salad) or
 ``die`` (replays ``SGLANG_DOUBLE_REPLAY``, a real log under the fixtures, and exits 1 before
 it listens); ``SGLANG_DOUBLE_LOAD_S`` seconds spent replaying the start-up (default 1.5);
@@ -82,7 +86,10 @@ class Args:
         self.port = 30000
         self.context = DEFAULT_CONTEXT
         self.metrics = False
-        self.enforce_eager = False  # what the vLLM double's scoring reads (no such flag)
+        # what the vLLM double's faults read (``VLLM_DOUBLE_FAULT_FIX``): SGLang's own AITER
+        # switch, and ``--disable-cuda-graph`` where the vLLM double reads --enforce-eager
+        self.aiter_env = "SGLANG_USE_AITER"
+        self.enforce_eager = False
 
     @property
     def name(self) -> str:
@@ -110,6 +117,8 @@ def parse_args(argv: list[str]) -> Args:
             args.context = int(value)
         elif key == "--enable-metrics":  # a bare flag: SGLang takes no positionals
             args.metrics = True
+        elif key == "--disable-cuda-graph":
+            args.enforce_eager = True
     return args
 
 

@@ -559,8 +559,8 @@ def _env_int(name: str) -> int | None:
 def fault_cleared(args: Args) -> bool:
     """``VLLM_DOUBLE_FAULT_FIX``: the relaunch's fallback that clears the faults."""
     fix = os.environ.get("VLLM_DOUBLE_FAULT_FIX", "aiter")
-    if fix == "aiter":
-        return os.environ.get("VLLM_ROCM_USE_AITER") == "0"
+    if fix == "aiter":  # the server's own switch (the SGLang double's: SGLANG_USE_AITER)
+        return os.environ.get(getattr(args, "aiter_env", "VLLM_ROCM_USE_AITER")) == "0"
     if fix == "eager":
         return args.enforce_eager
     return False

@@ -18,8 +18,11 @@ from tests.infra.ports import free_port
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
-def plan(name: str, *, model: str = MODEL, args: tuple[str, ...] = ()) -> LaunchPlan:
+def plan(
+    name: str, *, model: str = MODEL, args: tuple[str, ...] = (), server: str = "vllm"
+) -> LaunchPlan:
     return LaunchPlan(
+        server=server,
         model=model,
         requested_model=model,
         image="vllm/vllm-openai-rocm:v0.26.0",
@@ -52,7 +55,8 @@ def test_an_unreachable_running_endpoint_is_judged_by_its_record(host: LocalHost
     record(host, old, 0.0)
     record(host, cand, 0.1)
     gate = compare(host, old, cand, seconds=2)
-    assert not gate.live and not gate.refused and gate.why == "within tolerance"
+    assert not gate.live and not gate.refused
+    assert gate.why.startswith("within tolerance: moved at most 0.100 (segment)")
     record(host, cand, 2.0)
     gate = compare(host, old, cand, seconds=2)
     assert gate.refused and gate.verdict is not None and gate.verdict.failure == "drift"
@@ -67,12 +71,32 @@ def test_other_checkpoints_precisions_or_missing_records_are_not_compared(
     other = plan("ep-next", model="Qwen/Qwen3-8B")
     record(host, other, 3.0)
     assert compare(host, old, other, seconds=2).why.endswith("checkpoint or precision changes")
-    fp8 = plan("ep-next", args=("--kv-cache-dtype", "fp8"))
-    assert fingerprints.precision_of(fp8) == "auto//fp8"
-    assert compare(host, old, fp8, seconds=2).verdict is None
+    fp16 = plan("ep-next", args=("--dtype", "float16"))
+    assert compare(host, old, fp16, seconds=2).why.endswith("checkpoint or precision changes")
+    quantized = plan("ep-next", args=("--quantization", "fp8"))
+    assert compare(host, old, quantized, seconds=2).verdict is None
     unrecorded = plan("ep-other")
     assert "candidate has no fingerprint" in compare(host, old, unrecorded, seconds=2).why
     fresh = plan("ep-fresh")
     record(host, plan("ep-fresh-next"), 0.0)
     gate = compare(host, fresh, plan("ep-fresh-next"), seconds=2)
     assert gate.verdict is None and "running endpoint has no fingerprint" in gate.why
+
+
+def test_another_server_and_another_kv_cache_dtype_are_compared(host: LocalHost) -> None:
+    # vLLM's plan with the model's KV dtype, SGLang's as AMD runs it: an fp8_e4m3 cache
+    old = plan("ep")
+    cand = plan("ep-next", server="sglang", args=("--kv-cache-dtype", "fp8_e4m3"))
+    record(host, old, 0.0)
+    record(host, cand, 0.1)
+    gate = compare(host, old, cand, seconds=2)
+    assert not gate.refused and gate.verdict is not None and gate.verdict.compared
+    assert gate.why.startswith("within tolerance: moved at most 0.100 (segment) / 0.100 (tail)")
+    assert gate.why.endswith(" nats a token (vLLM → SGLang, KV cache auto → fp8_e4m3)")
+    record(host, cand, 3.0)  # an fp8 cache kernel that computes something else
+    gate = compare(host, old, cand, seconds=2)
+    assert gate.refused and "short: moved 3.000" in gate.why
+    # vLLM's `fp8` cache is SGLang's `fp8_e4m3`: only the server differs
+    old_fp8 = plan("ep", args=("--kv-cache-dtype", "fp8"))
+    record(host, cand, 0.1)
+    assert compare(host, old_fp8, cand, seconds=2).why.endswith("nats a token (vLLM → SGLang)")

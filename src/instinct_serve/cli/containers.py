@@ -144,7 +144,7 @@ def _ps_table(rows: list[Row], everyone: bool) -> Rows:
             name += f" ({len(row.members)} replicas)"
         table.add(
             f"└ {name}" if is_member else name,
-            "haproxy" if row.role == ROLE_ROUTER else row.engine,
+            "haproxy" if row.role == ROLE_ROUTER else _engine(row),
             "" if is_member else escape(row.model or "-"),
             str(row.port or "-"),
             escape(row.status),
@@ -154,6 +154,13 @@ def _ps_table(rows: list[Row], everyone: bool) -> Rows:
             *([escape(row.owner or "-") if not is_member else ""] if everyone else []),
         )
     return table
+
+
+def _engine(row: Row) -> str:
+    """How it runs, and the server when it is not the default one: ``docker sglang``."""
+    from instinct_serve import servers
+
+    return row.engine if row.server == servers.DEFAULT else f"{row.engine} {row.server}"
 
 
 def _hidden(con: Console, hidden: int, ended: int) -> None:

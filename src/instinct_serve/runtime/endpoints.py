@@ -77,6 +77,7 @@ class Row:
             "uptime_s": None if self.uptime_s is None else round(self.uptime_s, 1),
             "health": self.health,
             "image": self.image,
+            "server": self.server,
             "plan_hash": self.plan_hash,
             "id": self.id,
             "owner": self.owner,

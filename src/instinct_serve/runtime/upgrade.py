@@ -267,6 +267,7 @@ def differs(
     (``runtime.upgrade_gate``): it does not get the port (``proven`` says why)."""
     if not (settings.fingerprint and settings.coherence):
         return False
+    from instinct_serve.diagnose.rules.fingerprint import fallback_words
     from instinct_serve.runtime.upgrade_gate import compare
 
     gate = compare(host, old_plan, cand, seconds=settings.fingerprint_s)
@@ -286,8 +287,8 @@ def differs(
         f"{gate.verdict.failure}",
         cause=f"{cand.container_name} is healthy and passed its own checks, but its "
         f"fingerprint differs from the running endpoint's ({where}): {gate.why}.",
-        fix="keep the running plan; try the new image or flags with the AITER switch "
-        "(--env-literal VLLM_ROCM_USE_AITER=0) or --enforce-eager, or report the image",
+        fix="keep the running plan; try the new image or flags with the kernel switches "
+        f"({fallback_words(cand.server)}), or report the image",
         container=cand.container_name,
         finding={"id": "wrong_output", "details": {"failure": gate.verdict.failure}},
     )

@@ -6,15 +6,22 @@ The candidate's fingerprint, taken when it was proven beside the old endpoint (i
 probes (the long one at the candidate's length), within the platform's tolerance. A
 candidate that differs does not get the port, whatever its health says. When the running
 endpoint cannot be fingerprinted now (it needs a key this command does not have, it is
-busy), its record from when it was proven stands in. A change of checkpoint or precision
-is not compared: other numbers are expected.
+busy), its record from when it was proven stands in. A change of checkpoint or of the
+weights' precision (dtype, quantization) is not compared: other numbers are expected.
+
+What is compared is what every server computes, the prompt's log-probabilities, each asked
+as its server gives them (``servers.Routes.scoring``): an upgrade from one server to the
+other (vLLM to SGLang) is compared as any other. So is a change of the KV cache's dtype
+(AMD's SGLang configs run an fp8 cache, vLLM's plans the model's dtype): an fp8 cache moves
+the scores by a small fraction of the tolerance (several nats a token is a broken kernel,
+``data/fingerprint_tolerances.json``), and a broken fp8 cache kernel is what the gate is for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from instinct_serve import servers
+from instinct_serve import servers, vllm_args
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
 from instinct_serve.observe import fingerprint as fp
@@ -52,9 +59,37 @@ def _running(host: Host, old: LaunchPlan, words: int, seconds: float) -> fp.Fing
         tunnel.close()
 
 
+KV_ALIASES = {"fp8": "fp8_e4m3"}  # vLLM's ``fp8`` cache is e4m3, SGLang's only spelling of it
+
+
+def weights_of(plan: LaunchPlan) -> tuple[str, str]:
+    """The checkpoint's precision as served: dtype and quantization (the same flags on both
+    servers)."""
+    args = plan.vllm_args
+    dtype = plan.precision or vllm_args.value(args, "--dtype") or "auto"
+    return dtype, vllm_args.value(args, "--quantization", "-q") or ""
+
+
+def kv_cache_of(plan: LaunchPlan) -> str:
+    """The KV cache's dtype (``auto``: the model's), one spelling for both servers."""
+    kv = vllm_args.value(plan.vllm_args, "--kv-cache-dtype") or "auto"
+    return KV_ALIASES.get(kv, kv)
+
+
+def _across(old: LaunchPlan, cand: LaunchPlan) -> str:
+    """What the comparison spans besides a new image or flags: another server, another
+    KV cache dtype (`` (vLLM → SGLang, KV cache auto → fp8_e4m3)``), or nothing."""
+    spans = []
+    if servers.of(old).name != servers.of(cand).name:
+        spans.append(f"{servers.of(old).title} → {servers.of(cand).title}")
+    if kv_cache_of(old) != kv_cache_of(cand):
+        spans.append(f"KV cache {kv_cache_of(old)} → {kv_cache_of(cand)}")
+    return f" ({', '.join(spans)})" if spans else ""
+
+
 def compare(host: Host, old: LaunchPlan, cand: LaunchPlan, *, seconds: float) -> Gate:
     """The candidate ``cand`` (proven, its fingerprint recorded) against the running ``old``."""
-    if old.model != cand.model or fingerprints.precision_of(old) != fingerprints.precision_of(cand):
+    if old.model != cand.model or weights_of(old) != weights_of(cand):
         return Gate(None, "not compared: the checkpoint or precision changes")
     candidate = fingerprints.fingerprint_of(fingerprints.load_endpoint(host, cand.container_name))
     if candidate is None:
@@ -69,5 +104,15 @@ def compare(host: Host, old: LaunchPlan, cand: LaunchPlan, *, seconds: float) ->
     verdict = fp.check(candidate, running, platform=fingerprints.platform_of(cand), need_long=False)
     if not verdict.compared:
         return Gate(None, "not compared: other probes", live)
-    said = "; ".join(verdict.reasons) if verdict.reasons else "within tolerance"
-    return Gate(verdict, said, live)
+    said = "; ".join(verdict.reasons) if verdict.reasons else _within(verdict)
+    return Gate(verdict, said + _across(old, cand), live)
+
+
+def _within(verdict: fp.Check) -> str:
+    """``within tolerance: moved at most 0.012 (segment) / 0.008 (tail) nats a token``."""
+    moves = [d for d in verdict.distances.values() if d.comparable]
+    if not moves:
+        return "within tolerance"
+    segment, tail = max(d.segment for d in moves), max(d.tail for d in moves)
+    moved = f"{segment:.3f} (segment) / {tail:.3f} (tail)"
+    return f"within tolerance: moved at most {moved} nats a token"

@@ -30,6 +30,20 @@ WRONG_NUMBERS = re.compile(
 # the generic kernel fallbacks, most likely first: every AITER kernel off, then no graphs
 AITER_OFF: RetryHint = {"set_env": {"VLLM_ROCM_USE_AITER": "0"}}
 EAGER: RetryHint = {"add_args": ["--enforce-eager"]}
+# SGLang's switches for the same (diagnose.rules.sglang's crash finding names them too)
+SGLANG_AITER_OFF: RetryHint = {"set_env": {"SGLANG_USE_AITER": "0"}}
+SGLANG_NO_GRAPHS: RetryHint = {"add_args": ["--disable-cuda-graph"]}
+
+
+def kernel_fallbacks(server: str | None) -> tuple[RetryHint, RetryHint]:
+    """The server's switches for a kernel that computes wrong numbers: AITER off, no graphs."""
+    return (SGLANG_AITER_OFF, SGLANG_NO_GRAPHS) if server == "sglang" else (AITER_OFF, EAGER)
+
+
+def fallback_words(server: str | None) -> str:
+    """``SGLANG_USE_AITER=0 or --disable-cuda-graph`` (vLLM: ``VLLM_ROCM_USE_AITER=0 or
+    --enforce-eager``): the words of ``kernel_fallbacks``."""
+    return " or ".join(_words(hint) for hint in kernel_fallbacks(server))
 
 
 def failure_of(ctx: DiagnoseContext) -> str | None:
@@ -58,10 +72,11 @@ def build_wrong_output(ctx: DiagnoseContext, **at: Any) -> Finding:
         cited = " Known-bad stack rows that hold for this launch: " + "; ".join(
             f"{r.id}: {r.symptom} ({r.source})" for r in rows
         )
-    if ctx.env.get("VLLM_ROCM_USE_AITER") != "0":
-        options.append(AITER_OFF)
-    if not ctx.has_flag("--enforce-eager"):
-        options.append(EAGER)
+    aiter_off, no_graphs = kernel_fallbacks(ctx.server)
+    if any(ctx.env.get(k) != v for k, v in aiter_off.get("set_env", {}).items()):
+        options.append(aiter_off)
+    if not all(ctx.has_flag(flag) for flag in no_graphs.get("add_args", [])):
+        options.append(no_graphs)
     steps = "; then ".join(_words(o) for o in options) or "an earlier image (`instinct rollback`)"
     return Finding(
         id="wrong_output",
