@@ -41,15 +41,28 @@ def record_dir(host: Host) -> str:
     return hostfs.join(hostfs.data_dir(host), "fingerprints")
 
 
-def precision_of(plan: LaunchPlan) -> str:
-    """What the numbers depend on besides the checkpoint: dtype, quantization, KV dtype."""
+KV_ALIASES = {"fp8": "fp8_e4m3"}  # vLLM's ``fp8`` cache is e4m3, SGLang's only spelling of it
+
+
+def weights_of(plan: LaunchPlan) -> tuple[str, str]:
+    """The checkpoint's precision as served: dtype and quantization (the same flags on both
+    servers)."""
     args = plan.vllm_args
-    parts = [
-        plan.precision or vllm_args.value(args, "--dtype") or "auto",
-        vllm_args.value(args, "--quantization", "-q") or "",
-        vllm_args.value(args, "--kv-cache-dtype") or "",
-    ]
-    return "/".join(parts).rstrip("/")
+    dtype = plan.precision or vllm_args.value(args, "--dtype") or "auto"
+    return dtype, vllm_args.value(args, "--quantization", "-q") or ""
+
+
+def kv_cache_of(plan: LaunchPlan) -> str:
+    """The KV cache's dtype (``auto``: the model's), one spelling for both servers."""
+    kv = vllm_args.value(plan.vllm_args, "--kv-cache-dtype") or "auto"
+    return KV_ALIASES.get(kv, kv)
+
+
+def precision_of(plan: LaunchPlan) -> str:
+    """What the numbers depend on besides the checkpoint: dtype, quantization, KV dtype (as
+    written: the reference key of a recorded fingerprint stays what it was)."""
+    kv = vllm_args.value(plan.vllm_args, "--kv-cache-dtype") or ""
+    return "/".join([*weights_of(plan), kv]).rstrip("/")
 
 
 def reference_key(plan: LaunchPlan) -> str:

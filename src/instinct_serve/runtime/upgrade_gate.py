@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from instinct_serve import servers, vllm_args
+from instinct_serve import servers
 from instinct_serve.errors import InstinctError
 from instinct_serve.hosts import Host
 from instinct_serve.observe import fingerprint as fp
@@ -59,37 +59,21 @@ def _running(host: Host, old: LaunchPlan, words: int, seconds: float) -> fp.Fing
         tunnel.close()
 
 
-KV_ALIASES = {"fp8": "fp8_e4m3"}  # vLLM's ``fp8`` cache is e4m3, SGLang's only spelling of it
-
-
-def weights_of(plan: LaunchPlan) -> tuple[str, str]:
-    """The checkpoint's precision as served: dtype and quantization (the same flags on both
-    servers)."""
-    args = plan.vllm_args
-    dtype = plan.precision or vllm_args.value(args, "--dtype") or "auto"
-    return dtype, vllm_args.value(args, "--quantization", "-q") or ""
-
-
-def kv_cache_of(plan: LaunchPlan) -> str:
-    """The KV cache's dtype (``auto``: the model's), one spelling for both servers."""
-    kv = vllm_args.value(plan.vllm_args, "--kv-cache-dtype") or "auto"
-    return KV_ALIASES.get(kv, kv)
-
-
 def _across(old: LaunchPlan, cand: LaunchPlan) -> str:
     """What the comparison spans besides a new image or flags: another server, another
     KV cache dtype (`` (vLLM → SGLang, KV cache auto → fp8_e4m3)``), or nothing."""
     spans = []
     if servers.of(old).name != servers.of(cand).name:
         spans.append(f"{servers.of(old).title} → {servers.of(cand).title}")
-    if kv_cache_of(old) != kv_cache_of(cand):
-        spans.append(f"KV cache {kv_cache_of(old)} → {kv_cache_of(cand)}")
+    kv_old, kv_new = fingerprints.kv_cache_of(old), fingerprints.kv_cache_of(cand)
+    if kv_old != kv_new:
+        spans.append(f"KV cache {kv_old} → {kv_new}")
     return f" ({', '.join(spans)})" if spans else ""
 
 
 def compare(host: Host, old: LaunchPlan, cand: LaunchPlan, *, seconds: float) -> Gate:
     """The candidate ``cand`` (proven, its fingerprint recorded) against the running ``old``."""
-    if old.model != cand.model or weights_of(old) != weights_of(cand):
+    if old.model != cand.model or fingerprints.weights_of(old) != fingerprints.weights_of(cand):
         return Gate(None, "not compared: the checkpoint or precision changes")
     candidate = fingerprints.fingerprint_of(fingerprints.load_endpoint(host, cand.container_name))
     if candidate is None:
