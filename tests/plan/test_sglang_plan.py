@@ -138,14 +138,62 @@ def test_your_options_in_sglangs_words_win() -> None:
 @pytest.mark.parametrize(
     ("kw", "words"),
     [
-        ({"model": "Qwen/Qwen3.5-9B", "gpu_count": 1}, "no AMD SGLang reference config"),
+        ({"model": "Qwen/Qwen3.5-9B", "gpu": "mi250x"}, "no SGLang build for MI250X"),
         ({"model": DSR1, "public": True}, "--public is not offered for SGLang"),
     ],
 )
 def test_what_sglang_is_not_planned_for_is_refused(kw: dict[str, Any], words: str) -> None:
     with pytest.raises(UsageError) as caught:
-        plan(gpu="mi300x", server="sglang", **{"gpu_count": 8, **kw})
+        plan(server="sglang", **{"gpu": "mi300x", "gpu_count": 8, **kw})
     assert caught.value.id == "bad_server" and words in caught.value.message
+    if "MI250X" in words:  # the GPUs it does run on come from AMD's configs
+        assert "MI300X, MI325X, MI355X" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("gpu", "image"),
+    [
+        ("mi300x", "lmsysorg/sglang-rocm:v0.5.16-rocm720-mi30x-20260730"),
+        ("mi355x", "lmsysorg/sglang-rocm:v0.5.17-rocm720-mi35x-20260818"),
+    ],
+)
+def test_sglang_asked_for_a_model_amd_runs_no_sglang_config_of(gpu: str, image: str) -> None:
+    """``--server sglang`` for Qwen3-8B (AMD's SGLang configs are for DeepSeek, Qwen3.5 and
+    GLM): SGLang's own defaults on the newest image AMD runs SGLang with on that GPU family,
+    the TP the fit decides, your options in SGLang's words; nothing of another model's config,
+    and a warning that says so. ``auto`` still keeps vLLM for it."""
+    p = plan("Qwen/Qwen3-8B", gpu, server="sglang", max_model_len=32768)
+    assert p.server == "sglang" and p.image == image
+    args = p.vllm_args
+    assert vllm_args.value(args, "--tensor-parallel-size") == str(p.tensor_parallel_size) == "1"
+    assert vllm_args.value(args, "--context-length") == "32768"
+    assert vllm_args.has(args, "--enable-metrics") and vllm_args.value(args, "--port") == "8000"
+    assert not vllm_args.has(args, "--attention-backend", "--kv-cache-dtype", "--max-model-len")
+    assert not any(key.startswith(("SGLANG_", "ROCM_")) for key in p.env)
+    assert any("AMD publishes no SGLang config for this model" in w for w in p.warnings)
+    assert "AMD has no SGLang config for this model" in reason(p, p.image).why
+    assert servers.of(p).container_args(p)[:5] == [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "Qwen/Qwen3-8B",
+    ]
+    assert plan("Qwen/Qwen3-8B", gpu).server == "vllm"
+
+
+def test_the_newest_sglang_image_is_read_from_the_tag() -> None:
+    from instinct_serve.catalog.reference import image_order
+
+    tags = [
+        "lmsysorg/sglang:v0.5.12-rocm700-mi35x",
+        "lmsysorg/sglang-rocm:v0.5.12.post1-rocm720-mi35x-20260529",
+        "lmsysorg/sglang-rocm:v0.5.16-rocm720-mi35x-20260726",
+        "lmsysorg/sglang-rocm:v0.5.16-rocm720-mi35x-20260730",
+        "lmsysorg/sglang-rocm:v0.5.17-rocm720-mi35x-20260818",
+    ]
+    assert sorted(reversed(tags), key=image_order) == tags
+    assert image_order("lmsysorg/sglang:latest") < image_order(tags[0])
 
 
 def test_public_with_auto_on_an_sglang_model_is_refused_not_silently_vllm() -> None:

@@ -456,6 +456,21 @@ def parse_launch(text: str) -> Launch:
 
 # ---------------------------------------------------------------- the catalog
 
+_TAG = re.compile(r"v?(\d+(?:\.\d+)*(?:\.post\d+)?)(?:-rocm(\d+))?.*?(?:-(\d{8}))?$")
+
+
+def image_order(image: str) -> tuple[tuple[int, ...], int, int, int]:
+    """An image tag's release order: ``lmsysorg/sglang-rocm:v0.5.16-rocm720-mi35x-20260730``
+    sorts by the server's release (0.5.16, ``.postN`` after it), then the ROCm build (720),
+    then the build date; a tag it cannot read sorts first."""
+    tag = image.rpartition(":")[2]
+    match = _TAG.match(tag)
+    if match is None:
+        return ((), 0, 0, 0)
+    release, _, post = match.group(1).partition(".post")
+    numbers = tuple(int(part) for part in release.split("."))
+    return numbers, int(post or 0), int(match.group(2) or 0), int(match.group(3) or 0)
+
 
 @dataclass
 class References:
@@ -498,6 +513,20 @@ class References:
         same = [c for c in vllm if speculative and c.speculative_method == speculative]
         found = same or plain or vllm
         return found[0] if found else None
+
+    def newest_image(self, gpu: str, framework: str = SGLANG) -> ReferenceConfig | None:
+        """The single-node config of ``framework`` on ``gpu`` whose image is the newest
+        release (``image_order``): where a plan of that server for a model AMD runs no config
+        of takes its image (the ROCm build of the GPU's family, as AMD runs it)."""
+        found = [
+            c for c in self.configs if c.gpu == gpu and not c.multinode and c.framework == framework
+        ]
+        return max(found, key=lambda c: image_order(c.image), default=None)
+
+    def gpus(self, framework: str = SGLANG) -> tuple[str, ...]:
+        """The GPUs AMD runs ``framework`` on in a single-node config."""
+        found = {c.gpu for c in self.configs if c.framework == framework and not c.multinode}
+        return tuple(sorted(g for g in found if g))
 
     def other_servers(self, model: str, gpu: str, framework: str = VLLM) -> list[ReferenceConfig]:
         """AMD's configs for this model and GPU on another server than ``framework``

@@ -473,9 +473,12 @@ def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
         )
     )
     if server.name == SGLANG:
+        from instinct_serve.gather.reference import load_references
         from instinct_serve.plan.sglang import require_config
 
-        require_config(reference, variant.model_id, gpu_key)
+        refs, _warnings = load_references()
+        baseline = None if on_cpu else refs.newest_image(gpu_key)
+        reference = require_config(reference, variant.model_id, gpu_key, baseline, refs.gpus())
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
     return _Chosen(

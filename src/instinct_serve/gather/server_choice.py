@@ -84,9 +84,15 @@ def sglang_image(opts: PlanOptions, reference: ReferenceChoice | None) -> tuple[
     if opts.image:
         return opts.image, "--image given"
     config = reference.config if reference is not None else None
-    if config is None:  # require_config refused it already
+    if config is not None:
+        return config.image, (
+            f"the image AMD's reference config {config.name} runs ({config.runner}: the SGLang "
+            "ROCm build for this GPU family)"
+        )
+    baseline = reference.baseline if reference is not None else None
+    if baseline is None:  # require_config refused it already
         raise InstinctError("an SGLang plan without its config", id="internal_plan_error")
-    return config.image, (
-        f"the image AMD's reference config {config.name} runs ({config.runner}: the SGLang "
-        "ROCm build for this GPU family)"
+    return baseline.image, (
+        f"the newest SGLang image AMD's reference configs run on {baseline.runner} "
+        f"({baseline.name}; AMD has no SGLang config for this model)"
     )

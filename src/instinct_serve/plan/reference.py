@@ -43,6 +43,9 @@ class ReferenceChoice:
     row: ParallelRow | None = None
     others: list[ReferenceConfig] = field(default_factory=list)
     overruled: list[str] = field(default_factory=list)  # refusals the config answers
+    # no config of the planned server for this model: the one whose image it takes
+    # (``References.newest_image``), its flags and env not followed
+    baseline: ReferenceConfig | None = None
 
     @property
     def source(self) -> str:

@@ -22,7 +22,7 @@ from instinct_serve.catalog.reference import SGLANG, VLLM
 from instinct_serve.errors import UsageError
 
 if TYPE_CHECKING:
-    from instinct_serve.catalog.reference import References
+    from instinct_serve.catalog.reference import ReferenceConfig, References
     from instinct_serve.fit.estimate import FitReport
     from instinct_serve.options import PlanOptions
     from instinct_serve.plan.builder import PlanBuilder
@@ -123,19 +123,33 @@ def choose_server(
     )
 
 
-def require_config(choice: ReferenceChoice | None, model: str, gpu: str | None) -> None:
-    """An SGLang plan is AMD's SGLang config: refused (``bad_server``) without one."""
+def require_config(
+    choice: ReferenceChoice | None,
+    model: str,
+    gpu: str | None,
+    baseline: ReferenceConfig | None,
+    gpus: tuple[str, ...] = (),
+) -> ReferenceChoice:
+    """What an SGLang plan follows: AMD's SGLang config for the model, else (``baseline``)
+    SGLang's own defaults on the newest image AMD runs SGLang with on this GPU. Refused
+    (``bad_server``) where AMD runs SGLang on no config of this GPU (``gpus``: those it
+    does): there is no ROCm build of SGLang for it to take."""
+    from instinct_serve.plan.reference import ReferenceChoice
+
     if choice is not None and choice.config is not None:
-        return
-    where = f" on {gpu.upper()}" if gpu else ""
-    raise UsageError(
-        f"no AMD SGLang reference config for {model}{where}: instinct plans SGLang only as "
-        "AMD's configs run it",
-        fix="use --server vllm (or auto); `instinct plan MODEL --list` shows AMD's reference "
-        "configs per server",
-        id="bad_server",
-        details={"server": SGLANG, "model": model},
-    )
+        return choice
+    if baseline is None or gpu is None:
+        where = gpu.upper() if gpu else "this target"
+        raise UsageError(
+            f"no SGLang build for {where}: AMD runs SGLang (its lmsysorg/sglang ROCm images) "
+            f"on {', '.join(g.upper() for g in gpus) or 'no GPU'} only, and instinct plans "
+            "SGLang from those",
+            fix="use --server vllm (or auto)",
+            id="bad_server",
+            details={"server": SGLANG, "model": model, "gpu": gpu},
+        )
+    others = choice.others if choice is not None else []
+    return ReferenceChoice(gpu=gpu, others=others, baseline=baseline)
 
 
 def refuse_public(opts: PlanOptions) -> None:
@@ -156,7 +170,9 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
     """The SGLang planner step: the config's env and flags, its parallelism, your options,
     the port and your arguments after ``--`` (each later one wins)."""
     config = choice.config
-    assert config is not None  # require_config ran in gather
+    if config is None:
+        _defaults(b, choice, opts, tp)
+        return
     why = f"from AMD's reference config {config.name} ({config.script or config.file})"
     yours = {*opts.env_literal, *opts.env_by_name, *opts.extra_env}
     for key, value in config.env.items():
@@ -182,6 +198,31 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
         if unit.name is not None:
             b.flag(unit.tokens, choice.source, why)
     _parallelism(b, choice, tp)
+    _yours(b, opts)
+    for name in config.varies:
+        b.reason(name, choice.source, "set per benchmark run by the script: not followed")
+
+
+def _defaults(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDecision) -> None:
+    """A model AMD runs no SGLang config of (``--server sglang``): SGLang's own defaults for
+    everything but the TP, on the image of ``choice.baseline``; your env, options and
+    arguments as for any plan. Said as a warning: nobody has benchmarked this launch."""
+    baseline = choice.baseline
+    assert baseline is not None  # require_config gave one
+    b.warn(
+        f"AMD publishes no SGLang config for this model on {choice.gpu.upper()}: planned with "
+        f"SGLang's own defaults on the image AMD's newest SGLang config runs ({baseline.name}); "
+        "no AMD setting (AITER, the attention backend, the KV cache dtype) is assumed. "
+        "`--server vllm` plans from the vLLM recipe instead"
+    )
+    for key, value in opts.env_literal.items():
+        b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
+    _parallelism(b, choice, tp)
+    _yours(b, opts)
+
+
+def _yours(b: PlanBuilder, opts: PlanOptions) -> None:
+    """Your options in SGLang's words, the port, the metrics switch, your arguments."""
     for option, flag in OPTION_FLAGS.items():
         value = getattr(opts, option)
         if value is not None and value != "":
@@ -202,8 +243,6 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
     )
     if opts.extra_args:
         b.flag(list(opts.extra_args), "arguments after --", "given by you")
-    for name in config.varies:
-        b.reason(name, choice.source, "set per benchmark run by the script: not followed")
 
 
 def _parallelism(b: PlanBuilder, choice: ReferenceChoice, tp: TpDecision) -> None:
