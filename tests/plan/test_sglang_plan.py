@@ -251,3 +251,17 @@ def test_the_cli_takes_server_and_says_the_choice() -> None:
     assert "server" not in json.loads(vllm.stdout)
     human = run_cli([*base, "--server", "Auto"], env={**__import__("os").environ, "COLUMNS": "200"})
     assert "SGLang - auto: AMD's reference config dsr1-fp8-mi300x-sglang" in human.stdout
+
+
+def test_the_kubernetes_container_is_named_for_its_server() -> None:
+    """``kubectl logs -c sglang`` on an SGLang pod, ``-c vllm`` on a vLLM one; the probes
+    ask the server's own health route."""
+    import yaml
+
+    for server, name in (("sglang", "sglang"), ("vllm", "vllm")):
+        docs = list(yaml.safe_load_all(render(plan(DSR1, "mi300x", server=server), "k8s")))
+        pods = [d["spec"]["template"]["spec"] for d in docs if d and d.get("kind") == "Deployment"]
+        containers = pods[0]["containers"]
+        assert [c["name"] for c in containers] == [name]
+        probe = containers[0]["livenessProbe"]["httpGet"]["path"]
+        assert probe == servers.get(server).routes.health

@@ -43,7 +43,7 @@ import math
 import re
 from typing import Any
 
-from instinct_serve import __version__, vllm_args
+from instinct_serve import __version__, servers, vllm_args
 from instinct_serve.errors import UsageError
 from instinct_serve.hardware.profiles import PROFILES
 from instinct_serve.options import KubernetesOptions
@@ -544,8 +544,9 @@ def _container(
     if role is not None:
         args = _multi_node_args(args, opts.nodes, headless=role == "worker")
     count = str(gpus)
+    kind = servers.of(plan)
     container: dict[str, Any] = {
-        "name": "vllm",
+        "name": kind.name,  # the server it runs: `kubectl logs -c vllm` (or sglang)
         "image": plan.image,
         "args": args,
         "env": _env(plan, opts),
@@ -571,7 +572,7 @@ def _container(
     }
     if role == "worker":  # a headless rank serves no HTTP: its failures end the process
         return container
-    health = {"httpGet": {"path": "/health", "port": "http"}}
+    health = {"httpGet": {"path": kind.routes.health, "port": "http"}}
     container["ports"] = [{"name": "http", "containerPort": plan.port, "protocol": "TCP"}]
     container["startupProbe"] = {
         **health,
