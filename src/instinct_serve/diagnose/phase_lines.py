@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from instinct_serve.diagnose.capture_errors import capture_error_in
+
 Phase = Literal[
     "starting",
     "pulling_image",
@@ -269,6 +271,8 @@ class LineReader:
         m = _KV_V1_TOO_SMALL.search(text)
         if m:
             return "profiling", {"available_kv_gib": _num(m.group(1))}
+        if capture_error_in(text) is not None:  # HIP refuses it only while a stream captures
+            return "capturing_graphs", {}
         return None, {}
 
     # Each matcher returns an update for the lines it knows, else None.

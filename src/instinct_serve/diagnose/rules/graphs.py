@@ -1,11 +1,19 @@
 """HIP/CUDA graphs: a crash in the replay of a captured graph, a fault while capturing FULL
-graphs, and a capture that failed for a reason the log does not name."""
+graphs, and a capture that failed: for a reason HIP names (a stream-capture error,
+``diagnose.capture_errors``) or for one the log does not show."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from instinct_serve.diagnose.capture_errors import (
+    BY_NAME,
+    INVALIDATED,
+    capture_evidence,
+    cause_words,
+    fix_words,
+)
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.phase_lines import FRAME_IN
 from instinct_serve.diagnose.registry import Rule, words
@@ -89,12 +97,28 @@ _CAPTURE_FUNCTIONS = frozenset({"capture_model", "_capture_cudagraphs"})
 
 
 def build_graph_capture_failed(
-    ctx: DiagnoseContext, full: bool = False, invalidated: bool = False, **at: Any
+    ctx: DiagnoseContext,
+    full: bool = False,
+    invalidated: bool = False,
+    hip_error: str | None = None,
+    watchdog: bool = False,
+    **at: Any,
 ) -> Finding:
+    error = BY_NAME.get(hip_error or "")
     if ctx.sglang:
-        return sglang.graph_capture_failed(ctx, invalidated, **at)
+        return sglang.graph_capture_failed(ctx, invalidated, error, watchdog, **at)
     eager: RetryHint = {"add_args": ["--enforce-eager"]}
     piecewise = _piecewise_hint(ctx) if full else None
+    if error is not None:  # HIP says why: the capture was refused
+        return Finding(
+            id="graph_capture_failed",
+            title="Graph capture failed: HIP refused an operation during the capture",
+            cause="A worker failed while capturing graphs. " + cause_words(error, watchdog),
+            fix="Start without graphs: --enforce-eager (slower decoding). " + fix_words(watchdog),
+            retry=eager,
+            details={"full_graphs": full, "hip_error": error.name, "watchdog": watchdog},
+            **at,
+        )
     return Finding(
         id="graph_capture_failed",
         title="Graph capture failed",
@@ -118,15 +142,26 @@ def build_graph_capture_failed(
 
 
 def _graph_capture_failed(scan: Scan, ctx: DiagnoseContext) -> Finding | None:
+    """The capture_model frames, else SGLang's own capture exception, else a HIP capture
+    error (``capture_errors``): each proves the capture failed; HIP's error says why."""
+    evidence = capture_evidence(scan)
+    hip: dict[str, Any] = {}
+    if evidence is not None:
+        hip = {"hip_error": evidence.error.name, "watchdog": evidence.watchdog}
     frames = [hit for hit in scan.hits(FRAME_IN) if hit.match.group(1) in _CAPTURE_FUNCTIONS]
-    if not frames:
-        hit, count, invalidated = sglang.capture_failed_hit(scan)  # SGLang's own exception
-        if hit is None:
-            return None
-        return sglang.graph_capture_failed(ctx, invalidated, **at_hit(hit, count))
-    first, count = frames[0], len({hit.line.no for hit in frames})
-    full = any(FULL_CAPTURE_LINE.match(line.text) for line in scan.lines[: first.index])
-    return build_graph_capture_failed(ctx, full, **at_hit(first, count))
+    if frames:
+        first, count = frames[0], len({hit.line.no for hit in frames})
+        full = any(FULL_CAPTURE_LINE.match(line.text) for line in scan.lines[: first.index])
+        return build_graph_capture_failed(ctx, full, **hip, **at_hit(first, count))
+    hit, count, error = sglang.capture_failed_hit(scan)  # SGLang's own exception
+    if hit is not None:
+        if error is not None:  # the error it wraps
+            hip = {**hip, "hip_error": error.name}
+        invalidated = hip.get("hip_error") == INVALIDATED
+        return build_graph_capture_failed(ctx, False, invalidated, **hip, **at_hit(hit, count))
+    if evidence is None:
+        return None
+    return build_graph_capture_failed(ctx, **hip, **at_hit(evidence.hit, evidence.count))
 
 
 RULES = (

@@ -7,8 +7,9 @@ Each family's builder hands over here when the log is SGLang's (``DiagnoseContex
 named by the caller, or read from the log, ``sglang_phases.is_sglang_log``), so one rule
 registers each failure and only its words differ. The evidence only SGLang prints is read here
 too: its KV-pool error and the pool it profiled (``model_runner.py``), and its graph-capture
-exception (``cuda_graph_runner.py``). Sources: the SGLang logs of tests/fixtures/logs/public
-(``cases.json``, ``server: sglang``).
+exception (``cuda_graph_runner.py``), with the HIP capture error it wraps
+(``diagnose.capture_errors``, which words why HIP refused the capture). Sources: the SGLang
+logs of tests/fixtures/logs/public (``cases.json``, ``server: sglang``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from instinct_serve.diagnose.capture_errors import (
+    FIXED_IN_ROCM,
+    CaptureError,
+    capture_error_in,
+    cause_words,
+    fix_words,
+)
 from instinct_serve.diagnose.model import DiagnoseContext, Finding, RetryHint
 from instinct_serve.diagnose.scan import Hit, Scan, exc
 from instinct_serve.diagnose.shell import issue_search
@@ -35,10 +43,6 @@ _POOL_PROGRESS = re.compile(
 )
 # cuda_graph_runner.py: "Exception: Capture cuda graph failed: <the error>"
 CAPTURE_FAILED = re.compile(r"^\s*(?:\w*Exception: )?Capture (?:cuda|hip|npu) graph failed: (.*)")
-# HIP's words when a capture is invalidated (a kernel on a stream outside the capture)
-_INVALIDATED = re.compile(
-    r"hipErrorStreamCaptureInvalidated|operation failed due to a previous error during capture"
-)
 
 
 def no_pool_hit(scan: Scan) -> tuple[Hit | None, int]:
@@ -145,16 +149,37 @@ def oom(ctx: DiagnoseContext, stage: str | None, detail: str = "", **at: Any) ->
     )
 
 
-def graph_capture_failed(ctx: DiagnoseContext, invalidated: bool = False, **at: Any) -> Finding:
+def graph_capture_failed(
+    ctx: DiagnoseContext,
+    invalidated: bool = False,
+    error: CaptureError | None = None,
+    watchdog: bool = False,
+    **at: Any,
+) -> Finding:
     eager: RetryHint = {"add_args": ["--disable-cuda-graph"]}
     aiter_ar: RetryHint = {"set_env": {"SGLANG_USE_AITER_AR": "false"}}
     rocm = (
-        " On ROCm, hipErrorStreamCaptureInvalidated means a kernel ran on a stream outside the "
-        "capture: with AITER's custom all-reduce that is sgl-project/sglang#23580, and "
-        "SGLANG_USE_AITER_AR=false (SGLang's default since #23581) keeps the graphs."
+        " On ROCm, hipErrorStreamCaptureInvalidated means the capture was broken by work "
+        "outside it: with AITER's custom all-reduce that is sgl-project/sglang#23580, and "
+        "SGLANG_USE_AITER_AR=false (SGLang's default since #23581) keeps the graphs; the "
+        "thread traced it further to ROCm 7.2.0's event query from the NCCL/RCCL watchdog "
+        f"(pytorch/pytorch#177309), fixed in ROCm {FIXED_IN_ROCM}: an image on ROCm "
+        f"{FIXED_IN_ROCM} or later keeps them too."
         if invalidated
         else ""
     )
+    if error is not None and not invalidated:
+        return Finding(
+            id="graph_capture_failed",
+            title="Graph capture failed: HIP refused an operation during the capture",
+            cause="SGLang's graph capture failed (after the weights and the KV pool were in "
+            "place). " + cause_words(error, watchdog),
+            fix="Start without graphs with --disable-cuda-graph (slower decoding) to confirm "
+            "the model runs. " + fix_words(watchdog),
+            retry=eager,
+            details={"hip_error": error.name, "watchdog": watchdog},
+            **at,
+        )
     return Finding(
         id="graph_capture_failed",
         title="Graph capture failed",
@@ -170,14 +195,14 @@ def graph_capture_failed(ctx: DiagnoseContext, invalidated: bool = False, **at: 
     )
 
 
-def capture_failed_hit(scan: Scan) -> tuple[Hit | None, int, bool]:
+def capture_failed_hit(scan: Scan) -> tuple[Hit | None, int, CaptureError | None]:
     """SGLang's capture exception (not an out-of-memory one, which ``memory`` reads), and
-    whether HIP says the capture was invalidated."""
+    the HIP capture error it wraps (on its line or the next three), if any."""
     hit, count = scan.first(CAPTURE_FAILED)
     if hit is None or "out of memory" in hit.match.group(1):
-        return None, 0, False
-    around = scan.window(hit.index, 0, 3)
-    return hit, count, any(_INVALIDATED.search(line.text) for line in around)
+        return None, 0, None
+    around = (capture_error_in(line.text) for line in scan.window(hit.index, 0, 3))
+    return hit, count, next((error for error in around if error is not None), None)
 
 
 REPO = "sgl-project/sglang"  # where ``issue_search`` looks for an SGLang error
