@@ -57,7 +57,7 @@ def test_the_watchdogs_capture_error_on_rocm_is_a_failed_capture() -> None:
         "hip_error": "hipErrorStreamCaptureUnsupported",
         "watchdog": True,
     }
-    assert finding.retry == {"add_args": ["--enforce-eager"]}
+    assert finding.retry == {"add_args": ["--enforce-eager"]} and finding.auto_retry
     assert "ROCm 7.2.1" in finding.fix and "AMD_LOG_LEVEL=4" in finding.fix
     assert "--disable-cuda-graph" not in finding.fix
     assert "pytorch/pytorch#177309" in finding.cause
@@ -65,9 +65,11 @@ def test_the_watchdogs_capture_error_on_rocm_is_a_failed_capture() -> None:
 
 
 def test_the_same_error_of_an_sglang_launch_names_sglangs_flag() -> None:
-    finding = primary(WATCHDOG, SGLANG)
-    assert finding.id == "graph_capture_failed"
-    assert finding.retry == {"add_args": ["--disable-cuda-graph"]}
+    diagnosis = diagnose(WATCHDOG, SGLANG)
+    finding = diagnosis.primary
+    assert finding is not None and finding.id == "graph_capture_failed"
+    assert diagnosis.facts["phase_reached"] == "capturing_graphs"  # SGLang's tracker reads it
+    assert finding.retry == {"add_args": ["--disable-cuda-graph"]} and finding.auto_retry
     assert "--disable-cuda-graph" in finding.fix and "--enforce-eager" not in finding.fix
     assert "ROCm 7.2.1" in finding.fix
     assert finding.details == {"hip_error": "hipErrorStreamCaptureUnsupported", "watchdog": True}

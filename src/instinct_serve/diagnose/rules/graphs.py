@@ -116,6 +116,7 @@ def build_graph_capture_failed(
             cause="A worker failed while capturing graphs. " + cause_words(error, watchdog),
             fix="Start without graphs: --enforce-eager (slower decoding). " + fix_words(watchdog),
             retry=eager,
+            auto_retry=True,  # HIP refused the capture: without graphs nothing is captured
             details={"full_graphs": full, "hip_error": error.name, "watchdog": watchdog},
             **at,
         )

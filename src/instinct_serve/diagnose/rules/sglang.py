@@ -177,6 +177,7 @@ def graph_capture_failed(
             fix="Start without graphs with --disable-cuda-graph (slower decoding) to confirm "
             "the model runs. " + fix_words(watchdog),
             retry=eager,
+            auto_retry=True,  # HIP refused the capture: without graphs nothing is captured
             details={"hip_error": error.name, "watchdog": watchdog},
             **at,
         )
