@@ -80,6 +80,7 @@ _MESSAGE = re.compile("(" + "|".join(re.escape(e.message) for e in CAPTURE_ERROR
 _NAME = re.compile(r"\b(?:hip|cuda)Error(StreamCapture(?:[A-Z][a-z]+)+|CapturedEvent)\b")
 # PyTorch's c10d (ProcessGroupNCCL) watchdog thread: RCCL on ROCm keeps NCCL's names
 _WATCHDOG = re.compile(r"watchdog thread terminated with exception")
+_ANY = re.compile(_MESSAGE.pattern + "|" + _NAME.pattern)
 
 
 def capture_error_in(text: str) -> CaptureError | None:
@@ -95,9 +96,8 @@ def capture_error_in(text: str) -> CaptureError | None:
 
 @dataclass(frozen=True)
 class CaptureEvidence:
-    """The first line with a capture error, how many lines name one, which error (the
-    name a later line gives when the first gives only words), and whether PyTorch's
-    NCCL/RCCL watchdog raised it."""
+    """The first line with a capture error, how many lines name one, the first line's error,
+    and whether PyTorch's NCCL/RCCL watchdog raised it (its words on an error's line)."""
 
     hit: Hit
     count: int
@@ -114,9 +114,6 @@ def capture_evidence(scan: Scan) -> CaptureEvidence | None:
     first, error = found[0]
     watchdog = any(_WATCHDOG.search(hit.line.text) for hit, _ in found)
     return CaptureEvidence(first, len({hit.line.no for hit, _ in found}), error, watchdog)
-
-
-_ANY = re.compile(_MESSAGE.pattern + "|" + _NAME.pattern)
 
 
 # --------------------------------------------------------------------------- the words
