@@ -91,7 +91,8 @@ def render_run(con: Console, run: BenchRun) -> None:
             Column("ITL p50/p99", right=True),
             Column("OK", right=True),
         ],
-        f"{run.endpoint or '-'} ({run.model or '-'}), plan {run.key}",
+        f"{run.endpoint or '-'} ({run.model or '-'}), plan {run.key}"
+        + (f", by {run.client}" if run.client else ""),
     )
     top = model.scale_max([p.output_throughput for p in run.points])
     for p in run.points:
