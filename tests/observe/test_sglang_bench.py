@@ -225,3 +225,33 @@ def test_a_native_endpoint_runs_the_client_with_the_interpreter_it_was_launched_
         assert how.client is SGLANG_CLIENT and how.prefix == ["/opt/sglang/bin/python3"]
     finally:
         Path(how.result_dir).rmdir()
+
+
+def test_a_native_endpoint_without_its_command_finds_the_clients_executable_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No recorded command: the client's executable on PATH (the managed engine provides
+    vLLM's only); none there is a NotReadyError that says how to go on."""
+    import shutil
+
+    from instinct_serve.errors import NotReadyError
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    mktemp = shutil.which("mktemp")
+    assert mktemp is not None
+    (bin_dir / "mktemp").symlink_to(mktemp)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    endpoint = _endpoint(engine="native", server="sglang")
+    with pytest.raises(NotReadyError) as missing:
+        runtime_bench.runner(LocalHost(), endpoint)
+    assert "no python3 to run sglang.bench_serving" in missing.value.message
+    assert "--vllm" in (missing.value.fix or "")
+    python = bin_dir / "python3"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    how = runtime_bench.runner(LocalHost(), endpoint)
+    try:
+        assert how.client is SGLANG_CLIENT and how.prefix == [str(python)]
+    finally:
+        Path(how.result_dir).rmdir()

@@ -269,19 +269,23 @@ class BenchClient:
     result written to ``result_dir/c{concurrency}{suffix}``, read back by ``parse`` (the
     file's text, the step's concurrency and the requests it sent; ``ValueError`` or
     ``UsageError`` when it is not a result). ``title`` says which client ran (``BenchRun.client``,
-    messages)."""
+    messages). ``engine``: the managed engine install (``engine.discovery``) provides it, so a
+    native endpoint without a recorded command is benched with the engine's executable."""
 
     title: str
     executable: str
     argv: Callable[..., list[str]]
     suffix: str
     parse: Callable[[str, int, int], Point]
+    engine: bool = False
 
     def result_file(self, concurrency: int) -> str:
         return f"c{concurrency}{self.suffix}"
 
 
-VLLM_CLIENT = BenchClient("vllm bench serve", "vllm", bench_args, ".json", parse_vllm_result)
+VLLM_CLIENT = BenchClient(
+    "vllm bench serve", "vllm", bench_args, ".json", parse_vllm_result, engine=True
+)
 
 
 @dataclass

@@ -12,7 +12,8 @@ executable runs it, in order:
    the same model cache, offline; the executable as the image's entrypoint names it, else the
    client's own: ``vllm``, ``python3``), results written to a temporary directory on the host;
 3. a native endpoint: the executable it was launched with when it is the client's, else the
-   engine's (``engine.discovery``) when it is, else the client's executable on the host's PATH.
+   managed engine's (``engine.discovery``) when it provides the client (vLLM's), else the
+   client's executable on the host's PATH.
 
 Each concurrency step is bounded: ``--num-prompts`` requests and a wall-clock limit (the
 process, or the benchmark container, is killed when it is exceeded). Runs are stored on
@@ -168,16 +169,17 @@ def runner(
 
 
 def _host_executable(host: Host, client: BenchClient) -> str:
-    """The client's executable here: the engine's when it is that one, else on PATH."""
+    """The client's executable here: the engine's when the engine provides it, else on PATH."""
     from instinct_serve.engine import discovery
 
-    try:
-        found = discovery.discover(host, probe=False)
-    except InstinctError:
-        found = None
-    engine = found.engine if found is not None else None
-    if engine is not None and posixpath.basename(engine.vllm_command) == client.executable:
-        return engine.vllm_command
+    found = None
+    if client.engine:
+        try:
+            found = discovery.discover(host, probe=False)
+        except InstinctError:
+            found = None
+    if found is not None and found.engine is not None:
+        return found.engine.vllm_command
     path = host.which(client.executable)
     if path:
         return path
