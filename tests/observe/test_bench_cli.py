@@ -75,6 +75,7 @@ def test_a_sweep_is_run_stored_listed_and_compared(
     assert isinstance(doc, dict)
     assert doc["plan_hash"] == endpoint.plan_hash and doc["endpoint"] == endpoint.name
     assert doc["errors"] == [] and doc["command"] == [str(exe)]
+    assert doc["client"] == "vllm bench serve"  # --vllm: vLLM's client, whatever the server
     assert [p["concurrency"] for p in doc["points"]] == [1, 4]
     one, four = doc["points"]
     assert one["requests"] == four["requests"] == 8 and one["completed"] == 8
@@ -132,6 +133,7 @@ def test_the_api_key_travels_in_the_environment_only(
     (call,) = _calls(log)
     assert call["key"] == "k3y" and "k3y" not in " ".join(call["argv"])
     assert "stored:" not in run.stdout and "concurrency 1:" in run.stderr
+    assert "by vllm bench serve" in run.stdout  # which client ran
     missing = endpoint.cli(*args, "--api-key-env", "UNSET_KEY_NAME", "--json", **_env(log))
     assert missing.returncode == 2
     assert json.loads(missing.stdout)["error"]["id"] == "bad_api_key_env"

@@ -13,7 +13,7 @@ from instinct_serve.diagnose.phases import PhaseTracker
 from instinct_serve.errors import UsageError
 from instinct_serve.fit.vllm import behaviour
 from instinct_serve.observe import vllm as vllm_metrics
-from instinct_serve.observe.bench import Settings, bench_args
+from instinct_serve.observe.bench import VLLM_CLIENT, Settings, bench_args
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.model import API_KEY_ENV, LaunchPlan, container_args
 from instinct_serve.plan.render import native_argv
@@ -60,7 +60,8 @@ def test_the_vllm_kind_answers_what_the_tool_assumed() -> None:
         "result_dir": "/tmp/r",
         "result_file": "s.json",
     }
-    assert kind.bench_argv(**step) == bench_args(**step)  # type: ignore[arg-type]
+    assert kind.bench_client is VLLM_CLIENT and kind.bench_client.executable == "vllm"
+    assert kind.bench_client.argv(**step) == bench_args(**step)
 
 
 def test_an_unknown_server_is_a_usage_error() -> None:

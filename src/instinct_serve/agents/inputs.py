@@ -373,7 +373,7 @@ PlanInput = job_input("PlanInput", PlanOptions, base=PlanExtras)
 
 
 class BenchInput(ToolInput):
-    """``instinct bench NAME``: one ``vllm bench serve`` step per concurrency level."""
+    """``instinct bench NAME``: one step of the server's benchmark client per concurrency."""
 
     name: ContainerName | None = Field(default=None, description="Default: the only endpoint.")
     concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(

@@ -203,7 +203,7 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "bench",
             "Benchmark an endpoint",
-            "vllm bench serve per concurrency level (progress per step) next to AMD's "
+            "The server's benchmark client per concurrency level (progress per step) next to AMD's "
             "published points; minutes of load on the endpoint.",
             inputs.BenchInput,
             core.bench,

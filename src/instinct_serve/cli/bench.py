@@ -1,4 +1,5 @@
-"""``instinct bench``: a bounded concurrency sweep with vLLM's own benchmark, stored under
+"""``instinct bench``: a bounded concurrency sweep with the server's own benchmark client
+(``vllm bench serve``, ``sglang.bench_serving``), stored under
 the endpoint's plan hash; ``instinct bench compare A B`` puts two runs side by side.
 
     instinct bench [NAME] --concurrency 1,4,16 --requests 64 --input-len 512 --output-len 128
@@ -35,8 +36,9 @@ class DefaultGroup(click.Group):
 
 @click.group("bench", cls=DefaultGroup)
 def bench() -> None:
-    """Benchmark a running endpoint with vLLM's own `vllm bench serve` (a sweep over
-    concurrency), store the results under its plan hash, and compare two plans.
+    """Benchmark a running endpoint with its server's own client (`vllm bench serve`,
+    SGLang's `sglang.bench_serving`; a sweep over concurrency), store the results under its
+    plan hash, and compare two plans.
 
     \b
     instinct bench [NAME] --concurrency 1,4,16 --requests 64
@@ -89,7 +91,8 @@ def render_run(con: Console, run: BenchRun) -> None:
             Column("ITL p50/p99", right=True),
             Column("OK", right=True),
         ],
-        f"{run.endpoint or '-'} ({run.model or '-'}), plan {run.key}",
+        f"{run.endpoint or '-'} ({run.model or '-'}), plan {run.key}"
+        + (f", by {run.client}" if run.client else ""),
     )
     top = model.scale_max([p.output_throughput for p in run.points])
     for p in run.points:
@@ -150,8 +153,8 @@ def render_run(con: Console, run: BenchRun) -> None:
     "vllm_path",
     metavar="PATH",
     default=None,
-    help="The vllm executable on the host to run `vllm bench serve` with [default: the "
-    "endpoint's image, or its native vLLM].",
+    help="The vllm executable on the host to run `vllm bench serve` with, whatever the "
+    "server [default: the server's own client, from the endpoint's image or native install].",
 )
 @click.option(
     "--tokenizer",
@@ -191,7 +194,7 @@ def run(
     host_spec: str | None,
     as_json: bool,
 ) -> int:
-    """Benchmark NAME (or the only running endpoint): one `vllm bench serve` step per
+    """Benchmark NAME (or the only running endpoint): one step of its server's client per
     concurrency level, each bounded by --requests and --step-timeout."""
     from instinct_serve.runtime import bench as runner
 

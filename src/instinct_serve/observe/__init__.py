@@ -8,7 +8,7 @@
 - ``gpu``: GPU power, activity and memory from ``amd-smi metric --json`` (every shape);
 - ``top``: the ``instinct top`` document (endpoints, GPUs, tokens per watt);
 - ``bench``: ``vllm bench serve`` argv, its ``--save-result`` JSON, stored runs and their
-  comparison;
+  comparison; ``sglang_bench``: SGLang's client (``sglang.bench_serving``), the same step;
 - ``scrape``: the Prometheus scrape configuration of compose and Kubernetes renderings.
 
 The adapter that reaches endpoints and hosts is ``runtime.observe``.

@@ -15,8 +15,9 @@ step: ``compare`` pairs the steps of two runs by concurrency.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,7 +153,7 @@ def bench_args(
     return argv
 
 
-def _number(doc: dict[str, Any], key: str) -> float | None:
+def number(doc: dict[str, Any], key: str) -> float | None:
     value = doc.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -210,6 +211,23 @@ class Point:
         )
 
 
+def latencies(doc: dict[str, Any], names: dict[str, str]) -> dict[str, dict[str, float | None]]:
+    """Each latency's mean and percentiles (``Point.latency_ms``) from a result's
+    ``{mean,median,pNN}_{name}_ms`` fields, ``names`` giving each metric's ``name`` there."""
+    latency: dict[str, dict[str, float | None]] = {}
+    for metric in LATENCIES:
+        name = names[metric]
+        stats = {
+            "mean": number(doc, f"mean_{name}_ms"),
+            "p50": number(doc, f"p50_{name}_ms") or number(doc, f"median_{name}_ms"),
+        }
+        for p in PERCENTILES[1:]:
+            stats[f"p{p}"] = number(doc, f"p{p}_{name}_ms")
+        if any(v is not None for v in stats.values()):
+            latency[metric] = stats
+    return latency
+
+
 def parse_result(doc: Any, concurrency: int | None = None) -> Point:
     """A step from ``vllm bench serve --save-result`` JSON (``UsageError`` if it is not)."""
     if not isinstance(doc, dict) or "completed" not in doc:
@@ -222,16 +240,7 @@ def parse_result(doc: Any, concurrency: int | None = None) -> Point:
     level = concurrency if concurrency is not None else found
     if not isinstance(level, int):
         level = 0  # a run without --max-concurrency: every request at once
-    latency: dict[str, dict[str, float | None]] = {}
-    for metric in LATENCIES:
-        stats = {
-            "mean": _number(doc, f"mean_{metric}_ms"),
-            "p50": _number(doc, f"p50_{metric}_ms") or _number(doc, f"median_{metric}_ms"),
-        }
-        for p in PERCENTILES[1:]:
-            stats[f"p{p}"] = _number(doc, f"p{p}_{metric}_ms")
-        if any(v is not None for v in stats.values()):
-            latency[metric] = stats
+    latency = latencies(doc, {metric: metric for metric in LATENCIES})
     completed = doc.get("completed")
     failed = doc.get("failed")
     requests = doc.get("num_prompts")
@@ -240,12 +249,43 @@ def parse_result(doc: Any, concurrency: int | None = None) -> Point:
         requests=requests if isinstance(requests, int) else None,
         completed=completed if isinstance(completed, int) else None,
         failed=failed if isinstance(failed, int) else None,
-        duration_s=_number(doc, "duration"),
-        request_throughput=_number(doc, "request_throughput"),
-        output_throughput=_number(doc, "output_throughput"),
-        total_token_throughput=_number(doc, "total_token_throughput"),
+        duration_s=number(doc, "duration"),
+        request_throughput=number(doc, "request_throughput"),
+        output_throughput=number(doc, "output_throughput"),
+        total_token_throughput=number(doc, "total_token_throughput"),
         latency_ms=latency,
     )
+
+
+def parse_vllm_result(text: str, concurrency: int, requests: int) -> Point:
+    """One step's ``--save-result`` file, as text (``ValueError`` if it is not JSON)."""
+    return parse_result(json.loads(text), concurrency)
+
+
+@dataclass(frozen=True)
+class BenchClient:
+    """A serving benchmark client ``bench`` runs one step with, as a ``ServerKind`` names it
+    (``bench_client``): ``executable`` then ``argv(...)`` (called as ``bench_args`` is), its
+    result written to ``result_dir/c{concurrency}{suffix}``, read back by ``parse`` (the
+    file's text, the step's concurrency and the requests it sent; ``ValueError`` or
+    ``UsageError`` when it is not a result). ``title`` says which client ran (``BenchRun.client``,
+    messages). ``engine``: the managed engine install (``engine.discovery``) provides it, so a
+    native endpoint without a recorded command is benched with the engine's executable."""
+
+    title: str
+    executable: str
+    argv: Callable[..., list[str]]
+    suffix: str
+    parse: Callable[[str, int, int], Point]
+    engine: bool = False
+
+    def result_file(self, concurrency: int) -> str:
+        return f"c{concurrency}{self.suffix}"
+
+
+VLLM_CLIENT = BenchClient(
+    "vllm bench serve", "vllm", bench_args, ".json", parse_vllm_result, engine=True
+)
 
 
 @dataclass
@@ -260,6 +300,7 @@ class BenchRun:
     started_at: str
     settings: Settings
     command: list[str] = field(default_factory=list)  # the benchmark's argv prefix
+    client: str | None = None  # which client ran it (``BenchClient.title``)
     points: list[Point] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     image: str | None = None
@@ -284,6 +325,7 @@ class BenchRun:
             "started_at": self.started_at,
             "settings": self.settings.to_dict(),
             "command": list(self.command),
+            "client": self.client,
             "points": [p.to_dict() for p in self.points],
             "errors": list(self.errors),
             "path": self.path,
@@ -316,6 +358,7 @@ class BenchRun:
             started_at=str(doc.get("started_at") or ""),
             settings=settings,
             command=[str(a) for a in doc.get("command") or []],
+            client=doc.get("client") if isinstance(doc.get("client"), str) else None,
             points=[Point.from_dict(p) for p in doc.get("points") or []],
             errors=list(doc.get("errors") or []),
             image=doc.get("image"),

@@ -1,13 +1,19 @@
-"""``instinct bench``: run vLLM's own benchmark against a running endpoint, store the run.
+"""``instinct bench``: run a server's own benchmark client against a running endpoint, store
+the run.
 
-Which ``vllm`` runs the benchmark, in order:
+The client is the endpoint's server kind's (``ServerKind.bench_client``: ``vllm bench serve``
+for vLLM, ``python3 -m sglang.bench_serving`` for SGLang), or vLLM's with ``--vllm``. Which
+executable runs it, in order:
 
-1. ``--vllm PATH`` (a benchmark-capable vLLM on the host, e.g. another venv's);
+1. ``--vllm PATH`` (a benchmark-capable vLLM on the host, e.g. another venv's): vLLM's client,
+   whatever the server;
 2. a Docker endpoint: the endpoint's own image, ``docker run --rm --network host
-   --volumes-from ENDPOINT --entrypoint .../vllm IMAGE bench serve ...`` (same vLLM, the
-   same model cache, offline), results written to a temporary directory on the host;
-3. a native endpoint: the ``vllm`` it was launched with, else the engine's
-   (``engine.discovery``), else ``vllm`` on the host's PATH.
+   --volumes-from ENDPOINT --entrypoint EXECUTABLE IMAGE ARGS...`` (the same server release,
+   the same model cache, offline; the executable as the image's entrypoint names it, else the
+   client's own: ``vllm``, ``python3``), results written to a temporary directory on the host;
+3. a native endpoint: the executable it was launched with when it is the client's, else the
+   managed engine's (``engine.discovery``) when it provides the client (vLLM's), else the
+   client's executable on the host's PATH.
 
 Each concurrency step is bounded: ``--num-prompts`` requests and a wall-clock limit (the
 process, or the benchmark container, is killed when it is exceeded). Runs are stored on
@@ -36,21 +42,23 @@ from typing import TYPE_CHECKING, Any
 from instinct_serve.errors import InstinctError, NotReadyError, UsageError
 from instinct_serve.names import CONTAINER_NAME
 from instinct_serve.observe.bench import (
+    VLLM_CLIENT,
+    BenchClient,
     BenchRun,
     Point,
     Settings,
-    bench_args,
     from_bench_result,
-    parse_result,
 )
-from instinct_serve.runtime.observe import Endpoint, endpoints, vllm_in_entrypoint
+from instinct_serve.runtime.observe import Endpoint, endpoints, executable_in_entrypoint
 
 if TYPE_CHECKING:
     from instinct_serve.hosts import Host
 
 # Environment of the endpoint's container that locates the model cache for the tokenizer.
 CACHE_ENV = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE")
-API_KEY_ENV = "OPENAI_API_KEY"  # what `vllm bench serve` sends as "Authorization: Bearer"
+# what both clients send as "Authorization: Bearer" (vllm bench serve; sglang.bench_serving's
+# get_auth_headers)
+API_KEY_ENV = "OPENAI_API_KEY"
 OUTPUT_TAIL = 1500
 PLAN_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # a plan hash (prefix), or no-plan
 NO_PLAN = "no-plan"
@@ -97,9 +105,10 @@ class Runner:
     """How each step is started on the host, and what to clean up."""
 
     kind: str  # docker | native | path
-    prefix: list[str]  # argv before `bench serve ...`
+    prefix: list[str]  # argv before the client's (`bench serve ...`, `-m sglang.bench_serving`)
     result_dir: str
     env: dict[str, str] = field(default_factory=dict)
+    client: BenchClient = VLLM_CLIENT
     container: str | None = None  # docker: the benchmark container's name
 
     def describe(self) -> list[str]:
@@ -124,16 +133,19 @@ def runner(
     vllm: str | None = None,
     api_key: str | None = None,
 ) -> Runner:
-    """How to run ``vllm bench serve`` against ``endpoint`` on ``host``."""
+    """How to run the benchmark client against ``endpoint`` on ``host``."""
+    from instinct_serve import servers
+
     env = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     if api_key:
         env[API_KEY_ENV] = api_key
-    result_dir = _mktemp(host)
     if vllm:
-        return Runner("path", [vllm], result_dir, env)
+        return Runner("path", [vllm], _mktemp(host), env, VLLM_CLIENT)
+    client = servers.get(endpoint.server).bench_client
     if endpoint.engine == "docker":
         if not endpoint.image:
             raise InstinctError(f"cannot tell the image of {endpoint.name}", id="bench_failed")
+        result_dir = _mktemp(host)
         container = f"instinct-bench-{uuid.uuid4().hex[:8]}"
         argv = ["docker", "run", "--rm", "--name", container, "--network", "host"]
         argv += ["--volumes-from", endpoint.name]
@@ -144,32 +156,37 @@ def runner(
         for key in env:
             argv += ["-e", key]  # by name: docker copies the value from our environment
         argv += ["-v", f"{result_dir}:{result_dir}"]
-        argv += ["--entrypoint", vllm_in_entrypoint(endpoint.entrypoint) or "vllm"]
+        executable = executable_in_entrypoint(endpoint.entrypoint, client.executable)
+        argv += ["--entrypoint", executable or client.executable]
         argv.append(endpoint.image)
-        return Runner("docker", argv, result_dir, env, container)
+        return Runner("docker", argv, result_dir, env, client, container)
     command = None
-    if endpoint.command and posixpath.basename(endpoint.command[0]) == "vllm":
+    if endpoint.command and posixpath.basename(endpoint.command[0]) == client.executable:
         command = endpoint.command[0]
     if command is None:
-        command = _engine_vllm(host)
-    return Runner("native", [command], result_dir, env)
+        command = _host_executable(host, client)
+    return Runner("native", [command], _mktemp(host), env, client)
 
 
-def _engine_vllm(host: Host) -> str:
+def _host_executable(host: Host, client: BenchClient) -> str:
+    """The client's executable here: the engine's when the engine provides it, else on PATH."""
     from instinct_serve.engine import discovery
 
-    try:
-        found = discovery.discover(host, probe=False)
-    except InstinctError:
-        found = None
+    found = None
+    if client.engine:
+        try:
+            found = discovery.discover(host, probe=False)
+        except InstinctError:
+            found = None
     if found is not None and found.engine is not None:
         return found.engine.vllm_command
-    path = host.which("vllm")
+    path = host.which(client.executable)
     if path:
         return path
     raise NotReadyError(
-        f"no vLLM to run the benchmark with on {host.name}",
-        fix="install one (`instinct engine install`) or pass --vllm /path/to/vllm",
+        f"no {client.executable} to run {client.title} with on {host.name}",
+        fix="install the server it comes with (`instinct engine install` for vLLM), or pass "
+        "--vllm /path/to/vllm to run vLLM's client",
         id="vllm_not_found",
     )
 
@@ -208,6 +225,7 @@ def run(
     )
     how = runner(host, endpoint, vllm=vllm, api_key=api_key)
     bench.command = how.describe()
+    bench.client = how.client.title
     model = endpoint.model or endpoint.served_model_name or ""
     try:
         for index, level in enumerate(settings.concurrency, 1):
@@ -306,8 +324,9 @@ def _step(
     level: int,
     settings: Settings,
 ) -> tuple[Point | None, dict[str, Any] | None]:
-    result_file = f"c{level}.json"
-    args = bench_args(
+    client = how.client
+    result_file = client.result_file(level)
+    args = client.argv(
         base_url=f"http://127.0.0.1:{endpoint.port}",
         model=model,
         served_model_name=endpoint.served_model_name,
@@ -337,13 +356,13 @@ def _step(
             error["message"] = f"{how.prefix[0]} not found on {host.name}"
         else:
             cause = last_error_line(tail)
-            error["message"] = f"vllm bench serve exited with {done.returncode}" + (
+            error["message"] = f"{client.title} exited with {done.returncode}" + (
                 f": {cause}" if cause else ""
             )
     if text is None:
         return None, error
     try:
-        return parse_result(json.loads(text), level), error
+        return client.parse(text, level, settings.requests_for(level)), error
     except (ValueError, UsageError) as exc:
         return None, error or {"concurrency": level, "message": f"unreadable result: {exc}"}
 

@@ -332,14 +332,10 @@ def observe_once(
         return obs.refresh()
 
 
-def vllm_in_entrypoint(entrypoint: Sequence[str] | None) -> str | None:
-    """The vllm executable of an image whose entrypoint is ``[.../vllm, "serve"]``."""
-    if not entrypoint:
-        return None
-    words = list(entrypoint)
-    if words[-1] == "serve":
-        words = words[:-1]
-    for word in words:
-        if posixpath.basename(word) == "vllm":
+def executable_in_entrypoint(entrypoint: Sequence[str] | None, name: str) -> str | None:
+    """The executable called ``name`` in an image's entrypoint, as the entrypoint spells it
+    (``[.../vllm, "serve"]``: ``.../vllm``); None when it has none (``lmsysorg/sglang``)."""
+    for word in entrypoint or ():
+        if posixpath.basename(word) == name:
             return word
     return None

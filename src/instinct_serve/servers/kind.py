@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from instinct_serve.diagnose.failure_signals import FailureSignal
     from instinct_serve.diagnose.phases import PhaseTracker
     from instinct_serve.fit.vllm import VllmBehaviour
+    from instinct_serve.observe.bench import BenchClient
     from instinct_serve.observe.vllm import Name
     from instinct_serve.plan.model import LaunchPlan
 
@@ -125,7 +126,8 @@ class ServerKind(Protocol):
         ...
 
     @property
-    def bench_argv(self) -> Callable[..., list[str]]:
-        """The benchmark client's argv after ``executable`` for one step: called as
-        ``observe.bench.bench_args`` is; its result is read by ``observe.bench.parse_result``."""
+    def bench_client(self) -> BenchClient:
+        """The serving benchmark client ``bench`` runs against it, from its own image or
+        install (``observe.bench.VLLM_CLIENT``: ``vllm bench serve``): its executable, its
+        argv for one step and the reader of its result."""
         ...

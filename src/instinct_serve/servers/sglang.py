@@ -13,9 +13,11 @@ Instinct GPUs (InferenceX's AMD configs), planned from those configs (``plan.sgl
 - The fingerprint: ``/v1/completions`` with ``echo`` and ``logprobs`` gives the prompt's
   log-probabilities (``Routes.scoring``; measured on sglang 0.5.23, which logs that echo and
   logprobs are "not compatible" and answers them all the same).
-- Memory and bench: vLLM's memory model sizes the weights (SGLang's own, the static fraction
-  and its KV pool, is not modelled yet); AMD benchmarks SGLang with vLLM's client
-  (``--backend vllm``), and so does ``bench``.
+- Memory: vLLM's memory model sizes the weights (SGLang's own, the static fraction and its
+  KV pool, is not modelled yet).
+- Bench: SGLang's own client, ``python3 -m sglang.bench_serving`` (``observe.sglang_bench``):
+  its images have no vLLM. AMD benchmarks SGLang with (a copy of) vLLM's client; ``bench
+  --vllm PATH`` runs that one instead.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from instinct_serve import vllm_args
 from instinct_serve.fit.vllm import behaviour
-from instinct_serve.observe.bench import bench_args
+from instinct_serve.observe.sglang_bench import SGLANG_CLIENT
 from instinct_serve.servers.kind import Routes
 
 if TYPE_CHECKING:
@@ -89,7 +91,7 @@ class SglangServer:
         return SglangTracker()
 
     memory_behaviour = staticmethod(behaviour)  # vLLM's weights model (SGLang's: not yet)
-    bench_argv = staticmethod(bench_args)  # vLLM's client, as AMD benchmarks SGLang
+    bench_client = SGLANG_CLIENT  # `python3 -m sglang.bench_serving`, in its image
 
 
 SGLANG = SglangServer()

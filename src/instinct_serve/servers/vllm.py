@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from instinct_serve import vllm_args
 from instinct_serve.fit.vllm import behaviour
-from instinct_serve.observe.bench import bench_args
+from instinct_serve.observe.bench import VLLM_CLIENT
 from instinct_serve.servers.kind import Routes
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class VllmServer:
         return PhaseTracker()
 
     memory_behaviour = staticmethod(behaviour)  # fit's model of vLLM's memory
-    bench_argv = staticmethod(bench_args)  # `vllm bench serve ...`
+    bench_client = VLLM_CLIENT  # `vllm bench serve ...`
 
 
 VLLM = VllmServer()
