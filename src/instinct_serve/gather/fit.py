@@ -9,9 +9,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve import servers
 from instinct_serve.errors import InstinctError
 from instinct_serve.fit.catalog_link import FitAnswer, LaunchContext, fit_options, launch_context
 from instinct_serve.fit.overhead_table import normalise_platform
+from instinct_serve.fit.served import ServerLaunch
 from instinct_serve.gather.alternatives import find_alternatives
 from instinct_serve.gather.detect import resolve_on
 from instinct_serve.hardware.target import Target, catalog_key
@@ -84,13 +86,14 @@ def fit_request(
     )
     if planned is not None:
         answer = planned.apply(answer, same_launch=not (req.vllm_version or req.platform))
-    if req.server == "sglang" and answer.report is not None:
-        # SGLang's sizing of the same GPU, TP, weights and KV layers; the utilization given
-        # is SGLang's --mem-fraction-static, else SGLang's default for the GPU and TP
-        from instinct_serve.fit.sglang import SglangLaunch, from_report
-
-        launch = SglangLaunch(mem_fraction_static=req.gpu_memory_utilization)
-        answer.report.sglang = from_report(answer.report, launch)
+    if answer.report is not None:  # the server's own answer (vLLM's: the report itself)
+        launch = ServerLaunch(
+            planned.args if planned is not None else (),
+            req.gpu_memory_utilization,
+            req.max_model_len,
+            req.kv_cache_dtype,
+        )
+        answer.served = servers.get(req.server).memory_model(answer.report, launch)
     return answer, target.notes
 
 
@@ -102,6 +105,7 @@ class PlanDecision:
     context: int | None  # the plan's --max-model-len (None: vLLM's default, the native)
     why: str
     report: FitReport | None  # the plan's fit of its own launch, at that TP
+    args: tuple[str, ...] = ()  # the plan's argv, in its server's words
 
     def apply(self, answer: FitAnswer, *, same_launch: bool) -> FitAnswer:
         """The fit at the plan's TP, said to be the plan's; with the plan's own launch
@@ -134,7 +138,8 @@ def plan_decision(req: FitRequest, host: Host, target: Target) -> PlanDecision |
         return None
     shared = {f.name: getattr(req, f.name) for f in fields(SizingOptions)}
     try:
-        result = make_plan(PlanOptions(**shared, model=req.model), host, target=target)
+        opts = PlanOptions(**shared, model=req.model, server=req.server)
+        result = make_plan(opts, host, target=target)
     except InstinctError:
         return None
     plan = result.plan
@@ -142,7 +147,9 @@ def plan_decision(req: FitRequest, host: Host, target: Target) -> PlanDecision |
         (r.why for r in plan.reasons if r.item.startswith("--tensor-parallel-size")),
         "the planner's",
     )
-    return PlanDecision(plan.tensor_parallel_size, plan.max_model_len, why, result.fit)
+    return PlanDecision(
+        plan.tensor_parallel_size, plan.max_model_len, why, result.fit, tuple(plan.vllm_args)
+    )
 
 
 def close_matches(model_id: str) -> list[str]:
