@@ -142,7 +142,7 @@ def render_estimated(con: Console, rough: EstimatedFit) -> None:
     con.print(f"[bold]{escape(rough.model_id)}[/]  [dim]size: {_BASIS_TEXT['estimated']}[/]")
     con.print(
         f"{hw.gpu_count} x {escape(hw.name)} ({_gib(hw.vram_bytes)} each), "
-        f"vLLM {rough.vllm_version}, TP {rough.tp}"
+        f"{escape(rough.server_title or 'vLLM ' + rough.vllm_version)}, TP {rough.tp}"
     )
     con.print(
         f"weights   ~{rough.weight_bytes / 1e9:.0f} GB ({rough.parameter_count} x "

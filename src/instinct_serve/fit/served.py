@@ -6,7 +6,8 @@ for all servers) and the KV layers, at each TP; its ``FitReport`` is vLLM's answ
 that sizes its memory its own way (SGLang: a static fraction and a token pool,
 ``fit.sglang_answer``) turns that report into its own answer: its verdict, TP, context and KV
 tokens. Each ``servers.kind.ServerKind`` names its model as ``memory_model``, called with the
-report and the ``ServerLaunch``; ``gather.fit`` calls it once, whatever the server.
+report (or the estimate made without metadata, ``fit.estimated``) and the ``ServerLaunch``;
+``gather.fit`` calls it once, whatever the server.
 
 Pure: data in, data out.
 """
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.fit.estimated import EstimatedFit
 
 __all__ = ["ServerFit", "ServerLaunch", "as_reported"]
 
@@ -51,6 +53,7 @@ class ServerFit(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-def as_reported(report: FitReport, launch: ServerLaunch) -> FitReport:
-    """vLLM's memory model: fit's report is vLLM's answer (the launch is already in it)."""
-    return report
+def as_reported(base: FitReport | EstimatedFit, launch: ServerLaunch) -> FitReport | EstimatedFit:
+    """vLLM's memory model: fit's report (or its estimate without metadata) is vLLM's answer;
+    the launch is already in it."""
+    return base

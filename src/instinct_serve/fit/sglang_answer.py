@@ -40,11 +40,16 @@ from instinct_serve.fit.estimate import (
     in_gb,
     in_gib,
 )
+from instinct_serve.fit.estimated import EstimatedFit, Share, estimated_fit
 from instinct_serve.fit.sglang import (
+    CONTEXT_BYTES,
+    GIB,
+    MIB,
     SGLANG_VERSION,
     SglangLaunch,
     SglangMemory,
     cell_bytes,
+    default_fraction,
     derived_context_length,
     from_report,
     launch_from_args,
@@ -153,7 +158,7 @@ class SglangFit:
         pool = max(0, m.kv_pool_bytes)
         tokens = self.max_total_num_tokens
         kept = ("model", "source", "metadata", "architecture", "attention_kind", "hardware")
-        weights = [k for k in doc if k.startswith(("weight_", "checkpoint_"))]
+        weights = [k for k in doc if k.startswith(("weight_", "weights_", "checkpoint_"))]
         return {
             "server": self.server,
             **{k: doc[k] for k in (*kept[:5], *weights)},
@@ -239,9 +244,13 @@ class _Sizer:
         return [t for t in tps if self.at(t) is not None]
 
 
-def sglang_answer(report: FitReport, launch: ServerLaunch) -> SglangFit:
-    """SGLang's answer for ``report``'s model and GPUs: at the report's TP when it was given or
-    planned (``report.options.tp``), else at the smallest TP that fits on the GPUs present."""
+def sglang_answer(base: FitReport | EstimatedFit, launch: ServerLaunch) -> SglangFit | EstimatedFit:
+    """SGLang's answer for ``base``'s model and GPUs: at its TP when it was given or planned,
+    else at the smallest TP that fits on the GPUs present. An estimate made without metadata
+    (``fit.estimated``) is made again in SGLang's static share."""
+    if isinstance(base, EstimatedFit):
+        return sglang_estimated(base, launch)
+    report = base
     sized = launch_from_args(
         launch.args,
         mem_fraction_static=launch.gpu_memory_utilization,
@@ -284,6 +293,45 @@ def sglang_answer(report: FitReport, launch: ServerLaunch) -> SglangFit:
         headroom=at.headroom,
         notes=list(dict.fromkeys(notes)),
     )
+
+
+def sglang_estimated(rough: EstimatedFit, launch: ServerLaunch) -> EstimatedFit:
+    """The weights-only estimate (no config.json here) in SGLang's static share: the free
+    memory before loading x the fraction (given, or SGLang's default for the GPU and TP)."""
+    given = launch_from_args(launch.args, mem_fraction_static=launch.gpu_memory_utilization)
+    hw = rough.hardware
+    pre = hw.vram_bytes - CONTEXT_BYTES.get(hw.platform, CONTEXT_BYTES["cuda"])
+
+    def share(tp: int) -> Share:
+        fraction = given.mem_fraction_static
+        if fraction is None:
+            fraction = default_fraction(
+                hw.vram_bytes / MIB, tp, given, mla=False, platform=hw.platform
+            )[0]
+        return Share(
+            "sglang",
+            f"{TITLE} {SGLANG_VERSION}",
+            SGLANG_VERSION,
+            fraction,
+            int(pre * fraction),
+            0,
+            f"static share ({fraction:g} x {pre / GIB:.1f} GiB free before loading)",
+        )
+
+    again = estimated_fit(
+        rough.model_id,
+        parameter_count=rough.parameter_count,
+        precision=rough.precision,
+        hw=hw,
+        tp=rough.tp if rough.tp_given else None,
+        share=share,
+    )
+    assert again is not None  # the same parameter count and precision gave ``rough``
+    note = (
+        "SGLang's KV pool (max_total_num_tokens) needs the KV bytes per token from "
+        "config.json: neither its tokens nor the context SGLang derives are checked"
+    )
+    return replace(again, notes=list(dict.fromkeys([*rough.notes, *again.notes, note])))
 
 
 def _verdict(

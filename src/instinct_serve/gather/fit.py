@@ -86,14 +86,15 @@ def fit_request(
     )
     if planned is not None:
         answer = planned.apply(answer, same_launch=not (req.vllm_version or req.platform))
-    if answer.report is not None:  # the server's own answer (vLLM's: the report itself)
+    base = answer.report or answer.estimated
+    if base is not None:  # the server's own answer (vLLM's: the report itself)
         launch = ServerLaunch(
             planned.args if planned is not None else (),
             req.gpu_memory_utilization,
             req.max_model_len,
             req.kv_cache_dtype,
         )
-        answer.served = servers.get(req.server).memory_model(answer.report, launch)
+        answer.served = servers.get(req.server).memory_model(base, launch)
     return answer, target.notes
 
 

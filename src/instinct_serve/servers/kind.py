@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from instinct_serve.diagnose.failure_signals import FailureSignal
     from instinct_serve.diagnose.phases import PhaseTracker
     from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.fit.estimated import EstimatedFit
     from instinct_serve.fit.served import ServerFit, ServerLaunch
     from instinct_serve.observe.vllm import Name
     from instinct_serve.plan.model import LaunchPlan
@@ -121,10 +122,11 @@ class ServerKind(Protocol):
         ...
 
     @property
-    def memory_model(self) -> Callable[[FitReport, ServerLaunch], ServerFit]:
+    def memory_model(self) -> Callable[[FitReport | EstimatedFit, ServerLaunch], ServerFit]:
         """``fit``'s answer for a launch of this server (``fit.served``): called with fit's
-        sizing of the model (weights and KV layers per TP; vLLM's answer) and the launch;
-        returns the verdict, TP, context and KV tokens as this server sizes them."""
+        sizing of the model (weights and KV layers per TP; vLLM's answer), or its estimate
+        without metadata, and the launch; returns the verdict, TP, context and KV tokens as
+        this server sizes them."""
         ...
 
     @property

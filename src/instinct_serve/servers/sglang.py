@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from instinct_serve.diagnose.failure_signals import FailureSignal
     from instinct_serve.diagnose.phases import PhaseTracker
     from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.fit.estimated import EstimatedFit
     from instinct_serve.fit.served import ServerLaunch
     from instinct_serve.fit.sglang_answer import SglangFit
     from instinct_serve.observe.vllm import Name
@@ -91,11 +92,13 @@ class SglangServer:
 
         return SglangTracker()
 
-    def memory_model(self, report: FitReport, launch: ServerLaunch) -> SglangFit:
+    def memory_model(
+        self, base: FitReport | EstimatedFit, launch: ServerLaunch
+    ) -> SglangFit | EstimatedFit:
         """SGLang's pool, context and verdict (``fit.sglang_answer``), loaded when asked."""
         from instinct_serve.fit.sglang_answer import sglang_answer
 
-        return sglang_answer(report, launch)
+        return sglang_answer(base, launch)
 
     bench_argv = staticmethod(bench_args)  # vLLM's client, as AMD benchmarks SGLang
 
