@@ -72,6 +72,7 @@ class _AtTp:
     memory: SglangMemory
     context: int  # the context_len SGLang runs with
     requested: int | None  # --context-length given
+    derived: int  # the context SGLang derives from config.json
 
     @property
     def tokens(self) -> int:
@@ -89,8 +90,13 @@ class _AtTp:
         return self.requested is None or self.tokens >= self.requested
 
     @property
+    def refused(self) -> bool:
+        """A --context-length above the derived one: SGLang does not start (unless told)."""
+        return self.requested is not None and self.requested > self.derived
+
+    @property
     def fits(self) -> bool:
-        return self.headroom in ("safe", "tight") and self.holds_requested
+        return self.headroom in ("safe", "tight") and self.holds_requested and not self.refused
 
 
 @dataclass
@@ -237,7 +243,7 @@ class _Sizer:
     def _size(self, report: FitReport) -> _AtTp:
         memory = from_report(report, self.launch)
         requested = self.launch.context_length
-        return _AtTp(report, memory, requested or self.derived, requested)
+        return _AtTp(report, memory, requested or self.derived, requested, self.derived)
 
     def candidates(self) -> list[int]:
         tps = [1 << i for i in range(MAX_TP.bit_length()) if 1 << i <= MAX_TP]
@@ -349,7 +355,7 @@ def _verdict(
     )
     if tp > count:
         return "does_not_fit", f"TP {tp} needs {tp} GPUs and {count} are present; {pool}"
-    if at.requested is not None and at.requested > sizer.derived:
+    if at.refused:
         return "does_not_fit", (
             f"--context-length {at.requested:,} is longer than the model's "
             f"{sizer.derived:,} ({sizer.derived_source}): SGLang refuses to start unless "
