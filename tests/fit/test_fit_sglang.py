@@ -168,7 +168,8 @@ def test_the_human_view_names_sglang_not_vllm(
         main([*argv, "--server", "sglang"])
     out = capsys.readouterr().out
     assert exit_info.value.code == 0
-    assert "SGLang 0.5.23, TP 1" in out and "vLLM" not in out
+    assert "SGLang 0.5.23, TP 1" in out and "vLLM 0." not in out  # no vLLM release
+    assert "the recipe's vLLM flags are not this server's: not applied" in out
     assert "--mem-fraction-static 0.867" in out and "max_total_num_tokens" in out
     assert "verdict: safe" in out and "KV pool" in out and "outside static share" in out
     assert "budget / GPU" not in out and "overhead / GPU" not in out
@@ -260,7 +261,7 @@ def test_offline_the_sglang_estimate_says_what_it_cannot_check(
     with pytest.raises(SystemExit):
         main(argv)
     out = capsys.readouterr().out
-    assert "SGLang 0.5.23, TP 8" in out and "vLLM" not in out
+    assert "SGLang 0.5.23, TP 8" in out and "vLLM 0." not in out
 
 
 def test_sglangs_derived_context_follows_get_context_length() -> None:
@@ -315,3 +316,18 @@ def test_one_reader_of_an_sglang_argv() -> None:
     )
     assert launch_from_args(["--dp-size", "8"]).dp_attention_size == 1  # no DP attention
     assert launch_from_args(["--mem-fraction-static", "lots"]).mem_fraction_static is None
+
+
+def test_a_vllm_recipes_flags_are_not_sglangs(capsys: pytest.CaptureFixture[str]) -> None:
+    """gpt-oss-120b's recipe runs vLLM at --gpu-memory-utilization 0.95 and --block-size 64 on
+    MI300X: neither is SGLang's; its answer is at SGLang's own default fraction, and says so.
+    The vLLM fit of the same model keeps the recipe's flags."""
+    argv = ["fit", "openai/gpt-oss-120b", "--gpu", "mi300x", "--tp", "1", "--json"]
+    code, doc, _ = run(argv, capsys)
+    assert code == 0 and doc["gpu_memory_utilization"] == 0.95
+    code, doc, _ = run([*argv, "--server", "sglang"], capsys)
+    assert code == 0
+    assert doc["sglang"]["mem_fraction_static"] == 0.867
+    assert doc["sglang"]["fraction_source"].startswith("SGLang's default")
+    assert "the recipe's vLLM flags are not this server's: not applied" in doc["notes"]
+    assert not any("from the recipe's flags" in note for note in doc["notes"])

@@ -319,11 +319,12 @@ def from_report(
 ) -> SglangMemory:
     """SGLang's sizing of what ``fit`` sized for vLLM: the same GPU, TP, loaded weights per
     rank and KV layers (one weight model for both servers), SGLang's fraction and pool.
-    ``kv_cache_dtype``: SGLang's ``--kv-cache-dtype`` when the launch sets its own."""
+    ``kv_cache_dtype``: SGLang's ``--kv-cache-dtype`` (else the launch's, else SGLang's
+    ``auto``; a vLLM recipe's ``--kv-cache-dtype`` is not SGLang's)."""
     from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
 
     launch = launch or SglangLaunch()
-    dtype = kv_cache_dtype or launch.kv_cache_dtype or report.options.kv_cache_dtype
+    dtype = kv_cache_dtype or launch.kv_cache_dtype or "auto"  # SGLang's default: the model's
     kv_bytes = kv_cache_dtype_bytes(dtype, report.layers.model_dtype_bytes)
     return estimate_sglang(
         vram_bytes=report.hardware.vram_bytes,

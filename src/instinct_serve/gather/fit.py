@@ -75,6 +75,7 @@ def fit_request(
     planned = None if req.tp is not None else plan_decision(req, host, target)
     if planned is not None:
         kwargs["tp"] = planned.tp
+    kind = servers.get(req.server)
     answer = fit_model(
         req.model,
         hw,
@@ -82,6 +83,7 @@ def fit_request(
         revision=req.revision,
         alternatives=not req.no_alternatives,
         stage=stage,
+        recipe_flags=kind.vocabulary == "vllm",
         **kwargs,
     )
     if planned is not None:
@@ -94,7 +96,7 @@ def fit_request(
             req.max_model_len,
             req.kv_cache_dtype,
         )
-        answer.served = servers.get(req.server).memory_model(base, launch)
+        answer.served = kind.memory_model(base, launch)
     return answer, target.notes
 
 
@@ -197,12 +199,15 @@ def fit_model(
     revision: str | None = None,
     alternatives: bool = True,
     stage: Callable[[str], AbstractContextManager[Any]] | None = None,
+    recipe_flags: bool = True,
     **options: Any,
 ) -> FitAnswer:
     """Fit MODEL (a Hub id or a local directory) on ``hw``: the one path of the CLI and MCP.
 
     ``gpu`` names the profile for the catalog lookup (else the detected gfx); ``options``
-    are ``fit_options``'s; ``stage`` wraps the slow steps (a spinner in the CLI).
+    are ``fit_options``'s; ``stage`` wraps the slow steps (a spinner in the CLI);
+    ``recipe_flags`` False: the recipe's vLLM flags and environment are not the launch's (a
+    server that does not speak vLLM's command line).
     """
     from contextlib import nullcontext
 
@@ -217,6 +222,9 @@ def fit_model(
     ctx = (launch_context(model, gpu or hw.gfx_version) if not is_dir else None) or (
         LaunchContext()
     )
+    if not recipe_flags and (ctx.launch_args or ctx.env):
+        ctx.launch_args, ctx.env = [], {}
+        ctx.notes.append("the recipe's vLLM flags are not this server's: not applied")
     opts, option_notes = fit_options(ctx, **options)
     with step(f"Reading metadata of {model}"):
         try:
