@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
 
 from instinct_serve.cli.main import main
 from instinct_serve.fit.sglang import CONTEXT_BYTES, GIB
 from instinct_serve.gather.plan import make_plan
 from instinct_serve.options import PlanOptions
 from tests.fit.hubserver import serve_model
+from tests.infra.paths import CONFIGS
 
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "instinct_serve" / "data" / "models"
 
@@ -331,3 +333,36 @@ def test_a_vllm_recipes_flags_are_not_sglangs(capsys: pytest.CaptureFixture[str]
     assert doc["sglang"]["fraction_source"].startswith("SGLang's default")
     assert "the recipe's vLLM flags are not this server's: not applied" in doc["notes"]
     assert not any("from the recipe's flags" in note for note in doc["notes"])
+
+
+def test_the_alternatives_are_judged_by_sglang(
+    hub: HTTPServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint too big for one 64 GiB GPU: its FP8 sibling is offered with SGLang's
+    verdict, TP and context (what fit --server sglang says of that sibling), not vLLM's."""
+    big = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
+    big |= {"num_hidden_layers": 96, "intermediate_size": 32768}
+    fp8 = big | {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    serve_model(hub, "acme/Big", big, {"BF16": 42_000_000_000})
+    serve_model(hub, "acme/Big-FP8", fp8, {"F8_E4M3": 40_000_000_000, "BF16": 2_000_000_000})
+
+    def search(request: Request) -> Response:
+        rows = (
+            [{"id": "acme/Big"}, {"id": "acme/Big-FP8"}]
+            if request.args.get("author") == ("acme")
+            else []
+        )
+        return Response(json.dumps(rows), content_type="application/json")
+
+    hub.expect_request("/api/models").respond_with_handler(search)
+    one_gpu = ["--vram-gib", "64", "--gpu-count", "1", "--json", "--server", "sglang"]
+    code, doc, _ = run(["fit", "acme/Big", *one_gpu], capsys)
+    assert code == 1 and doc["verdict"] == "does_not_fit"
+    assert "SGLang refuses to start" in doc["verdict_reason"]
+    [alt] = doc["alternatives"]
+    code, own, _ = run(["fit", "acme/Big-FP8", *one_gpu], capsys)
+    assert code == 0 and own["server"] == "sglang"
+    assert alt["model"] == "acme/Big-FP8" and alt["verdict"] == own["verdict"]
+    assert alt["remaining_for_kv_gb"] == own["remaining_for_kv_gb"]
+    assert alt["recommended_max_model_len"] == own["fit"]["recommended_max_model_len"]
+    assert alt["tp"] == own["fit"]["tp"] == 1

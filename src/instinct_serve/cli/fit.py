@@ -67,6 +67,8 @@ def _view(con: Console, answer: FitAnswer) -> None:
         render(con, done, answer.alternatives)
     elif isinstance(done, SglangFit):
         render_sglang(con, done)
+        if answer.alternatives:
+            _print_alternatives(con, answer.alternatives)
     elif isinstance(done, EstimatedFit):
         render_estimated(con, done)
 
@@ -334,13 +336,13 @@ def _print_alternatives(con: Console, alts: list[Alternative]) -> None:
         "Checkpoints that may fit instead",
     )
     for a in alts:
-        r = a.report
+        got = a.figures()  # the server's own verdict where it answered
         alt_table.add(
             escape(a.candidate.model_id),
             a.candidate.precision + ("" if a.native_precision else " (emulated)"),
-            r.verdict,
-            str(r.tp),
-            f"{r.weights.loaded_bytes / 1e9:.1f}",
-            f"{r.recommended_max_model_len:,}",
+            got["verdict"],
+            str(got["tp"]),
+            f"{a.report.weights.loaded_bytes / 1e9:.1f}",
+            f"{got['recommended_max_model_len']:,}",
         )
     alt_table.print(con)

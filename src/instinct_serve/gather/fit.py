@@ -97,6 +97,13 @@ def fit_request(
             req.kv_cache_dtype,
         )
         answer.served = kind.memory_model(base, launch)
+        if answer.served is not base and answer.alternatives:  # judged by the server's model
+            from instinct_serve.fit.alternatives import judged
+
+            yours = replace(launch, args=())  # the plan was made for the asked-for checkpoint
+            answer.alternatives = judged(
+                answer.alternatives, lambda report: kind.memory_model(report, yours)
+            )
     return answer, target.notes
 
 
