@@ -239,6 +239,7 @@ def test_fit_takes_the_sglang_plans_tp_and_flags(
     assert mem["mem_fraction_static"] == planned["mem_fraction_static"] == 0.8
     assert mem["max_total_num_tokens"] == planned["max_total_num_tokens"]
     assert mem["kv_bytes_per_token"] == 576 * 61  # fp8_e4m3, as the plan launches it
+    assert doc["kv_cache_dtype"] == "fp8_e4m3"
     assert doc["verdict"] == "safe" and "vllm" not in doc
     assert any("the plan's choice" in note for note in doc["notes"])
 

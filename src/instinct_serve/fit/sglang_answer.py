@@ -110,6 +110,7 @@ class SglangFit:
     context_source: str
     derived_context_length: int
     requested_context_length: int | None
+    kv_cache_dtype: str  # --kv-cache-dtype as SGLang is launched (auto: the model's dtype)
     max_seq_len_fp8_kv: int
     min_tp_required: int | None
     min_tp_unbounded: int | None
@@ -170,7 +171,7 @@ class SglangFit:
             **{k: doc[k] for k in (*kept[:5], *weights)},
             "kv_cache_bytes_per_token": r.kv_cache_bytes_per_token,
             "kv_cache_bytes_per_token_per_gpu": m.cell_bytes,
-            "kv_cache_dtype": r.options.kv_cache_dtype,
+            "kv_cache_dtype": self.kv_cache_dtype,
             "remaining_for_kv_bytes": m.kv_pool_bytes,
             "remaining_for_kv_gb": in_gb(m.kv_pool_bytes),
             "remaining_for_kv_gib": in_gib(m.kv_pool_bytes),
@@ -282,8 +283,6 @@ def sglang_answer(base: FitReport | EstimatedFit, launch: ServerLaunch) -> Sglan
     fp8_cell = cell_bytes(at.report.layers, tp, 1)
     fp8_len = min(at.context, max(0, at.memory.kv_pool_bytes) // fp8_cell) if fp8_cell else 0
     notes = [*report.notes, *at.report.notes, *at.memory.notes]
-    if sized.kv_cache_dtype and sized.kv_cache_dtype != at.report.options.kv_cache_dtype:
-        notes.append(f"KV cache dtype {sized.kv_cache_dtype} as SGLang is launched with it")
     return SglangFit(
         report=at.report,
         memory=at.memory,
@@ -291,6 +290,7 @@ def sglang_answer(base: FitReport | EstimatedFit, launch: ServerLaunch) -> Sglan
         context_source=("--context-length" if at.requested is not None else sizer.derived_source),
         derived_context_length=sizer.derived,
         requested_context_length=at.requested,
+        kv_cache_dtype=sized.kv_cache_dtype or "auto",
         max_seq_len_fp8_kv=int(fp8_len),
         min_tp_required=min_required,
         min_tp_unbounded=min_unbounded,
