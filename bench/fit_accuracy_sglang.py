@@ -3,8 +3,9 @@
 
 The cases are real SGLang start-up logs (``tests/fixtures/sglang/fit_cases.json``, each with
 its page). Each is sized as ``fit`` sizes it: the model's shapes (a config fixture), the GPU by
-its memory, the TP and the static fraction the launch used; ``fit.estimate`` gives the
-weights per rank and the KV layers, ``fit.sglang.from_report`` SGLang's pool. No constant is
+its memory, the TP and the static fraction the launch used, on the path ``fit --server sglang``
+takes: ``fit.estimate`` gives the weights per rank and the KV layers, SGLang's memory model
+(``fit.sglang_answer``, the ``memory_model`` of ``servers.sglang``) its pool. No constant is
 set per case. Printed per case and as median / p90 / max of the absolute error, by split
 (``held_out`` derives nothing; ``calibration`` sets ``CONTEXT_BYTES``) and platform (the CPU
 start-up counts apart):
@@ -34,7 +35,9 @@ sys.path.insert(0, str(REPO / "bench"))
 from fit_accuracy import model_meta, pct  # noqa: E402
 
 from instinct_serve.fit.estimate import FitOptions, HardwareSpec, estimate  # noqa: E402
+from instinct_serve.fit.served import ServerLaunch  # noqa: E402
 from instinct_serve.fit.sglang import SglangLaunch, default_fraction, from_report  # noqa: E402
+from instinct_serve.fit.sglang_answer import SglangFit, sglang_answer  # noqa: E402
 
 GIB = 2**30
 CASES = REPO / "tests" / "fixtures" / "sglang" / "fit_cases.json"
@@ -54,11 +57,16 @@ def size_case(case: dict[str, Any]) -> dict[str, float]:
         int(dev["total_gib"] * GIB), tp, None, dev["name"], "manual", case["platform"]
     )
     report = estimate(meta, hw, FitOptions(tp=tp))
+    args = ["--mem-fraction-static", str(case["mem_fraction_static"])]
+    if case.get("max_total_tokens"):
+        args += ["--max-total-tokens", str(case["max_total_tokens"])]
+    answer = sglang_answer(report, ServerLaunch(tuple(args)))
+    assert isinstance(answer, SglangFit)
+    fit = answer.memory
     launch = SglangLaunch(
         mem_fraction_static=case["mem_fraction_static"],
         max_total_tokens=case.get("max_total_tokens"),
     )
-    fit = from_report(report, launch)
     out = {
         "weights": fit.weights_bytes / GIB,
         "kv_tokens": float(fit.max_total_num_tokens),

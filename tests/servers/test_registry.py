@@ -11,7 +11,7 @@ from instinct_serve import servers
 from instinct_serve.diagnose.failure_signals import FAILURE_SIGNALS
 from instinct_serve.diagnose.phases import PhaseTracker
 from instinct_serve.errors import UsageError
-from instinct_serve.fit.vllm import behaviour
+from instinct_serve.fit.served import as_reported
 from instinct_serve.observe import vllm as vllm_metrics
 from instinct_serve.observe.bench import VLLM_CLIENT, Settings, bench_args
 from instinct_serve.options import PlanOptions
@@ -49,7 +49,7 @@ def test_the_vllm_kind_answers_what_the_tool_assumed() -> None:
     assert kind.failure_signals == FAILURE_SIGNALS
     assert kind.metric_names is vllm_metrics.NAMES
     assert type(kind.tracker()) is PhaseTracker
-    assert kind.memory_behaviour("0.20.0") == behaviour("0.20.0")
+    assert kind.memory_model is as_reported  # fit's report is vLLM's answer
     step = {
         "base_url": "http://127.0.0.1:8000",
         "model": MODEL,

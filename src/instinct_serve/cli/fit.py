@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from instinct_serve.fit.alternatives import Alternative
+    from instinct_serve.fit.catalog_link import FitAnswer
     from instinct_serve.fit.estimate import FitReport
     from instinct_serve.fit.estimated import EstimatedFit
-    from instinct_serve.fit.sglang import SglangMemory
+    from instinct_serve.fit.sglang_answer import SglangFit
 
 
 @click.command("fit")
@@ -51,12 +52,25 @@ def fit(as_json: bool, host_spec: str | None, **kwargs: Any) -> int:
     )
     for note in notes:
         warn(note, as_json)
-    report, rough = answer.report, answer.estimated
-    if report is not None:
-        emit(answer.to_dict(), as_json, lambda con: render(con, report, answer.alternatives))
-    elif rough is not None:
-        emit(answer.to_dict(), as_json, lambda con: render_estimated(con, rough))
+    emit(answer.to_dict(), as_json, lambda con: _view(con, answer))
     return int(ExitCode.FAILED if answer.failed else ExitCode.OK)
+
+
+def _view(con: Console, answer: FitAnswer) -> None:
+    """The human view of the answer fit gives: vLLM's report, a server's own, an estimate."""
+    from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.fit.estimated import EstimatedFit
+    from instinct_serve.fit.sglang_answer import SglangFit
+
+    done = answer.answer
+    if isinstance(done, FitReport):
+        render(con, done, answer.alternatives)
+    elif isinstance(done, SglangFit):
+        render_sglang(con, done)
+        if answer.alternatives:
+            _print_alternatives(con, answer.alternatives)
+    elif isinstance(done, EstimatedFit):
+        render_estimated(con, done)
 
 
 # -- human view --------------------------------------------------------------------------
@@ -109,7 +123,13 @@ def budget_bar(report: FitReport, width: int = 56) -> list[tuple[str, str, int, 
         ("KV cache", "green", g["kv_cache_bytes"]),
         ("outside budget", "bright_black", g["outside_budget_bytes"]),
     ]
-    total = max(1, g["vram_bytes"], sum(n for _, _, n in parts))
+    return _segments(parts, g["vram_bytes"], width)
+
+
+def _segments(
+    parts: list[tuple[str, str, int]], vram: int, width: int = 56
+) -> list[tuple[str, str, int, int]]:
+    total = max(1, vram, sum(n for _, _, n in parts))
     return [
         (label, style, n, max(1, round(width * n / total)) if n > 0 else 0)
         for label, style, n in parts
@@ -124,7 +144,7 @@ def render_estimated(con: Console, rough: EstimatedFit) -> None:
     con.print(f"[bold]{escape(rough.model_id)}[/]  [dim]size: {_BASIS_TEXT['estimated']}[/]")
     con.print(
         f"{hw.gpu_count} x {escape(hw.name)} ({_gib(hw.vram_bytes)} each), "
-        f"vLLM {rough.vllm_version}, TP {rough.tp}"
+        f"{escape(rough.server_title or 'vLLM ' + rough.vllm_version)}, TP {rough.tp}"
     )
     con.print(
         f"weights   ~{rough.weight_bytes / 1e9:.0f} GB ({rough.parameter_count} x "
@@ -136,19 +156,17 @@ def render_estimated(con: Console, rough: EstimatedFit) -> None:
         con.print(f"[dim]note: {escape(note)}[/]")
 
 
-def _sglang_rows(table: Any, mem: SglangMemory) -> None:
-    """``--server sglang``: SGLang's own sizing first (the vLLM rows follow)."""
-    table.add(
-        "SGLang",
-        f"mem-fraction-static {mem.mem_fraction_static:g} ({mem.fraction_source}); "
-        f"before loading {_gib(mem.pre_load_bytes)}, weights {_gib(mem.weights_bytes)}, "
-        f"outside the static share {_gib(mem.slack_bytes)} (activations, graphs)",
-    )
-    table.add(
-        "SGLang KV pool",
-        f"{_gib(max(0, mem.kv_pool_bytes))}: max_total_num_tokens {mem.max_total_num_tokens:,} "
-        f"({mem.cell_bytes:,} B per token per GPU)"
-        + ("; " + "; ".join(mem.notes) if mem.notes else ""),
+def _print_head(con: Console, report: FitReport) -> None:
+    """The model and how its size is known."""
+    from rich.markup import escape
+
+    meta = report.meta
+    where = _SOURCE_TEXT.get(meta.source, meta.source)
+    weights_from = _WEIGHTS_TEXT.get(meta.weights_source, meta.weights_source)
+    con.print(
+        f"[bold]{escape(report.model_id)}[/]  "
+        f"[dim]size: {_BASIS_TEXT[meta.size_basis]}; metadata: {where}; "
+        f"weights from {weights_from}[/]"
     )
 
 
@@ -159,22 +177,13 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
     from instinct_serve.cli.tables import Column, Rows
 
     d = report.to_dict()
-    meta = report.meta
-    where = _SOURCE_TEXT.get(meta.source, meta.source)
-    weights_from = _WEIGHTS_TEXT.get(meta.weights_source, meta.weights_source)
-    con.print(
-        f"[bold]{escape(report.model_id)}[/]  "
-        f"[dim]size: {_BASIS_TEXT[meta.size_basis]}; metadata: {where}; "
-        f"weights from {weights_from}[/]"
-    )
+    _print_head(con, report)
     con.print(
         f"{report.hardware.gpu_count} x {escape(report.hardware.name)} "
         f"({_gib(report.hardware.vram_bytes)} = {report.hardware.vram_bytes / 1e9:.1f} GB each), "
         f"vLLM {report.vllm.version}, TP {report.tp}"
     )
     table = Rows([Column("", key=True), Column("", prose=True)], header=False)
-    if report.sglang is not None:
-        _sglang_rows(table, report.sglang)
     w = report.weights
     table.add("attention", escape(report.layers.attention_kind))
     table.add(
@@ -223,21 +232,90 @@ def render(con: Console, report: FitReport, alts: list[Alternative]) -> None:
 
 
 def _print_budget_bar(con: Console, report: FitReport) -> None:
+    _print_bar(con, budget_bar(report), report.remaining_bytes, "budget")
+
+
+def _print_bar(
+    con: Console, segments: list[tuple[str, str, int, int]], left: int, share: str
+) -> None:
     """One GPU's memory as a bar of its parts, with a legend (and how far over, if over)."""
     from rich.text import Text
 
-    segments = budget_bar(report)
     bar = Text("per GPU ")
     for _label, style, _n, cells in segments:
         bar.append("█" * cells, style=style)
-    if report.remaining_bytes < 0:
-        bar.append(f"  {-report.remaining_bytes / 2**30:.1f} GiB over budget", style="bold red")
+    if left < 0:
+        bar.append(f"  {-left / 2**30:.1f} GiB over {share}", style="bold red")
     con.print(bar)
     legend = Text("        ")
     for label, style, n_bytes, _cells in segments:
         legend.append("■ ", style=style)
         legend.append(f"{label} {_gib(n_bytes)}  ")
     con.print(legend)
+
+
+def render_sglang(con: Console, fit: SglangFit) -> None:
+    """``fit --server sglang``: SGLang's own answer (its pool, context and verdict)."""
+    from rich.markup import escape
+    from rich.text import Text
+
+    from instinct_serve.cli.tables import Column, Rows
+
+    report, mem, hw = fit.report, fit.memory, fit.report.hardware
+    _print_head(con, report)
+    con.print(
+        f"{hw.gpu_count} x {escape(hw.name)} ({_gib(hw.vram_bytes)} = {hw.vram_bytes / 1e9:.1f} "
+        f"GB each), {fit.title} {fit.version}, TP {fit.tp}"
+    )
+    table = Rows([Column("", key=True), Column("", prose=True)], header=False)
+    table.add("attention", escape(report.layers.attention_kind))
+    table.add(
+        "weights",
+        f"{report.weights.loaded_bytes / 1e9:.2f} GB loaded ({_gib(report.weights.loaded_bytes)}), "
+        f"{_gib(mem.weights_bytes)} per GPU",
+    )
+    table.add(
+        "KV cache / token",
+        f"{report.kv_cache_bytes_per_token:,} B whole model at bf16 "
+        f"({mem.cell_bytes:,} B per GPU as SGLang launches it)",
+    )
+    table.add(
+        "static fraction",
+        f"--mem-fraction-static {mem.mem_fraction_static:g} "
+        + ("(given)" if mem.reserved_mib == 0 else f"({escape(mem.fraction_source)})"),
+    )
+    table.add(
+        "KV pool / GPU",
+        f"{_gib(max(0, mem.kv_pool_bytes))} = {_gib(mem.pre_load_bytes)} free before loading x "
+        f"{mem.mem_fraction_static:g} - weights; outside the static share "
+        f"{_gib(mem.slack_bytes)} (activations, graphs)",
+    )
+    context = f"{fit.max_context:,} tokens"
+    if fit.max_total_num_tokens < fit.context_length:
+        context += f" (context {fit.context_length:,}: limited by the KV pool)"
+    table.add("max context", context + f" [{escape(fit.context_source)}]")
+    table.add("max context, fp8 KV", f"{fit.max_seq_len_fp8_kv:,} tokens")
+    table.add(
+        "KV cache size",
+        f"{fit.max_total_num_tokens:,} tokens, "
+        f"{fit.max_total_num_tokens / fit.context_length:.2f}x concurrency "
+        f"(max_total_num_tokens, as SGLang {fit.version} logs it)",
+    )
+    mt = fit.min_tp_required
+    table.add("min TP", str(mt) if mt else f"none on {hw.gpu_count} GPU(s)")
+    table.print(con)
+    g = fit.per_gpu()
+    parts = [
+        ("before loading", "yellow", g["before_loading_bytes"]),
+        ("weights", "magenta", g["weights_bytes"]),
+        ("KV pool", "green", g["kv_cache_bytes"]),
+        ("outside static share", "bright_black", g["outside_static_bytes"]),
+    ]
+    _print_bar(con, _segments(parts, hw.vram_bytes), mem.kv_pool_bytes, "the static share")
+    style = _VERDICT_STYLE.get(fit.verdict, "bold")
+    con.print(Text.assemble(("verdict: ", "bold"), (fit.verdict, style), f"  {fit.verdict_reason}"))
+    for note in fit.notes:
+        con.print(f"[dim]- {escape(note)}[/]")
 
 
 def _print_alternatives(con: Console, alts: list[Alternative]) -> None:
@@ -258,13 +336,13 @@ def _print_alternatives(con: Console, alts: list[Alternative]) -> None:
         "Checkpoints that may fit instead",
     )
     for a in alts:
-        r = a.report
+        got = a.figures()  # the server's own verdict where it answered
         alt_table.add(
             escape(a.candidate.model_id),
             a.candidate.precision + ("" if a.native_precision else " (emulated)"),
-            r.verdict,
-            str(r.tp),
-            f"{r.weights.loaded_bytes / 1e9:.1f}",
-            f"{r.recommended_max_model_len:,}",
+            got["verdict"],
+            str(got["tp"]),
+            f"{a.report.weights.loaded_bytes / 1e9:.1f}",
+            f"{got['recommended_max_model_len']:,}",
         )
     alt_table.print(con)

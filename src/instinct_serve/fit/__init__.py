@@ -30,6 +30,9 @@ API for the planner (pure: data in, data out; what reads disks and the Hub is in
         -> list[Alternative], each verified with ``estimate`` and ranked.
     gather.alternatives.find_alternatives(model_id, ctx, hw, opts) -> (list[Alternative], skipped)
         The adapter around ``alternatives``: recipe variants and Hub quantized siblings.
+    servers.get(name).memory_model(report_or_estimate, served.ServerLaunch) -> ServerFit
+        The server's own answer from fit's sizing (``served``): vLLM's is the report itself;
+        SGLang's (``sglang_answer``) its verdict, TP and context from its pool (``sglang``).
 """
 
 from __future__ import annotations

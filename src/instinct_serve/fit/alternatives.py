@@ -4,13 +4,16 @@ candidates are gathered by ``gather.alternatives.find_alternatives``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from instinct_serve.errors import UsageError
 from instinct_serve.fit.estimate import FitOptions, FitReport, HardwareSpec, estimate, in_gb
 from instinct_serve.fit.meta import ModelMeta
+
+if TYPE_CHECKING:
+    from instinct_serve.fit.served import ServerFit
 
 
 @dataclass(frozen=True)
@@ -29,22 +32,61 @@ class Alternative:
     candidate: Candidate
     report: FitReport
     native_precision: bool
+    served: ServerFit | None = None  # the server's own answer (``fit.served``), when not vLLM's
+
+    def figures(self) -> dict[str, Any]:
+        """verdict, tp, min TP, KV room and context: the server's own where it answered."""
+        if self.served is None:
+            r = self.report
+            return {
+                "verdict": r.verdict,
+                "tp": r.tp,
+                "min_tp_required": r.min_tp_required,
+                "remaining_for_kv_gb": in_gb(r.remaining_bytes),
+                "recommended_max_model_len": r.recommended_max_model_len,
+            }
+        doc = self.served.to_dict()
+        fit = doc["fit"]
+        return {
+            "verdict": doc["verdict"],
+            "tp": fit["tp"],
+            "min_tp_required": fit["min_tp_required"],
+            "remaining_for_kv_gb": doc["remaining_for_kv_gb"],
+            "recommended_max_model_len": fit["recommended_max_model_len"],
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        r = self.report
+        got = self.figures()
         return {
             "model": self.candidate.model_id,
             "precision": self.candidate.precision,
             "origin": self.candidate.origin,
             "native_precision": self.native_precision,
-            "verdict": r.verdict,
-            "tp": r.tp,
-            "min_tp_required": r.min_tp_required,
-            "weight_memory_gb": in_gb(r.weights.loaded_bytes),
-            "remaining_for_kv_gb": in_gb(r.remaining_bytes),
-            "recommended_max_model_len": r.recommended_max_model_len,
-            "metadata_source": r.meta.source,
+            "verdict": got["verdict"],
+            "tp": got["tp"],
+            "min_tp_required": got["min_tp_required"],
+            "weight_memory_gb": in_gb(self.report.weights.loaded_bytes),
+            "remaining_for_kv_gb": got["remaining_for_kv_gb"],
+            "recommended_max_model_len": got["recommended_max_model_len"],
+            "metadata_source": self.report.meta.source,
         }
+
+
+def judged(
+    alts: Sequence[Alternative], answer: Callable[[FitReport], ServerFit]
+) -> list[Alternative]:
+    """The alternatives as another server answers for them (its verdict, TP and context),
+    ranked again by its verdicts."""
+    out = [replace(a, served=answer(a.report)) for a in alts]
+    out.sort(
+        key=lambda a: (
+            _RANK.get(a.figures()["verdict"], 9),
+            not a.native_precision,
+            a.figures()["tp"],
+            -a.figures()["recommended_max_model_len"],
+        )
+    )
+    return out
 
 
 _RANK = {"safe": 0, "tight": 1, "needs_tp": 2, "too_tight": 3, "does_not_fit": 4}

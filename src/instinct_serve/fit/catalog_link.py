@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from instinct_serve.fit.estimate import FitOptions, FitReport
     from instinct_serve.fit.estimated import EstimatedFit
     from instinct_serve.fit.overhead import CudagraphConfig
+    from instinct_serve.fit.served import ServerFit
 
 
 @dataclass
@@ -293,21 +294,27 @@ class FitAnswer:
     skipped: list[str]
     tp_asked: bool
     estimated: EstimatedFit | None = None
+    # the server's own answer from ``report`` (``fit.served``; vLLM's is the report itself)
+    served: ServerFit | None = None
+
+    @property
+    def answer(self) -> ServerFit | EstimatedFit:
+        """What fit answers: the server's, else the estimate made without metadata."""
+        done = self.served or self.report or self.estimated
+        assert done is not None
+        return done
 
     @property
     def failed(self) -> bool:
         """Does not fit as asked: no room, too tight, or more GPUs than asked or present."""
-        done = self.report or self.estimated
-        assert done is not None
+        done = self.answer
         verdict = done.verdict
         return verdict in ("does_not_fit", "too_tight") or (
             verdict == "needs_tp" and (self.tp_asked or done.min_tp_required is None)
         )
 
     def to_dict(self) -> dict[str, Any]:
-        done = self.report or self.estimated
-        assert done is not None
-        doc = done.to_dict()
+        doc = self.answer.to_dict()
         doc["catalog"] = self.context.to_dict()
         doc["alternatives"] = [a.to_dict() for a in self.alternatives]
         doc["alternatives_skipped"] = self.skipped

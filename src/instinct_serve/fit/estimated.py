@@ -10,6 +10,7 @@ never mistaken for an exact or config-based fit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,37 @@ from instinct_serve.fit.vllm import behaviour
 from instinct_serve.units import GB, GIB
 
 MAX_TP = 64
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one GPU gives the weights and the KV cache at one TP, as a server sizes it."""
+
+    server: str  # the ``servers`` name: vllm, sglang
+    title: str  # "vLLM 0.27.1", "SGLang 0.5.23"
+    version: str
+    fraction: float  # --gpu-memory-utilization, --mem-fraction-static
+    budget_bytes: int  # the share of one GPU the weights, overhead and KV cache live in
+    overhead_bytes: int  # charged inside the budget (vLLM: the rough overhead)
+    basis: str  # how the budget is made, for the reason of a verdict
+
+
+def vllm_share(
+    hw: HardwareSpec, utilization: float | None, vllm_version: str | None
+) -> Callable[[int], Share]:
+    """vLLM's: the utilization x the GPU's memory, less the rough overhead, at any TP."""
+    vllm = behaviour(vllm_version, platform=hw.platform)
+    fraction = utilization or vllm.default_gpu_memory_utilization
+    share = Share(
+        "vllm",
+        f"vLLM {vllm.version}",
+        vllm.version,
+        fraction,
+        int(hw.vram_bytes * fraction),
+        OVERHEAD_BYTES,
+        "budget",
+    )
+    return lambda tp: share
 
 
 @dataclass(frozen=True)
@@ -33,11 +65,14 @@ class EstimatedFit:
     budget_bytes: int
     remaining_bytes: int
     gpu_memory_utilization: float
-    vllm_version: str
+    vllm_version: str  # the server's release (vLLM's, or the one ``server`` models)
     hardware: HardwareSpec
     verdict: str
     verdict_reason: str
     notes: list[str] = field(default_factory=list)
+    server: str = "vllm"
+    server_title: str = ""  # "vLLM 0.27.1"
+    tp_given: bool = False
 
     size_basis = "estimated"
 
@@ -46,7 +81,16 @@ class EstimatedFit:
         return self.verdict in ("safe", "tight")
 
     def to_dict(self) -> dict[str, Any]:
-        """The keys of ``FitReport.to_dict`` that an estimate can fill; KV figures are None."""
+        """The keys of ``FitReport.to_dict`` that an estimate can fill; KV figures are None.
+        Another server's estimate names it (``server``) and its release under its name."""
+        doc = self._doc()
+        if self.server != "vllm":
+            del doc["vllm"]
+            doc["overhead"]["total_bytes"] = 0
+            doc = {"server": self.server, **doc, self.server: {"version": self.vllm_version}}
+        return doc
+
+    def _doc(self) -> dict[str, Any]:
         return {
             "model": self.model_id,
             "source": "recipe",
@@ -90,24 +134,26 @@ def estimated_fit(
     utilization: float | None = None,
     vllm_version: str | None = None,
     tp: int | None = None,
+    share: Callable[[int], Share] | None = None,
 ) -> EstimatedFit | None:
     """The weights-only fit of ``parameter_count`` x ``precision``; None when either is
-    unknown. ``utilization`` None: the version's default."""
+    unknown. ``share``: what a GPU gives at each TP (default: vLLM's, ``utilization`` None
+    being the version's default)."""
     size = estimated_weight_bytes(parameter_count, precision)
     if size is None or parameter_count is None:
         return None
     prec = precision or "bf16"
-    vllm = behaviour(vllm_version, platform=hw.platform)
-    utilization = utilization or vllm.default_gpu_memory_utilization
-    budget = int(hw.vram_bytes * utilization)
+    share_at = share or vllm_share(hw, utilization, vllm_version)
 
     def left(t: int) -> int:
-        return budget - -(-size // t) - OVERHEAD_BYTES
+        at = share_at(t)
+        return at.budget_bytes - -(-size // t) - at.overhead_bytes
 
     tps = [1 << i for i in range(MAX_TP.bit_length()) if 1 << i <= MAX_TP]
     min_tp = next((t for t in tps if t <= hw.gpu_count and left(t) >= TIGHT_BYTES), None)
     chosen = tp or min_tp or max(t for t in tps if t <= max(1, hw.gpu_count))
     remaining = left(chosen)
+    at = share_at(chosen)
     room = f"{remaining / GB:.1f} GB per GPU left for the KV cache at TP {chosen} (estimate)"
     if chosen > hw.gpu_count:
         verdict, why = "does_not_fit", f"TP {chosen} needs {chosen} GPUs; {hw.gpu_count} present"
@@ -123,8 +169,9 @@ def estimated_fit(
         verdict, why = (
             "does_not_fit",
             (
-                f"estimated weights {-(-size // chosen) / GIB:.1f} GiB per GPU + overhead exceed "
-                f"the {budget / GIB:.1f} GiB budget at TP {chosen}"
+                f"estimated weights {-(-size // chosen) / GIB:.1f} GiB per GPU"
+                + (" + overhead" if at.overhead_bytes else "")
+                + f" exceed the {at.budget_bytes / GIB:.1f} GiB {at.basis} at TP {chosen}"
             ),
         )
     notes = [
@@ -141,12 +188,15 @@ def estimated_fit(
         per_gpu_bytes=-(-size // chosen),
         tp=chosen,
         min_tp_required=min_tp,
-        budget_bytes=budget,
+        budget_bytes=at.budget_bytes,
         remaining_bytes=remaining,
-        gpu_memory_utilization=utilization,
-        vllm_version=vllm.version,
+        gpu_memory_utilization=at.fraction,
+        vllm_version=at.version,
         hardware=hw,
         verdict=verdict,
         verdict_reason=why,
         notes=notes,
+        server=at.server,
+        server_title=at.title,
+        tp_given=tp is not None,
     )

@@ -34,8 +34,9 @@ logs of ``tests/fixtures/sglang/fit_cases.json``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from instinct_serve.fit.kv import ModelLayers
 
@@ -80,6 +81,69 @@ class SglangLaunch:
     pp: int = 1
     page_size: int = 1
     max_total_tokens: int | None = None  # --max-total-tokens caps the pool
+    kv_cache_dtype: str | None = None  # --kv-cache-dtype (None: fit's, else the model's)
+    context_length: int | None = None  # --context-length (None: derived from config.json)
+
+
+def launch_from_args(args: Iterable[str], **yours: Any) -> SglangLaunch:
+    """The memory-shaping flags of an SGLang argv (a plan's ``vllm_args``: AMD's config, your
+    options in SGLang's words, your ``-- ARGS``); ``yours`` (``SglangLaunch`` fields) stand
+    where the argv says nothing. A value that does not parse is SGLang's to refuse: left out."""
+    from instinct_serve import vllm_args
+
+    argv = list(args)
+
+    def number(kind: Callable[[str], Any], *flags: str) -> Any:
+        text = vllm_args.value(argv, *flags)
+        try:
+            return kind(text) if text else None
+        except ValueError:
+            return None
+
+    dp = number(int, "--dp-size", "--dp", "--data-parallel-size") or 1
+    found = {
+        "mem_fraction_static": number(float, "--mem-fraction-static"),
+        "chunked_prefill_size": number(int, "--chunked-prefill-size"),
+        "cuda_graph_max_bs": number(int, "--cuda-graph-max-bs"),
+        "disable_cuda_graph": vllm_args.has(argv, "--disable-cuda-graph") or None,
+        "dp_attention_size": dp if vllm_args.has(argv, "--enable-dp-attention") else None,
+        "pp": number(int, "--pp-size", "--pp", "--pipeline-parallel-size"),
+        "page_size": number(int, "--page-size"),
+        "max_total_tokens": number(int, "--max-total-tokens"),
+        "kv_cache_dtype": vllm_args.value(argv, "--kv-cache-dtype") or None,
+        "context_length": number(int, "--context-length"),
+    }
+    given = {k: v for k, v in yours.items() if v is not None}
+    return SglangLaunch(**{**given, **{k: v for k, v in found.items() if v is not None}})
+
+
+# ``get_context_length`` (srt/utils/hf_transformers/common.py): the first of these keys, times
+# the rope factor unless the rope scaling names its original length or is Llama 3's.
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
+DEFAULT_CONTEXT_LENGTH = 2048
+
+
+def derived_context_length(text_config: Mapping[str, Any]) -> tuple[int, str]:
+    """The context SGLang derives from config.json (``ModelConfig._derive_context_length``
+    without ``--context-length``), and which key gave it."""
+    rope = text_config.get("rope_scaling")
+    factor: float = 1
+    if isinstance(rope, Mapping) and rope:
+        factor = rope.get("factor", 1) or 1
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in CONTEXT_LENGTH_KEYS:
+        value = text_config.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            scaled = f" x rope factor {factor:g}" if factor != 1 else ""
+            return int(factor * value), f"config.json {key}{scaled} (SGLang's get_context_length)"
+    return DEFAULT_CONTEXT_LENGTH, "SGLang's default (config.json names no context length)"
 
 
 @dataclass(frozen=True)
@@ -255,10 +319,12 @@ def from_report(
 ) -> SglangMemory:
     """SGLang's sizing of what ``fit`` sized for vLLM: the same GPU, TP, loaded weights per
     rank and KV layers (one weight model for both servers), SGLang's fraction and pool.
-    ``kv_cache_dtype``: SGLang's ``--kv-cache-dtype`` when the launch sets its own."""
+    ``kv_cache_dtype``: SGLang's ``--kv-cache-dtype`` (else the launch's, else SGLang's
+    ``auto``; a vLLM recipe's ``--kv-cache-dtype`` is not SGLang's)."""
     from instinct_serve.fit.dtypes import kv_cache_dtype_bytes
 
-    dtype = kv_cache_dtype or report.options.kv_cache_dtype
+    launch = launch or SglangLaunch()
+    dtype = kv_cache_dtype or launch.kv_cache_dtype or "auto"  # SGLang's default: the model's
     kv_bytes = kv_cache_dtype_bytes(dtype, report.layers.model_dtype_bytes)
     return estimate_sglang(
         vram_bytes=report.hardware.vram_bytes,

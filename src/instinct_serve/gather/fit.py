@@ -9,9 +9,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from instinct_serve import servers
 from instinct_serve.errors import InstinctError
 from instinct_serve.fit.catalog_link import FitAnswer, LaunchContext, fit_options, launch_context
 from instinct_serve.fit.overhead_table import normalise_platform
+from instinct_serve.fit.served import ServerLaunch
 from instinct_serve.gather.alternatives import find_alternatives
 from instinct_serve.gather.detect import resolve_on
 from instinct_serve.hardware.target import Target, catalog_key
@@ -73,6 +75,7 @@ def fit_request(
     planned = None if req.tp is not None else plan_decision(req, host, target)
     if planned is not None:
         kwargs["tp"] = planned.tp
+    kind = servers.get(req.server)
     answer = fit_model(
         req.model,
         hw,
@@ -80,17 +83,27 @@ def fit_request(
         revision=req.revision,
         alternatives=not req.no_alternatives,
         stage=stage,
+        recipe_flags=kind.vocabulary == "vllm",
         **kwargs,
     )
     if planned is not None:
         answer = planned.apply(answer, same_launch=not (req.vllm_version or req.platform))
-    if req.server == "sglang" and answer.report is not None:
-        # SGLang's sizing of the same GPU, TP, weights and KV layers; the utilization given
-        # is SGLang's --mem-fraction-static, else SGLang's default for the GPU and TP
-        from instinct_serve.fit.sglang import SglangLaunch, from_report
+    base = answer.report or answer.estimated
+    if base is not None:  # the server's own answer (vLLM's: the report itself)
+        launch = ServerLaunch(
+            planned.args if planned is not None else (),
+            req.gpu_memory_utilization,
+            req.max_model_len,
+            req.kv_cache_dtype,
+        )
+        answer.served = kind.memory_model(base, launch)
+        if answer.served is not base and answer.alternatives:  # judged by the server's model
+            from instinct_serve.fit.alternatives import judged
 
-        launch = SglangLaunch(mem_fraction_static=req.gpu_memory_utilization)
-        answer.report.sglang = from_report(answer.report, launch)
+            yours = replace(launch, args=())  # the plan was made for the asked-for checkpoint
+            answer.alternatives = judged(
+                answer.alternatives, lambda report: kind.memory_model(report, yours)
+            )
     return answer, target.notes
 
 
@@ -102,6 +115,7 @@ class PlanDecision:
     context: int | None  # the plan's --max-model-len (None: vLLM's default, the native)
     why: str
     report: FitReport | None  # the plan's fit of its own launch, at that TP
+    args: tuple[str, ...] = ()  # the plan's argv, in its server's words
 
     def apply(self, answer: FitAnswer, *, same_launch: bool) -> FitAnswer:
         """The fit at the plan's TP, said to be the plan's; with the plan's own launch
@@ -134,7 +148,8 @@ def plan_decision(req: FitRequest, host: Host, target: Target) -> PlanDecision |
         return None
     shared = {f.name: getattr(req, f.name) for f in fields(SizingOptions)}
     try:
-        result = make_plan(PlanOptions(**shared, model=req.model), host, target=target)
+        opts = PlanOptions(**shared, model=req.model, server=req.server)
+        result = make_plan(opts, host, target=target)
     except InstinctError:
         return None
     plan = result.plan
@@ -142,7 +157,9 @@ def plan_decision(req: FitRequest, host: Host, target: Target) -> PlanDecision |
         (r.why for r in plan.reasons if r.item.startswith("--tensor-parallel-size")),
         "the planner's",
     )
-    return PlanDecision(plan.tensor_parallel_size, plan.max_model_len, why, result.fit)
+    return PlanDecision(
+        plan.tensor_parallel_size, plan.max_model_len, why, result.fit, tuple(plan.vllm_args)
+    )
 
 
 def close_matches(model_id: str) -> list[str]:
@@ -189,12 +206,15 @@ def fit_model(
     revision: str | None = None,
     alternatives: bool = True,
     stage: Callable[[str], AbstractContextManager[Any]] | None = None,
+    recipe_flags: bool = True,
     **options: Any,
 ) -> FitAnswer:
     """Fit MODEL (a Hub id or a local directory) on ``hw``: the one path of the CLI and MCP.
 
     ``gpu`` names the profile for the catalog lookup (else the detected gfx); ``options``
-    are ``fit_options``'s; ``stage`` wraps the slow steps (a spinner in the CLI).
+    are ``fit_options``'s; ``stage`` wraps the slow steps (a spinner in the CLI);
+    ``recipe_flags`` False: the recipe's vLLM flags and environment are not the launch's (a
+    server that does not speak vLLM's command line).
     """
     from contextlib import nullcontext
 
@@ -209,6 +229,9 @@ def fit_model(
     ctx = (launch_context(model, gpu or hw.gfx_version) if not is_dir else None) or (
         LaunchContext()
     )
+    if not recipe_flags and (ctx.launch_args or ctx.env):
+        ctx.launch_args, ctx.env = [], {}
+        ctx.notes.append("the recipe's vLLM flags are not this server's: not applied")
     opts, option_notes = fit_options(ctx, **options)
     with step(f"Reading metadata of {model}"):
         try:

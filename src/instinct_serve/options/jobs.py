@@ -246,8 +246,9 @@ class FitRequest(SizingOptions):
         max_length=128,
     )
     server: str = _server_option(
-        "Whose memory model: vllm (default) or sglang (SGLang's static fraction, KV pool "
-        "and graph reserve; --gpu-memory-utilization is its --mem-fraction-static)."
+        "Whose memory model answers: vllm (default) or sglang (its static fraction and KV "
+        "pool give the verdict, TP and context; --gpu-memory-utilization is its "
+        "--mem-fraction-static, --max-model-len its --context-length)."
     )
     platform: str | None = opt(
         kind="choice",

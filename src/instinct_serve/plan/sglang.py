@@ -260,19 +260,14 @@ def _parallelism(b: PlanBuilder, choice: ReferenceChoice, tp: TpDecision) -> Non
 
 def memory(b: PlanBuilder, fit: FitReport | None) -> FitReport | None:
     """An SGLang plan's fit figures as SGLang sizes them (``fit.sglang``): the planned
-    ``--mem-fraction-static`` (else SGLang's default for the GPU and TP), its KV pool and
+    flags (``launch_from_args``: ``--mem-fraction-static``, else SGLang's default for the GPU
+    and TP, ``--kv-cache-dtype``, ``--chunked-prefill-size``, ...), its KV pool and
     ``max_total_num_tokens``, as a reason; the report returned carries them."""
     if fit is None:
         return None
-    from instinct_serve.fit.sglang import SglangLaunch, from_report
+    from instinct_serve.fit.sglang import from_report, launch_from_args
 
-    given = b.args.value("--mem-fraction-static")
-    try:
-        fraction = float(given) if given is not None else None
-    except ValueError:
-        fraction = None
-    launch = SglangLaunch(mem_fraction_static=fraction)
-    mem = from_report(fit, launch, kv_cache_dtype=b.args.value("--kv-cache-dtype"))
+    mem = from_report(fit, launch_from_args(b.args.argv()))
     pool = max(0, mem.kv_pool_bytes) / 2**30
     b.reason(
         "KV pool",

@@ -8,7 +8,8 @@ differently is asked here, of the plan's kind (``servers.of(plan)``), never assu
   the native argv, the variable that carries the API key, and variables of its own;
 - the routes of its HTTP API: health, model list, completions, metrics;
 - how its start-up log reads (a phase tracker) and which lines mean it failed;
-- the names of its metrics, the memory model ``fit`` sizes it by, and its benchmark client.
+- the names of its metrics, the memory model ``fit`` answers for it by, and its benchmark
+  client.
 
 Pure: data and functions of a plan, no I/O. The types of the answers live with the code
 that uses them (``diagnose``, ``fit``, ``observe``); they are imported here for type
@@ -24,7 +25,9 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from instinct_serve.diagnose.failure_signals import FailureSignal
     from instinct_serve.diagnose.phases import PhaseTracker
-    from instinct_serve.fit.vllm import VllmBehaviour
+    from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.fit.estimated import EstimatedFit
+    from instinct_serve.fit.served import ServerFit, ServerLaunch
     from instinct_serve.observe.bench import BenchClient
     from instinct_serve.observe.vllm import Name
     from instinct_serve.plan.model import LaunchPlan
@@ -120,9 +123,11 @@ class ServerKind(Protocol):
         ...
 
     @property
-    def memory_behaviour(self) -> Callable[..., VllmBehaviour]:
-        """The memory model ``fit`` sizes this server's weights, KV cache and budget by:
-        called as ``fit.vllm.behaviour`` is (a release ``version``, ``platform``, ...)."""
+    def memory_model(self) -> Callable[[FitReport | EstimatedFit, ServerLaunch], ServerFit]:
+        """``fit``'s answer for a launch of this server (``fit.served``): called with fit's
+        sizing of the model (weights and KV layers per TP; vLLM's answer), or its estimate
+        without metadata, and the launch; returns the verdict, TP, context and KV tokens as
+        this server sizes them."""
         ...
 
     @property

@@ -13,8 +13,9 @@ Instinct GPUs (InferenceX's AMD configs), planned from those configs (``plan.sgl
 - The fingerprint: ``/v1/completions`` with ``echo`` and ``logprobs`` gives the prompt's
   log-probabilities (``Routes.scoring``; measured on sglang 0.5.23, which logs that echo and
   logprobs are "not compatible" and answers them all the same).
-- Memory: vLLM's memory model sizes the weights (SGLang's own, the static fraction and its
-  KV pool, is not modelled yet).
+- Memory: SGLang's own model (``fit.sglang``: the static fraction, the graph reserve, the KV
+  pool and its cell; ``fit.sglang_answer``: the verdict, TP and context from that pool), on
+  fit's weights and KV layers (one weight model for both servers).
 - Bench: SGLang's own client, ``python3 -m sglang.bench_serving`` (``observe.sglang_bench``):
   its images have no vLLM. AMD benchmarks SGLang with (a copy of) vLLM's client; ``bench
   --vllm PATH`` runs that one instead.
@@ -26,13 +27,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from instinct_serve import vllm_args
-from instinct_serve.fit.vllm import behaviour
 from instinct_serve.observe.sglang_bench import SGLANG_CLIENT
 from instinct_serve.servers.kind import Routes
 
 if TYPE_CHECKING:
     from instinct_serve.diagnose.failure_signals import FailureSignal
     from instinct_serve.diagnose.phases import PhaseTracker
+    from instinct_serve.fit.estimate import FitReport
+    from instinct_serve.fit.estimated import EstimatedFit
+    from instinct_serve.fit.served import ServerLaunch
+    from instinct_serve.fit.sglang_answer import SglangFit
     from instinct_serve.observe.vllm import Name
     from instinct_serve.plan.model import LaunchPlan
 
@@ -90,7 +94,14 @@ class SglangServer:
 
         return SglangTracker()
 
-    memory_behaviour = staticmethod(behaviour)  # vLLM's weights model (SGLang's: not yet)
+    def memory_model(
+        self, base: FitReport | EstimatedFit, launch: ServerLaunch
+    ) -> SglangFit | EstimatedFit:
+        """SGLang's pool, context and verdict (``fit.sglang_answer``), loaded when asked."""
+        from instinct_serve.fit.sglang_answer import sglang_answer
+
+        return sglang_answer(base, launch)
+
     bench_client = SGLANG_CLIENT  # `python3 -m sglang.bench_serving`, in its image
 
 

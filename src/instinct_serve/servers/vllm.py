@@ -3,7 +3,8 @@
 Each answer is held here where it is small (the command line, the API-key variable, the
 routes) and delegated where a whole module knows it: the start-up log to
 ``diagnose.phases`` and ``diagnose.failure_signals``, the metric names to
-``observe.vllm``, the memory model to ``fit.vllm``, the benchmark client to
+``observe.vllm``, the memory model to ``fit`` (its report is vLLM's answer:
+``fit.served.as_reported``; ``fit.vllm`` holds vLLM's releases), the benchmark client to
 ``observe.bench``. The log reader and the metric names are imported when asked, so that
 reading a plan's server does not load them.
 
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from instinct_serve import vllm_args
-from instinct_serve.fit.vllm import behaviour
+from instinct_serve.fit.served import as_reported
 from instinct_serve.observe.bench import VLLM_CLIENT
 from instinct_serve.servers.kind import Routes
 
@@ -79,7 +80,7 @@ class VllmServer:
 
         return PhaseTracker()
 
-    memory_behaviour = staticmethod(behaviour)  # fit's model of vLLM's memory
+    memory_model = staticmethod(as_reported)  # fit's report is vLLM's answer
     bench_client = VLLM_CLIENT  # `vllm bench serve ...`
 
 
