@@ -152,9 +152,25 @@ def refuse_public(opts: PlanOptions) -> None:
         )
 
 
-def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDecision) -> None:
+def follow(
+    b: PlanBuilder, choice: ReferenceChoice | None, opts: PlanOptions, tp: TpDecision
+) -> None:
     """The SGLang planner step: the config's env and flags, its parallelism, your options,
-    the port and your arguments after ``--`` (each later one wins)."""
+    the port and your arguments after ``--`` (each later one wins). ``choice`` is None only
+    on a CPU (no AMD config applies there: ``plan.cpu.on_cpu``)."""
+    if choice is not None:
+        _from_config(b, choice, opts)
+    else:
+        _your_env(b, opts)
+    _parallelism(b, choice, tp)
+    _yours(b, opts)
+    if choice is not None and choice.config is not None:
+        for name in choice.config.varies:
+            b.reason(name, choice.source, "set per benchmark run by the script: not followed")
+
+
+def _from_config(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions) -> None:
+    """AMD's config's environment (yours wins) and literal flags."""
     config = choice.config
     assert config is not None  # require_config ran in gather
     why = f"from AMD's reference config {config.name} ({config.script or config.file})"
@@ -171,8 +187,7 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
                 f"on the host or per run{CONDITIONS.get(key, '')}; not set: give --env-literal "
                 f"{key}={value} where the condition holds",
             )
-    for key, value in opts.env_literal.items():
-        b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
+    _your_env(b, opts)
     if not config.script:
         b.warn(
             f"AMD's reference config {config.name} names no launch script in the snapshot: "
@@ -181,7 +196,15 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
     for unit in vllm_args.units(config.args):
         if unit.name is not None:
             b.flag(unit.tokens, choice.source, why)
-    _parallelism(b, choice, tp)
+
+
+def _your_env(b: PlanBuilder, opts: PlanOptions) -> None:
+    for key, value in opts.env_literal.items():
+        b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
+
+
+def _yours(b: PlanBuilder, opts: PlanOptions) -> None:
+    """Your options in SGLang's words, the port, the metrics, your arguments after ``--``."""
     for option, flag in OPTION_FLAGS.items():
         value = getattr(opts, option)
         if value is not None and value != "":
@@ -202,15 +225,13 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
     )
     if opts.extra_args:
         b.flag(list(opts.extra_args), "arguments after --", "given by you")
-    for name in config.varies:
-        b.reason(name, choice.source, "set per benchmark run by the script: not followed")
 
 
-def _parallelism(b: PlanBuilder, choice: ReferenceChoice, tp: TpDecision) -> None:
+def _parallelism(b: PlanBuilder, choice: ReferenceChoice | None, tp: TpDecision) -> None:
     """TP as decided (the row's unless ``--tp``), EP and DP-attention as the row runs them."""
     b.flag(["--tensor-parallel-size", str(tp.tp)], "planner", tp.why, setter="planner (fit)")
-    row = choice.row
-    if row is None or row.tp != tp.tp:
+    row = choice.row if choice is not None else None
+    if choice is None or row is None or row.tp != tp.tp:
         return
     why = f"AMD's reference config {choice.config.name if choice.config else ''}: {row.label()}"
     if row.ep > 1:
