@@ -316,6 +316,16 @@ ERRORS: dict[str, ErrorId] = {
         NOT_READY,
         "see which server answers on the router's port: `instinct ps`, `instinct logs ROUTER`",
     ),
+    "server_not_found": ErrorId(
+        NOT_READY,
+        "install the server (a ROCm build) into a Python environment and name its interpreter "
+        "(INSTINCT_SGLANG_PYTHON for SGLang), or serve it with --engine docker",
+    ),
+    "server_unusable": ErrorId(
+        NOT_READY,
+        "point the server's interpreter variable at an environment with a ROCm build of it, "
+        "or serve it with --engine docker",
+    ),
     "serve_lock_failed": ErrorId(
         NOT_READY, "check that the tool's data directory on the host is writable"
     ),

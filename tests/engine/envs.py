@@ -24,8 +24,10 @@ def make_env(
     vllm: str | None = "0.27.1.dev5+rocm10.0.0.gf46a9dfe2.d20260826",
     torch_raises: str | None = None,
     header: str | None = None,
+    sglang: str | None = None,
 ) -> Path:
-    """Create the env under ``root``; returns its ``bin/python``."""
+    """Create the env under ``root``; returns its ``bin/python``. ``sglang``: also an
+    ``sglang`` distribution of that version (an SGLang install runs it as a module)."""
     bin_dir, site = root / "bin", root / "lib" / "site-packages"
     bin_dir.mkdir(parents=True)
     site.mkdir(parents=True)
@@ -38,6 +40,8 @@ def make_env(
     if vllm:
         wheels.append(vllm_wheel(vllm, []))
     wheels.append(plain_wheel("amd-torch-device-gfx942", torch or "0"))
+    if sglang:
+        wheels.append(plain_wheel("sglang", sglang))
     for wheel in wheels:
         with zipfile.ZipFile(wheel.build(root / "wheels")) as zf:
             zf.extractall(site)

@@ -126,6 +126,29 @@ def server_env(setup: Setup, extra: Mapping[str, str] | None = None) -> dict[str
     return env
 
 
+def cli_env(setup: Setup, data_dir: Path) -> dict[str, str]:
+    """The CLI's environment for a native SGLang: the tier's interpreter found by
+    ``INSTINCT_SGLANG_PYTHON``, the CPU engine allowed, its own state directory, the model
+    from the tier's Hugging Face cache, offline, no token. The ``sgl_kernel`` placeholder is
+    not here: serve is given it as the user of such an install would (``--env-literal
+    PYTHONPATH=...``), so the plan carries it to every launch and relaunch."""
+    env = dict(os.environ)
+    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ROCM_SSH_HOST", "ROCM_SSH_USER"):
+        env.pop(key, None)
+    env.update(
+        {
+            "INSTINCT_SGLANG_PYTHON": str(setup.python),
+            "INSTINCT_ALLOW_CPU_ENGINE": "1",
+            "INSTINCT_DATA_DIR": str(data_dir / "data"),
+            "INSTINCT_CACHE_DIR": str(data_dir / "cache"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_HOME": str(setup.hf_home),
+        }
+    )
+    return env
+
+
 def cpu_plan(
     setup: Setup, port: int, args: Sequence[str] = (), *, max_total_tokens: int = 8192
 ) -> LaunchPlan:

@@ -156,3 +156,31 @@ def test_an_eager_cpu_plan_compiles_nothing_at_all(smol: str) -> None:
     assert "TORCHDYNAMO_DISABLE" not in cpu_plan(smol).plan.env  # compiled
     given = cpu_plan(smol, "--enforce-eager", env_literal={"TORCHDYNAMO_DISABLE": "0"})
     assert given.plan.env["TORCHDYNAMO_DISABLE"] == "0"
+
+
+def test_a_cpu_only_sglang_is_planned_for_sglangs_cpu_backend(smol: str) -> None:
+    """``--server sglang`` with a CPU-only SGLang: no AMD config is needed (AMD's are GPU
+    launches), SGLang's CPU engine is switched on and its torch attention chosen before your
+    arguments, and nothing of vLLM's CPU backend is planned."""
+    from instinct_serve.gather.plan import cpu_plan_target
+    from instinct_serve.hosts import LocalHost
+
+    opts = PlanOptions(
+        model=smol, engine="native", extra_args=["--max-total-tokens", "8192"], server="sglang"
+    )
+    result = make_plan(opts, target=cpu_plan_target(opts, LocalHost()))  # this host's RAM
+    plan = result.plan
+    assert plan.server == "sglang" and plan.gpu_name == "CPU" and plan.gpu_indices is None
+    assert plan.vllm_args[:4] == ["--device", "cpu", "--attention-backend", "torch_native"]
+    assert plan.vllm_args[-2:] == ["--max-total-tokens", "8192"]
+    assert plan.env["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in plan.env and "HIP_VISIBLE_DEVICES" not in plan.env
+    assert "the native SGLang is CPU-only" in reason(result, "device")
+    assert "the SGLang on this machine is CPU-only" in " ".join(result.warnings)
+    assert plan.labels[LABEL_PLAN_HASH] == plan.plan_hash
+    script = native_script(plan)
+    assert f"python3 -m sglang.launch_server --model-path {smol} --host 127.0.0.1" in script
+    # a backend you name wins, once
+    mine = cpu_plan(smol, "--attention-backend", "sdpa", server="sglang").plan
+    assert mine.vllm_args[:2] == ["--device", "cpu"]
+    assert mine.vllm_args.count("--attention-backend") == 1 and "sdpa" in mine.vllm_args

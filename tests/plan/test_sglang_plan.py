@@ -214,13 +214,21 @@ def test_the_summary_says_which_server_and_why() -> None:
     assert "Server" not in vllm  # a vLLM plan's table is what it was
 
 
-def test_a_native_launch_keeps_sglangs_own_command() -> None:
-    """The discovered vLLM executable replaces ``vllm`` in a vLLM plan's native argv, never
-    the ``python3 -m sglang.launch_server`` of an SGLang plan."""
+def test_a_native_launch_runs_the_discovered_install_of_the_plans_server() -> None:
+    """The discovered command replaces the first word of the rendered argv: the ``vllm``
+    script in a vLLM plan, the interpreter whose environment holds sglang in an SGLang plan
+    (``python3 -m sglang.launch_server`` run by that interpreter)."""
     from instinct_serve.runtime.native import native_argv
 
     p = plan(DSR1, "mi300x")
-    assert native_argv("/opt/vllm/bin/vllm", p)[:3] == ["python3", "-m", "sglang.launch_server"]
+    argv = native_argv("/opt/sglang/bin/python", p)
+    assert argv[:5] == [
+        "/opt/sglang/bin/python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        DSR1,
+    ]
     v = plan("openai/gpt-oss-120b", "mi355x")
     assert native_argv("/opt/vllm/bin/vllm", v)[:2] == ["/opt/vllm/bin/vllm", "serve"]
 

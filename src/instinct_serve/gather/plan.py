@@ -22,7 +22,7 @@ from instinct_serve.gather.sizing import decide_tp as _decide_tp
 from instinct_serve.gather.sizing import recipe_tp as _recipe_tp
 from instinct_serve.gather.sizing import tp_rules, variant_fits
 from instinct_serve.hardware.partitions import layout
-from instinct_serve.hardware.target import Target, catalog_key
+from instinct_serve.hardware.target import CPU_SOURCE, Target, catalog_key
 from instinct_serve.options import PlanOptions
 from instinct_serve.plan.model import CONTAINER_HF_CACHE, LaunchPlan, Mount, PlanResult, Reason
 from instinct_serve.plan.planner import (
@@ -103,11 +103,18 @@ def host_memory_bytes(host: Host) -> int | None:
 
 def cpu_plan_target(opts: PlanOptions, host: Host) -> Target:
     """The target of a CPU-only engine on ``host``: its CPU, with its RAM."""
+    from instinct_serve import servers
     from instinct_serve.hardware.target import cpu_target
 
     memory = host_memory_bytes(host)
     where = "this machine" if host.is_local else host.name
-    target = cpu_target(opts, memory_bytes=memory or CPU_MEMORY_FALLBACK, host_name=where)
+    named = opts.server if opts.server in servers.names() else servers.DEFAULT
+    target = cpu_target(
+        opts,
+        memory_bytes=memory or CPU_MEMORY_FALLBACK,
+        host_name=where,
+        server=servers.get(named).title,
+    )
     if memory is None:
         target.notes.append(
             f"the RAM of {host.name} is unknown (/proc/meminfo unreadable): sized for "
@@ -380,15 +387,18 @@ def make_plan(
     inputs = _inputs(opts, base, chosen, on_cpu, host)
     plan = build_plan(inputs)
     fit = chosen.fit
-    if on_cpu:
+    if on_cpu:  # the CPU backend of the plan's server (vLLM's or SGLang's)
         from instinct_serve.plan.cpu import on_cpu as for_cpu
+        from instinct_serve.servers.kind import CpuFigures
 
         for_cpu(
             plan,
-            kv_bytes_per_token=fit.kv_cache_bytes_per_token if fit is not None else None,
-            native_max_model_len=fit.native_max_model_len if fit is not None else None,
-            weight_bytes=fit.weights.loaded_bytes if fit is not None else None,
-            memory_bytes=base.inventory.vram_bytes,
+            CpuFigures(
+                kv_bytes_per_token=fit.kv_cache_bytes_per_token if fit is not None else None,
+                native_max_model_len=fit.native_max_model_len if fit is not None else None,
+                weight_bytes=fit.weights.loaded_bytes if fit is not None else None,
+                memory_bytes=base.inventory.vram_bytes,
+            ),
         )
     else:
         _cross_check(plan, base.catalog, base.match, chosen.amd)
@@ -472,12 +482,12 @@ def _configure(opts: PlanOptions, base: Setting, on_cpu: bool) -> _Chosen:
             SGLANG if server.name == SGLANG else "vllm",
         )
     )
-    if server.name == SGLANG:
+    if server.name == SGLANG and not on_cpu:  # on a CPU: SGLang's CPU backend, no config
         from instinct_serve.gather.reference import load_references
         from instinct_serve.plan.sglang import require_config
 
         refs, _warnings = load_references()
-        baseline = None if on_cpu else refs.newest_image(gpu_key)
+        baseline = refs.newest_image(gpu_key)
         reference = require_config(reference, variant.model_id, gpu_key, baseline, refs.gpus())
     ctx.context_length = amd.context_length or ctx.context_length
     sizer.reports.clear()
@@ -575,7 +585,9 @@ def _server_image(
     from instinct_serve.catalog.matching import vllm_gate
 
     if opts.server == SGLANG:
-        return StackCheck(*sglang_image(opts, chosen.reference)), None
+        return StackCheck(
+            *sglang_image(opts, chosen.reference, on_cpu=base.hardware_source == CPU_SOURCE)
+        ), None
     stack = _stack_check(opts, base, chosen, *_image(opts, chosen.amd, base.catalog))
     return stack, vllm_gate(base.match, stack.image)
 

@@ -78,11 +78,20 @@ def decided(opts: PlanOptions, server: ServerChoice | None) -> PlanOptions:
     return out
 
 
-def sglang_image(opts: PlanOptions, reference: ReferenceChoice | None) -> tuple[str, str]:
+def sglang_image(
+    opts: PlanOptions, reference: ReferenceChoice | None, *, on_cpu: bool = False
+) -> tuple[str, str]:
     """An SGLang plan's image: ``--image``, else the one AMD's config runs (the ROCm build
-    for the GPU family: ``-mi30x`` for MI300X/MI325X, ``-mi35x`` for MI355X)."""
+    for the GPU family: ``-mi30x`` for MI300X/MI325X, ``-mi35x`` for MI355X). A CPU plan
+    runs natively (a CPU-only engine) and names the repository's ``latest``, unused."""
     if opts.image:
         return opts.image, "--image given"
+    if on_cpu:
+        from instinct_serve import servers
+
+        return f"{servers.get(SGLANG).image_repository}:latest", (
+            "not used: a CPU-only SGLang serves natively, without a container"
+        )
     config = reference.config if reference is not None else None
     if config is not None:
         return config.image, (

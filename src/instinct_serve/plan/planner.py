@@ -177,8 +177,8 @@ def _build_sglang(b: PlanBuilder, inp: PlanInputs, tp: TpDecision) -> LaunchPlan
     refuse_public(inp.options)
     gpu_indices, partitions = _devices(b, inp, tp.tp)
     api_key = _secrets(b, inp.options)
-    assert inp.reference is not None  # gather refused an SGLang plan without a config
-    line = other_servers_line(inp.reference)
+    # gather refused an SGLang plan without a config, but on a CPU (``plan.cpu.on_cpu``)
+    line = other_servers_line(inp.reference) if inp.reference is not None else None
     if line:
         b.reason("other servers", "AMD reference", line)
     follow(b, inp.reference, inp.options, tp)

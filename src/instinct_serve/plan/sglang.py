@@ -166,13 +166,30 @@ def refuse_public(opts: PlanOptions) -> None:
         )
 
 
-def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDecision) -> None:
+def follow(
+    b: PlanBuilder, choice: ReferenceChoice | None, opts: PlanOptions, tp: TpDecision
+) -> None:
     """The SGLang planner step: the config's env and flags, its parallelism, your options,
-    the port and your arguments after ``--`` (each later one wins)."""
+    the port and your arguments after ``--`` (each later one wins). ``choice`` is None only
+    on a CPU (no AMD config applies there: ``plan.cpu.on_cpu``); without a config of its own
+    it names the ``baseline`` whose image the plan takes (``_defaults``)."""
+    if choice is not None and choice.config is not None:
+        _from_config(b, choice, opts)
+    else:
+        if choice is not None:
+            _defaults(b, choice)
+        _your_env(b, opts)
+    _parallelism(b, choice, tp)
+    _yours(b, opts)
+    if choice is not None and choice.config is not None:
+        for name in choice.config.varies:
+            b.reason(name, choice.source, "set per benchmark run by the script: not followed")
+
+
+def _from_config(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions) -> None:
+    """AMD's config's environment (yours wins) and literal flags."""
     config = choice.config
-    if config is None:
-        _defaults(b, choice, opts, tp)
-        return
+    assert config is not None  # follow checked
     why = f"from AMD's reference config {config.name} ({config.script or config.file})"
     yours = {*opts.env_literal, *opts.env_by_name, *opts.extra_env}
     for key, value in config.env.items():
@@ -187,8 +204,7 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
                 f"on the host or per run{CONDITIONS.get(key, '')}; not set: give --env-literal "
                 f"{key}={value} where the condition holds",
             )
-    for key, value in opts.env_literal.items():
-        b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
+    _your_env(b, opts)
     if not config.script:
         b.warn(
             f"AMD's reference config {config.name} names no launch script in the snapshot: "
@@ -197,16 +213,12 @@ def follow(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDec
     for unit in vllm_args.units(config.args):
         if unit.name is not None:
             b.flag(unit.tokens, choice.source, why)
-    _parallelism(b, choice, tp)
-    _yours(b, opts)
-    for name in config.varies:
-        b.reason(name, choice.source, "set per benchmark run by the script: not followed")
 
 
-def _defaults(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: TpDecision) -> None:
+def _defaults(b: PlanBuilder, choice: ReferenceChoice) -> None:
     """A model AMD runs no SGLang config of (``--server sglang``): SGLang's own defaults for
-    everything but the TP, on the image of ``choice.baseline``; your env, options and
-    arguments as for any plan. Said as a warning: nobody has benchmarked this launch."""
+    everything but the TP, on the image of ``choice.baseline``. Said as a warning: nobody has
+    benchmarked this launch."""
     baseline = choice.baseline
     assert baseline is not None  # require_config gave one
     b.warn(
@@ -215,10 +227,11 @@ def _defaults(b: PlanBuilder, choice: ReferenceChoice, opts: PlanOptions, tp: Tp
         "no AMD setting (AITER, the attention backend, the KV cache dtype) is assumed. "
         "`--server vllm` plans from the vLLM recipe instead"
     )
+
+
+def _your_env(b: PlanBuilder, opts: PlanOptions) -> None:
     for key, value in opts.env_literal.items():
         b.override_env(key, value, "--env-literal", "given by you, not secret: written as is")
-    _parallelism(b, choice, tp)
-    _yours(b, opts)
 
 
 def _yours(b: PlanBuilder, opts: PlanOptions) -> None:
@@ -245,11 +258,11 @@ def _yours(b: PlanBuilder, opts: PlanOptions) -> None:
         b.flag(list(opts.extra_args), "arguments after --", "given by you")
 
 
-def _parallelism(b: PlanBuilder, choice: ReferenceChoice, tp: TpDecision) -> None:
+def _parallelism(b: PlanBuilder, choice: ReferenceChoice | None, tp: TpDecision) -> None:
     """TP as decided (the row's unless ``--tp``), EP and DP-attention as the row runs them."""
     b.flag(["--tensor-parallel-size", str(tp.tp)], "planner", tp.why, setter="planner (fit)")
-    row = choice.row
-    if row is None or row.tp != tp.tp:
+    row = choice.row if choice is not None else None
+    if choice is None or row is None or row.tp != tp.tp:
         return
     why = f"AMD's reference config {choice.config.name if choice.config else ''}: {row.label()}"
     if row.ep > 1:

@@ -69,27 +69,33 @@ def native_on_port(host: Host, port: int) -> Target | None:
 DISCARD_TERM_S = 10.0
 
 
-def native_argv(vllm_command: str, plan: LaunchPlan) -> list[str]:
+def native_argv(command: str, plan: LaunchPlan) -> list[str]:
     """``plan.render.native_argv`` (``--host`` the plan's bind address) with the
-    discovered executable instead of bare ``vllm``; a server with an executable of its own
-    (SGLang's ``python3 -m sglang.launch_server``) keeps it."""
-    from instinct_serve import servers
+    discovered command instead of its first word: the ``vllm`` script for ``vllm serve``,
+    the interpreter for SGLang's ``python3 -m sglang.launch_server``
+    (``engine.discovery.Engine.command``)."""
     from instinct_serve.plan.render import native_argv as rendered
 
-    argv = rendered(plan)
-    if servers.of(plan).vocabulary != "vllm":
-        return argv
-    return [vllm_command, *argv[1:]]
+    return [command, *rendered(plan)[1:]]
+
+
+def backend_for_server(host: Host, server: str) -> NativeBackend:
+    """Native processes of ``server``'s install on ``host`` (``engine.discovery``): what a
+    relaunch (watch, upgrade, rollback) runs a recorded plan with."""
+    from instinct_serve.engine.discovery import discover, require_usable
+
+    return NativeBackend(host, require_usable(discover(host, server=server)).command)
 
 
 class NativeBackend:
-    """Native ``vllm serve`` processes on the host, started by ``engine.launcher``."""
+    """Native server processes on the host (``vllm serve``, SGLang's module), started by
+    ``engine.launcher`` with ``command`` (the discovered install of the plan's server)."""
 
     engine = "native"
 
-    def __init__(self, host: Host, vllm_command: str) -> None:
+    def __init__(self, host: Host, command: str) -> None:
         self.host = host
-        self.vllm_command = vllm_command
+        self.command = command
         self._launching: str | None = None
 
     def target(self, name: str) -> Target | None:
@@ -146,10 +152,10 @@ class NativeBackend:
         proc = launcher.load(self.host, target.name)
         if proc is None:
             return "it is gone"
-        planned = native_argv(self.vllm_command, plan)[1:]
+        planned = native_argv(self.command, plan)[1:]
         relaunched = bool(proc.meta.get("fixes"))
         if not same_command(planned, proc.argv[1:], relaunched=relaunched):
-            return "its command is not the plan's vllm serve arguments"
+            return "its command is not the plan's server arguments"
         return None
 
     def launching(self) -> str | None:
@@ -185,7 +191,7 @@ class NativeBackend:
         } | plan.server_field()  # ps probes its route
         self._launching = plan.container_name
         launcher.launch(
-            self.host, plan.container_name, native_argv(self.vllm_command, plan), env=env, meta=meta
+            self.host, plan.container_name, native_argv(self.command, plan), env=env, meta=meta
         )
         self._launching = None
         return plan.container_name

@@ -90,14 +90,29 @@ def require_ready(
     return report
 
 
-def native_engine(host: Host, warn: Callable[[str], None]) -> Engine:
-    """The vLLM the native route runs (``engine.discovery``), its warnings said."""
+def native_engine(host: Host, warn: Callable[[str], None], server: str = "auto") -> Engine:
+    """The server install the native route runs (``engine.discovery``), its warnings said:
+    the one ``server`` names (``--server``), vLLM for ``auto`` (``planned_engine`` looks
+    again when the plan chose another)."""
+    from instinct_serve import servers
     from instinct_serve.engine.discovery import discover, require_usable
 
-    engine = require_usable(discover(host))
+    name = server if server in servers.names() else servers.DEFAULT
+    engine = require_usable(discover(host, server=name))
     for message in engine.warnings:
         warn(message)
     return engine
+
+
+def planned_engine(
+    host: Host, result: PlanResult, warn: Callable[[str], None], engine: Engine
+) -> Engine:
+    """The install of the server the plan launches: ``engine`` when it is that server's,
+    else that server's found now (``--server auto`` chose another one)."""
+    from instinct_serve import servers
+
+    wanted = servers.of(result.plan).name
+    return engine if engine.server == wanted else native_engine(host, warn, wanted)
 
 
 def native_backend(
@@ -119,7 +134,7 @@ def native_backend(
         elif telemetry_trusted(result.inventory):
             ranked = rank(result.inventory)[: plan.tensor_parallel_size]
             plan.gpu_indices = sorted(g.index for g in ranked)
-    return NativeBackend(host, engine.vllm_command)
+    return NativeBackend(host, engine.command)
 
 
 def serve_plan(host: Host, opts: PlanOptions, *, engine: str) -> PlanResult:
@@ -130,9 +145,11 @@ def serve_plan(host: Host, opts: PlanOptions, *, engine: str) -> PlanResult:
 
     target = None
     if engine == "native":
+        from instinct_serve import servers
         from instinct_serve.engine.discovery import discover
 
-        found = discover(host)
+        server = opts.server if opts.server in servers.names() else servers.DEFAULT
+        found = discover(host, server=server)
         if found.usable and found.engine is not None and found.engine.cpu_only:
             target = cpu_plan_target(opts, host)
     return make_plan(opts, host, target=target)
@@ -254,7 +271,7 @@ def prepare(
     resolve(host, lambda text: sink(Note(message=text)))  # a change cut short: settled first
     # The native engine first: a CPU-only one (allowed by INSTINCT_ALLOW_CPU_ENGINE) needs
     # no GPU, and its plan is the CPU backend's (hardware.target.cpu_target).
-    native = native_engine(host, warn) if engine == "native" else None
+    native = native_engine(host, warn, opts.server) if engine == "native" else None
     cpu = native is not None and native.cpu_only
     report = require_ready(
         host, opts.model, opts.port, opts.hf_cache, root, engine, cpu=cpu, force=opts.force
@@ -272,7 +289,7 @@ def prepare(
     for message in result.warnings:
         warn(message)
     backend: Backend = (
-        native_backend(host, result, warn, native)
+        native_backend(host, result, warn, planned_engine(host, result, warn, native))
         if native is not None
         else DockerBackend(host, device_root=root)
     )

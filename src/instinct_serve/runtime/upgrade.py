@@ -527,10 +527,9 @@ def backend_for_plan(host: Host, plan: LaunchPlan, device_root: str = "") -> Bac
     """The backend a recorded plan runs on (``device_root``: the stand-in device tree of
     ``--root``, as serve's)."""
     if plan.launcher == "native":
-        from instinct_serve.engine.discovery import discover, require_usable
-        from instinct_serve.runtime.native import NativeBackend
+        from instinct_serve.runtime.native import backend_for_server
 
-        return NativeBackend(host, require_usable(discover(host)).vllm_command)
+        return backend_for_server(host, plan.server)
     from instinct_serve.runtime.docker_backend import DockerBackend
 
     return DockerBackend(host, device_root=device_root)

@@ -517,10 +517,11 @@ def backend_for(host: Host, name: str, device_root: str = "") -> Backend:
                 id="not_managed",
             )
         return backend
-    from instinct_serve.engine.discovery import discover, require_usable
-    from instinct_serve.runtime.native import NativeBackend
+    from instinct_serve import servers
+    from instinct_serve.runtime.native import backend_for_server
 
-    return NativeBackend(host, require_usable(discover(host)).vllm_command)
+    server = found.meta.get("server") if isinstance(found.meta, dict) else None
+    return backend_for_server(host, server if isinstance(server, str) else servers.DEFAULT)
 
 
 def only_endpoint(host: Host) -> str:

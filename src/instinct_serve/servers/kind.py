@@ -32,7 +32,18 @@ if TYPE_CHECKING:
     from instinct_serve.observe.vllm import Name
     from instinct_serve.plan.model import LaunchPlan
 
-__all__ = ["Routes", "ServerKind"]
+__all__ = ["CpuFigures", "Routes", "ServerKind"]
+
+
+@dataclass(frozen=True)
+class CpuFigures:
+    """What a CPU plan is sized by (``plan.cpu.on_cpu``): the model's KV bytes per token,
+    its native context, its weights, and the host's RAM (None: unknown)."""
+
+    kv_bytes_per_token: int | None = None
+    native_max_model_len: int | None = None
+    weight_bytes: int | None = None
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,42 @@ class ServerKind(Protocol):
     @property
     def executable(self) -> str:
         """The command a native install runs (``vllm``), ``native_argv``'s first word."""
+        ...
+
+    @property
+    def package(self) -> str:
+        """The distribution a native environment must hold (``vllm``): what the engine probe
+        reads the version of (``engine.probe``)."""
+        ...
+
+    @property
+    def script(self) -> str | None:
+        """The console script beside the interpreter that a native launch runs (``vllm``);
+        None when the interpreter runs the server as a module (SGLang's
+        ``python3 -m sglang.launch_server``): then the discovered interpreter is the command."""
+        ...
+
+    @property
+    def command_vars(self) -> tuple[str, ...]:
+        """Variables naming the server's executable by its absolute path, first hit wins
+        (``engine.discovery``); none for a server run as a module."""
+        ...
+
+    @property
+    def python_vars(self) -> tuple[str, ...]:
+        """Variables naming an interpreter whose environment holds the server."""
+        ...
+
+    @property
+    def install_fix(self) -> str:
+        """What to do when no usable native install is found (the error's fix)."""
+        ...
+
+    @property
+    def cpu_backend(self) -> str:
+        """How serve plans for a CPU-only install (allowed by ``INSTINCT_ALLOW_CPU_ENGINE``),
+        in words, for the warning that says so (the plan: ``plan.cpu.on_cpu``, by the
+        kind's ``vocabulary``)."""
         ...
 
     @property

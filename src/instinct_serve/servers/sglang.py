@@ -13,6 +13,9 @@ Instinct GPUs (InferenceX's AMD configs), planned from those configs (``plan.sgl
 - The fingerprint: ``/v1/completions`` with ``echo`` and ``logprobs`` gives the prompt's
   log-probabilities (``Routes.scoring``; measured on sglang 0.5.23, which logs that echo and
   logprobs are "not compatible" and answers them all the same).
+- Native: an interpreter whose environment holds sglang (``INSTINCT_SGLANG_PYTHON``, the
+  managed environment, ``python3`` on PATH: ``engine.discovery``) runs the module; a CPU-only
+  one (``INSTINCT_ALLOW_CPU_ENGINE``) is planned for SGLang's CPU backend (``plan.sglang``).
 - Memory: SGLang's own model (``fit.sglang``: the static fraction, the graph reserve, the KV
   pool and its cell; ``fit.sglang_answer``: the verdict, TP and context from that pool), on
   fit's weights and KV layers (one weight model for both servers).
@@ -58,6 +61,21 @@ class SglangServer:
     # the prompt's log-probabilities: `echo` with `logprobs` of at least 1 (serving_completions.py
     # asks for them from the first token only when `request.echo and request.logprobs`)
     routes = Routes(scoring=(("echo", True), ("logprobs", 1)))
+    # its native install (engine.discovery): an interpreter whose environment holds sglang,
+    # which runs the server as a module (no console script: the interpreter is the command)
+    package = "sglang"
+    script = None
+    command_vars: tuple[str, ...] = ()
+    python_vars = ("INSTINCT_SGLANG_PYTHON",)
+    install_fix = (
+        "install sglang (a ROCm build) into a Python environment and set "
+        "INSTINCT_SGLANG_PYTHON=/path/to/that/venv/bin/python, or serve it with --engine "
+        "docker (AMD's lmsysorg/sglang ROCm images)"
+    )
+    cpu_backend = (
+        "serve plans for SGLang's CPU backend (no GPU settings, SGLANG_USE_CPU_ENGINE=1, "
+        "--device cpu --attention-backend torch_native)"
+    )
 
     @property
     def failure_signals(self) -> tuple[FailureSignal, ...]:

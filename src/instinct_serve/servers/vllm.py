@@ -45,6 +45,19 @@ class VllmServer:
     api_key_env = API_KEY_ENV
     vocabulary = "vllm"  # its flags are written by plan.planner's vLLM steps
     routes = Routes()
+    # its native install (engine.discovery): the `vllm` script beside an interpreter
+    package = "vllm"
+    script = "vllm"
+    command_vars = ("INSTINCT_VLLM_COMMAND", "ROCM_CLI_VLLM_COMMAND")
+    python_vars = ("INSTINCT_VLLM_PYTHON", "ROCM_CLI_VLLM_PYTHON")
+    install_fix = (
+        "run `instinct engine install vllm`, or set INSTINCT_VLLM_PYTHON to an interpreter "
+        "whose environment has a ROCm build of vLLM"
+    )
+    cpu_backend = (
+        "serve plans for vLLM's CPU backend (no GPU settings, the KV cache in RAM: "
+        "VLLM_CPU_KVCACHE_SPACE)"
+    )
 
     @property
     def failure_signals(self) -> tuple[FailureSignal, ...]:
