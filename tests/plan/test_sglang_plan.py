@@ -212,6 +212,19 @@ def test_the_summary_says_which_server_and_why() -> None:
     assert rows["Container"] == "sglang-deepseek-r1-0528"
     vllm = dict(summary_rows(make_plan(PlanOptions(model="openai/gpt-oss-120b", gpu="mi355x"))))
     assert "Server" not in vllm  # a vLLM plan's table is what it was
+    assert "KV pool" not in vllm
+
+
+def test_the_summary_says_what_sglang_will_allocate() -> None:
+    """Qwen3-8B (config shipped) on one MI300X as SGLang: the table a user approves shows
+    SGLang's pool at SGLang's default static fraction, as the plan's KV pool reason does."""
+    from instinct_serve.plan.summary import summary_rows
+
+    result = make_plan(PlanOptions(model="Qwen/Qwen3-8B", gpu="mi300x", server="sglang"))
+    rows = dict(summary_rows(result))
+    assert rows["KV pool"].endswith("at --mem-fraction-static 0.867, as SGLang sizes it")
+    tokens = rows["KV pool"].split(" tokens")[0]
+    assert reason(result.plan, "KV pool").why.startswith(f"{tokens} tokens")
 
 
 def test_a_native_launch_runs_the_discovered_install_of_the_plans_server() -> None:

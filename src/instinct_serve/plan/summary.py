@@ -78,6 +78,15 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
     rows.append(("Max context", ctx))
     if plan.verdict:
         rows.append(("Fit", f"{plan.verdict}: {fit.verdict_reason if fit else ''}"))
+    pool = fit.sglang if fit is not None else None
+    if pool:  # an SGLang plan: what SGLang itself will allocate (fit.sglang's figures)
+        rows.append(
+            (
+                "KV pool",
+                f"{pool['max_total_num_tokens']:,} tokens ({pool['kv_pool_gib']:.1f} GiB per GPU) "
+                f"at --mem-fraction-static {pool['mem_fraction_static']:g}, as SGLang sizes it",
+            )
+        )
     access = "every interface, API key required" if plan.public else "this host only"
     rows.append(("Port", f"{plan.port}  (http://{LOOPBACK}:{plan.port}/v1 on the host; {access})"))
     if plan.launcher == "docker":
