@@ -149,6 +149,54 @@ def cli_env(setup: Setup, data_dir: Path) -> dict[str, str]:
     return env
 
 
+# What a user of a CPU build of SGLang in a docker image adds to serve (the note's launch):
+# the CPU engine, and after ``--`` SGLang's CPU device, torch's attention and a bounded pool
+DOCKER_CPU_ENV = ("--env-literal", "HF_HUB_OFFLINE=1", "--env-literal", "SGLANG_USE_CPU_ENGINE=1")
+DOCKER_CPU_TAIL = ("--", *CPU_ARGS, "--max-total-tokens", "8192")
+
+
+@dataclass
+class DockerServe:
+    """``instinct serve SmolLM2 --server sglang --image TAG`` through docker: its
+    environment, port, name and arguments up to the ones a test adds (``args``), then
+    ``DOCKER_CPU_TAIL``. AMD publishes no SGLang config for SmolLM2, so the plan is SGLang's
+    own defaults (``plan.sglang._defaults``) on the image named."""
+
+    env: dict[str, str]
+    port: int
+    name: str
+    args: list[str]
+
+
+def docker_serve(setup: Setup, image: str, tmp: Path, prefix: str, timeout_s: int) -> DockerServe:
+    """The serve command of the tier's docker tests, planned for an MI300X on a stand-in GPU
+    root (the tool cannot know the image is a CPU build), offline, with a 1,024-token
+    context (written as SGLang's --context-length: it bounds the fingerprint's long probe)."""
+    from tests.infra.fakeroot import build_gpu_root
+
+    root = tmp / "gpu-root"
+    root.mkdir()
+    build_gpu_root(root)
+    env = dict(os.environ)
+    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ROCM_SSH_HOST", "ROCM_SSH_USER"):
+        env.pop(key, None)
+    env.update(
+        {
+            "INSTINCT_DATA_DIR": str(tmp / "data"),
+            "INSTINCT_CACHE_DIR": str(tmp / "cache"),
+            "HF_HUB_OFFLINE": "1",
+            "HF_HOME": str(setup.hf_home),
+        }
+    )
+    port = free_port()
+    name = f"{prefix}-{port}"
+    args = ["serve", SERVED, "--server", "sglang", "--image", image, "--port", str(port)]
+    args += ["--name", name, "--timeout", str(timeout_s), "--yes", "--gpu", "mi300x"]
+    args += ["--root", str(root), "--hf-cache", str(setup.hf_home), *DOCKER_CPU_ENV]
+    args += ["--max-model-len", "1024"]
+    return DockerServe(env, port, name, args)
+
+
 def cpu_plan(
     setup: Setup, port: int, args: Sequence[str] = (), *, max_total_tokens: int = 8192
 ) -> LaunchPlan:

@@ -16,7 +16,6 @@ tokens the client reports.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,11 +23,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from instinct_serve.gather.reference import CACHE_FILE
 from tests.infra.docker import DockerDaemon
-from tests.infra.ports import free_port
-from tests.infra.realsglang import SERVED, Setup, build_image
-from tests.realsglang.test_docker_serve_sglang_real import reference_copy
+from tests.infra.realsglang import DOCKER_CPU_TAIL, Setup, build_image, docker_serve
 from tests.serve.conftest import Run, docker, run_cli
 
 pytestmark = [pytest.mark.realsglang, pytest.mark.docker]
@@ -58,39 +54,15 @@ def served(
     docker_daemon: DockerDaemon,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Served]:
-    from tests.infra.fakeroot import build_gpu_root
-
     try:
         image, _seconds, _reused = build_image(real_sglang_setup)
     except (RuntimeError, OSError) as exc:
         pytest.fail(f"could not build the real SGLang image: {exc}")
-    tmp = tmp_path_factory.mktemp("rs-bench")
-    root = tmp / "gpu-root"
-    root.mkdir()
-    build_gpu_root(root)
-    cache = tmp / "cache"
-    cache.mkdir()
-    (cache / CACHE_FILE).write_text(json.dumps(reference_copy(image)), encoding="utf-8")
-    env = dict(os.environ)
-    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ROCM_SSH_HOST", "ROCM_SSH_USER"):
-        env.pop(key, None)
-    env.update(
-        {
-            "INSTINCT_DATA_DIR": str(tmp / "data"),
-            "INSTINCT_CACHE_DIR": str(cache),
-            "HF_HUB_OFFLINE": "1",
-            "HF_HOME": str(real_sglang_setup.hf_home),
-        }
+    cmd = docker_serve(
+        real_sglang_setup, image, tmp_path_factory.mktemp("rs-bench"), "rs-bench", SERVE_TIMEOUT_S
     )
-    port = free_port()
-    name = f"rs-bench-{port}"
-    args = ["serve", SERVED, "--server", "sglang", "--port", str(port), "--name", name]
-    args += ["--timeout", str(SERVE_TIMEOUT_S), "--yes", "--gpu", "mi300x", "--root", str(root)]
-    args += ["--hf-cache", str(real_sglang_setup.hf_home), "--no-coherence", "--no-fingerprint"]
-    args += ["--env-literal", "HF_HUB_OFFLINE=1", "--env-literal", "SGLANG_USE_CPU_ENGINE=1"]
-    args += ["--max-model-len", "1024", "--json"]
-    args += ["--", "--device", "cpu", "--attention-backend", "torch_native"]
-    args += ["--max-total-tokens", "8192"]
+    env, port, name = cmd.env, cmd.port, cmd.name
+    args = [*cmd.args, "--no-coherence", "--no-fingerprint", "--json", *DOCKER_CPU_TAIL]
     start = time.monotonic()
     try:
         run = run_cli(args, env=env, timeout=CLI_TIMEOUT_S)

@@ -8,10 +8,9 @@ tests/serve; the tool cannot know the image is a CPU build); the CPU specifics a
 ``--env-literal SGLANG_USE_CPU_ENGINE=1`` and ``-- --device cpu --attention-backend
 torch_native``.
 
-instinct plans SGLang only as one of AMD's reference configs runs it, and AMD publishes none
-for SmolLM2-135M: the test gives it one, written where ``recipes sync`` writes the synced
-copy of AMD's configs (the shipped snapshot plus one SGLang config for the model on MI300X at
-TP 1, no environment or flags of its own), so the plan follows it as it follows AMD's.
+AMD publishes no SGLang config for SmolLM2-135M, so ``--server sglang --image TAG`` plans
+SGLang's own defaults on the tier's image (``plan.sglang._defaults``, a warning says so), as
+it would for any model AMD has not benchmarked (``tests/infra/realsglang.docker_serve``).
 
 One server for the module: ready by SGLang's own line, ``/health``, the coherence probe and
 the fingerprint (serve's own), one chat answer, one short ``bench`` step, ``top --once
@@ -21,68 +20,30 @@ the fingerprint (serve's own), one chat answer, one short ``bench`` step, ``top 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
 
-from instinct_serve.catalog.overrides import data_text
-from instinct_serve.gather.reference import CACHE_FILE, SNAPSHOT_FILE
 from tests.infra.docker import DockerDaemon
-from tests.infra.ports import free_port
-from tests.infra.realsglang import READY_LINE, SERVED, Setup, build_image, required
+from tests.infra.realsglang import (
+    DOCKER_CPU_TAIL,
+    READY_LINE,
+    SERVED,
+    Setup,
+    build_image,
+    docker_serve,
+    required,
+)
 from tests.serve.conftest import Run, docker, inspect, run_cli
 
 pytestmark = [pytest.mark.realsglang, pytest.mark.docker]
 
 SERVE_TIMEOUT_S = 300  # the CLI's own --timeout for /health (about 45-60 s on 2 cores)
 CLI_TIMEOUT_S = 480.0  # start, warm-up, coherence and the fingerprint, with margin
-CONFIG = "smollm2-bf16-mi300x-sglang"  # the test's reference config
 BENCH_N, BENCH_OUT = 4, 16  # bench's one step: 4 requests of 16 tokens (--ignore-eos)
-
-
-def reference_copy(image: str) -> dict[str, Any]:
-    """The shipped snapshot of AMD's configs plus one SGLang config for the tier's model."""
-    doc: dict[str, Any] = json.loads(data_text(SNAPSHOT_FILE))
-    doc["configs"].append(
-        {
-            "args": [],
-            "conditional_env": {},
-            "env": {},
-            "file": "configs/amd-master.yaml",
-            "framework": "sglang",
-            "gpu": "mi300x",
-            "image": image,
-            "model": SERVED,
-            "multinode": False,
-            "name": CONFIG,
-            "precision": "bf16",
-            "prefix": "smollm2",
-            "rows": [
-                {
-                    "conc": [1, 4],
-                    "dp_attn": False,
-                    "ep": 1,
-                    "isl": 1024,
-                    "osl": 1024,
-                    "scenario": "fixed-seq-len",
-                    "spec": None,
-                    "tp": 1,
-                }
-            ],
-            "runner": "mi300x",
-            "script": None,
-            "spec_draft": None,
-            "spec_method": None,
-            "spec_tokens": None,
-            "varies": [],
-        }
-    )
-    return doc
 
 
 @dataclass
@@ -116,37 +77,15 @@ def served(
     sglang_image: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Served]:
-    from tests.infra.fakeroot import build_gpu_root
-
-    tmp = tmp_path_factory.mktemp("rs-docker")
-    root = tmp / "gpu-root"
-    root.mkdir()
-    build_gpu_root(root)
-    cache = tmp / "cache"
-    cache.mkdir()
-    (cache / CACHE_FILE).write_text(json.dumps(reference_copy(sglang_image)), encoding="utf-8")
-    env = dict(os.environ)
-    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ROCM_SSH_HOST", "ROCM_SSH_USER"):
-        env.pop(key, None)
-    env.update(
-        {
-            "INSTINCT_DATA_DIR": str(tmp / "data"),
-            "INSTINCT_CACHE_DIR": str(cache),
-            "HF_HUB_OFFLINE": "1",
-            "HF_HOME": str(real_sglang_setup.hf_home),
-        }
+    cmd = docker_serve(
+        real_sglang_setup,
+        sglang_image,
+        tmp_path_factory.mktemp("rs-docker"),
+        "rs-docker",
+        SERVE_TIMEOUT_S,
     )
-    port = free_port()
-    name = f"rs-docker-{port}"
-    args = ["serve", SERVED, "--server", "sglang", "--port", str(port), "--name", name]
-    args += ["--timeout", str(SERVE_TIMEOUT_S), "--yes", "--gpu", "mi300x", "--root", str(root)]
-    args += ["--hf-cache", str(real_sglang_setup.hf_home)]
-    args += ["--env-literal", "HF_HUB_OFFLINE=1", "--env-literal", "SGLANG_USE_CPU_ENGINE=1"]
-    # --max-model-len, written as SGLang's --context-length, bounds the fingerprint's long
-    # probe (half the context: 4,096 tokens took about 120 s here, 512 about 40 s)
-    args += ["--max-model-len", "1024"]
-    args += ["--json", "--", "--device", "cpu", "--attention-backend", "torch_native"]
-    args += ["--max-total-tokens", "8192"]
+    env, port, name = cmd.env, cmd.port, cmd.name
+    args = [*cmd.args, "--json", *DOCKER_CPU_TAIL]
     start = time.monotonic()
     try:
         run = run_cli(args, env=env, timeout=CLI_TIMEOUT_S)

@@ -6,8 +6,8 @@ mounted cache, offline, both bounded to a 1,024-token context.
 The SGLang candidate is proven beside the running vLLM endpoint (which keeps answering); the
 upgrade's fingerprint gate compares the two servers' prompt log-probabilities (vLLM's
 ``prompt_logprobs``, SGLang's ``echo`` with ``logprobs``) and prints how far they moved: the
-figure this test reports. SGLang is planned from one reference config for the model, written
-where ``recipes sync`` writes AMD's (as ``test_docker_serve_sglang_real``).
+figure this test reports. AMD publishes no SGLang config for the model: SGLang is planned
+with its own defaults on the image given with ``--image`` (``plan.sglang._defaults``).
 
 Measured on 2 cores (2026-12-05): the two real servers' fingerprints moved at most 0.174
 (segment) / 0.116 (tail) nats a token, within the CPU tolerance of 0.5 and of the size of
@@ -25,12 +25,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from instinct_serve.gather.reference import CACHE_FILE
 from tests.infra import realvllm
 from tests.infra.docker import DockerDaemon
 from tests.infra.ports import free_port
-from tests.infra.realsglang import SERVED, Setup, build_image, required
-from tests.realsglang.test_docker_serve_sglang_real import reference_copy
+from tests.infra.realsglang import (
+    DOCKER_CPU_ENV,
+    DOCKER_CPU_TAIL,
+    SERVED,
+    Setup,
+    build_image,
+    required,
+)
 from tests.realvllm.conftest import docker_serve_args, tier_env
 from tests.serve.conftest import docker, inspect, parse_lines, run_cli
 
@@ -63,9 +68,6 @@ def test_a_real_vllm_endpoint_upgraded_to_the_real_sglang_and_rolled_back(
     root.mkdir()
     build_gpu_root(root)
     env = tier_env(vllm, tmp_path)
-    cache = Path(env["INSTINCT_CACHE_DIR"])
-    cache.mkdir(parents=True)
-    (cache / CACHE_FILE).write_text(json.dumps(reference_copy(sglang_image)), encoding="utf-8")
     port, name = free_port(), f"rs-up-{free_port()}"
     try:
         start = time.monotonic()
@@ -90,9 +92,7 @@ def test_a_real_vllm_endpoint_upgraded_to_the_real_sglang_and_rolled_back(
         args = ["serve", SERVED, "--upgrade", "--server", "sglang", "--image", sglang_image]
         args += ["--port", str(port), "--name", name, "--timeout", "300", "--yes"]
         args += ["--gpu", "mi300x", "--root", str(root), "--hf-cache", str(vllm.hf_home)]
-        args += ["--env-literal", "HF_HUB_OFFLINE=1", "--env-literal", "SGLANG_USE_CPU_ENGINE=1"]
-        args += ["--max-model-len", CONTEXT, "--json", "--", "--device", "cpu"]
-        args += ["--attention-backend", "torch_native", "--max-total-tokens", "8192"]
+        args += [*DOCKER_CPU_ENV, "--max-model-len", CONTEXT, "--json", *DOCKER_CPU_TAIL]
         start = time.monotonic()
         up = run_cli(args, env=env, timeout=CLI_TIMEOUT_S)
         upgrade_s = time.monotonic() - start
