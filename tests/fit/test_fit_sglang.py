@@ -227,10 +227,12 @@ def test_the_tp_is_the_sglang_plans_and_the_minimum_is_sglangs_pool(
 
 
 def test_where_no_sglang_is_planned_its_pool_decides(capsys: pytest.CaptureFixture[str]) -> None:
-    """On MI250X (no SGLang build, so no SGLang plan) the answer is SGLang's pool alone:
-    79.3 GiB of weights per GPU at TP 8 leave no pool in a 64 GiB device's static share."""
+    """On MI250X (no SGLang build, so no SGLang plan, and fit says so) the answer is SGLang's
+    pool alone: 79.3 GiB of weights per GPU at TP 8 leave no pool in a 64 GiB device's static
+    share."""
     argv = ["fit", "deepseek-ai/DeepSeek-R1", "--gpu", "mi250x", "--json", "--server", "sglang"]
-    code, doc, _ = run(argv, capsys)
+    code, doc, err = run(argv, capsys)
+    assert "`instinct plan --server sglang` refuses this: no SGLang build for MI250X" in err
     assert code == 1 and doc["verdict"] == "does_not_fit"  # the exit status of a no
     assert doc["fit"]["tp"] == 8 and doc["fit"]["min_tp_if_more_gpus"] == 16
     assert "SGLang refuses to start" in doc["verdict_reason"]

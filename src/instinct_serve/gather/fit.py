@@ -150,7 +150,13 @@ def plan_decision(req: FitRequest, host: Host, target: Target) -> PlanDecision |
     try:
         opts = PlanOptions(**shared, model=req.model, server=req.server)
         result = make_plan(opts, host, target=target)
-    except InstinctError:
+    except InstinctError as exc:
+        if exc.id == "bad_server":  # no launch of this server here: fit's answer is a what-if
+            title = servers.get(req.server).title if req.server in servers.names() else req.server
+            target.notes.append(
+                f"`instinct plan --server {req.server}` refuses this: {exc.message}; what "
+                f"follows is {title}'s memory model only"
+            )
         return None
     plan = result.plan
     why = next(
