@@ -18,34 +18,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
 
 from tests.infra.docker import DockerDaemon
-from tests.infra.realsglang import DOCKER_CPU_TAIL, Setup, build_image, docker_serve
-from tests.serve.conftest import Run, docker, run_cli
+from tests.infra.realsglang import Setup, build_image
+from tests.realsglang.docker_served import Served, served_by_docker
+from tests.serve.conftest import run_cli
 
 pytestmark = [pytest.mark.realsglang, pytest.mark.docker]
 
 SERVE_TIMEOUT_S = 300  # the CLI's own --timeout for /health (about 45-60 s on 2 cores)
 CLI_TIMEOUT_S = 420.0
 BENCH_N, BENCH_IN, BENCH_OUT, BENCH_CONC = 4, 32, 16, 2
-
-
-@dataclass
-class Served:
-    run: Run
-    env: dict[str, str]
-    port: int
-    name: str
-    image: str
-    seconds: float
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
 
 @pytest.fixture(scope="module")
@@ -58,17 +44,16 @@ def served(
         image, _seconds, _reused = build_image(real_sglang_setup)
     except (RuntimeError, OSError) as exc:
         pytest.fail(f"could not build the real SGLang image: {exc}")
-    cmd = docker_serve(
-        real_sglang_setup, image, tmp_path_factory.mktemp("rs-bench"), "rs-bench", SERVE_TIMEOUT_S
-    )
-    env, port, name = cmd.env, cmd.port, cmd.name
-    args = [*cmd.args, "--no-coherence", "--no-fingerprint", "--json", *DOCKER_CPU_TAIL]
-    start = time.monotonic()
-    try:
-        run = run_cli(args, env=env, timeout=CLI_TIMEOUT_S)
-        yield Served(run, env, port, name, image, time.monotonic() - start)
-    finally:
-        docker("rm", "-f", name, timeout=120)
+    with served_by_docker(
+        real_sglang_setup,
+        image,
+        tmp_path_factory.mktemp("rs-bench"),
+        "rs-bench",
+        serve_timeout_s=SERVE_TIMEOUT_S,
+        cli_timeout_s=CLI_TIMEOUT_S,
+        extra=("--no-coherence", "--no-fingerprint"),
+    ) as served:
+        yield served
 
 
 def _counters(base: str) -> dict[str, float | None]:

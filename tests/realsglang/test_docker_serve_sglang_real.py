@@ -22,42 +22,26 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
 
 from tests.infra.docker import DockerDaemon
 from tests.infra.realsglang import (
-    DOCKER_CPU_TAIL,
     READY_LINE,
     SERVED,
     Setup,
     build_image,
-    docker_serve,
     required,
 )
-from tests.serve.conftest import Run, docker, inspect, run_cli
+from tests.realsglang.docker_served import Served, served_by_docker
+from tests.serve.conftest import inspect, run_cli
 
 pytestmark = [pytest.mark.realsglang, pytest.mark.docker]
 
 SERVE_TIMEOUT_S = 300  # the CLI's own --timeout for /health (about 45-60 s on 2 cores)
 CLI_TIMEOUT_S = 480.0  # start, warm-up, coherence and the fingerprint, with margin
 BENCH_N, BENCH_OUT = 4, 16  # bench's one step: 4 requests of 16 tokens (--ignore-eos)
-
-
-@dataclass
-class Served:
-    run: Run
-    env: dict[str, str]
-    port: int
-    name: str
-    image: str
-    seconds: float
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
 
 @pytest.fixture(scope="module")
@@ -77,21 +61,16 @@ def served(
     sglang_image: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Served]:
-    cmd = docker_serve(
+    with served_by_docker(
         real_sglang_setup,
         sglang_image,
         tmp_path_factory.mktemp("rs-docker"),
         "rs-docker",
-        SERVE_TIMEOUT_S,
-    )
-    env, port, name = cmd.env, cmd.port, cmd.name
-    args = [*cmd.args, "--json", *DOCKER_CPU_TAIL]
-    start = time.monotonic()
-    try:
-        run = run_cli(args, env=env, timeout=CLI_TIMEOUT_S)
-        yield Served(run, env, port, name, sglang_image, time.monotonic() - start)
-    finally:
-        docker("rm", "-f", name, timeout=120)
+        serve_timeout_s=SERVE_TIMEOUT_S,
+        cli_timeout_s=CLI_TIMEOUT_S,
+        extra=(),
+    ) as served:
+        yield served
 
 
 def test_serve_sglang_by_docker_ready_proven_and_fingerprinted(served: Served) -> None:
