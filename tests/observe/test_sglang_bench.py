@@ -217,12 +217,17 @@ def test_vllm_given_runs_vllms_client_whatever_the_server(tmp_path: Path) -> Non
         Path(how.result_dir).rmdir()
 
 
-def test_a_native_endpoint_runs_the_client_with_the_interpreter_it_was_launched_by() -> None:
-    command = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--model-path", MODEL]
+@pytest.mark.parametrize("python", ["/opt/sglang/bin/python3", "/opt/sglang/bin/python"])
+def test_a_native_endpoint_runs_the_client_with_the_interpreter_it_was_launched_by(
+    python: str,
+) -> None:
+    """Discovery launches SGLang with the interpreter it found (a venv's ``python`` as often
+    as ``python3``): the client runs with it, where sglang is installed."""
+    command = [python, "-m", "sglang.launch_server", "--model-path", MODEL]
     endpoint = _endpoint(engine="native", server="sglang", command=command)
     how = runtime_bench.runner(LocalHost(), endpoint)
     try:
-        assert how.client is SGLANG_CLIENT and how.prefix == ["/opt/sglang/bin/python3"]
+        assert how.client is SGLANG_CLIENT and how.prefix == [python]
     finally:
         Path(how.result_dir).rmdir()
 

@@ -161,11 +161,23 @@ def runner(
         argv.append(endpoint.image)
         return Runner("docker", argv, result_dir, env, client, container)
     command = None
-    if endpoint.command and posixpath.basename(endpoint.command[0]) == client.executable:
-        command = endpoint.command[0]
+    if endpoint.command and _same_executable(endpoint.command[0], client.executable):
+        command = endpoint.command[0]  # the install it runs: SGLang's interpreter, vLLM's script
     if command is None:
         command = _host_executable(host, client)
     return Runner("native", [command], _mktemp(host), env, client)
+
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+def _same_executable(path: str, executable: str) -> bool:
+    """``path`` runs ``executable``: the same name, or both a Python interpreter (a native
+    SGLang is launched by the interpreter discovery found: ``.../venv/bin/python``)."""
+    name = posixpath.basename(path)
+    if name == executable:
+        return True
+    return bool(_PYTHON.fullmatch(name) and _PYTHON.fullmatch(executable))
 
 
 def _host_executable(host: Host, client: BenchClient) -> str:
