@@ -5,7 +5,7 @@ from __future__ import annotations
 from instinct_serve import servers
 from instinct_serve.hardware.target import CPU_SOURCE
 from instinct_serve.plan.cpu import KV_WHY
-from instinct_serve.plan.model import LOOPBACK, PlanResult
+from instinct_serve.plan.model import LOOPBACK, LaunchPlan, PlanResult
 
 
 def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
@@ -76,17 +76,7 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
     else:
         ctx = "the model's default"
     rows.append(("Max context", ctx))
-    if plan.verdict:
-        rows.append(("Fit", f"{plan.verdict}: {fit.verdict_reason if fit else ''}"))
-    pool = fit.sglang if fit is not None else None
-    if pool:  # an SGLang plan: what SGLang itself will allocate (fit.sglang's figures)
-        rows.append(
-            (
-                "KV pool",
-                f"{pool['max_total_num_tokens']:,} tokens ({pool['kv_pool_gib']:.1f} GiB per GPU) "
-                f"at --mem-fraction-static {pool['mem_fraction_static']:g}, as SGLang sizes it",
-            )
-        )
+    rows += _fit_rows(plan)
     access = "every interface, API key required" if plan.public else "this host only"
     rows.append(("Port", f"{plan.port}  (http://{LOOPBACK}:{plan.port}/v1 on the host; {access})"))
     if plan.launcher == "docker":
@@ -94,4 +84,23 @@ def summary_rows(result: PlanResult) -> list[tuple[str, str]]:
         rows.append(("Container", plan.container_name))
     else:  # a process on the host: no image, no container
         rows.append(("Name", plan.container_name))
+    return rows
+
+
+def _fit_rows(plan: LaunchPlan) -> list[tuple[str, str]]:
+    """The fit's verdict, and for an SGLang plan the KV pool SGLang itself will allocate
+    (``fit.sglang``'s figures)."""
+    fit = plan.fit
+    rows = []
+    if plan.verdict:
+        rows.append(("Fit", f"{plan.verdict}: {fit.verdict_reason if fit else ''}"))
+    pool = fit.sglang if fit is not None else None
+    if pool:
+        rows.append(
+            (
+                "KV pool",
+                f"{pool['max_total_num_tokens']:,} tokens ({pool['kv_pool_gib']:.1f} GiB per GPU) "
+                f"at --mem-fraction-static {pool['mem_fraction_static']:g}, as SGLang sizes it",
+            )
+        )
     return rows
